@@ -1,0 +1,186 @@
+// percolite/store.h: one LMDB environment per path per process, and its
+// group-commit writer.
+//
+// Thread safety: every public method of Store may be called from any thread at
+// any time. A Snapshot is used by one thread at a time (its owner serialises
+// access); it may move between threads (LMDB's MDB_NOTLS).
+//
+// Contract
+// - Store::Acquire returns the one Store of a path in this process (a registry
+//   keyed by the real path) and counts one more handle on it; acquiring it
+//   again with a different sync mode throws kInvalidArgument naming it.
+//   ReleaseHandle drops one; the last one closes the Store.
+// - A Snapshot sees every transaction committed before it began and nothing
+//   after; its start_ts is the timestamp counter as stored in that snapshot.
+// - Commit(start_ts, mutations) applies all of `mutations` atomically with a
+//   fresh commit_ts, or none of them. It fails with kConflict when a mutated
+//   cell carries a commit_ts greater than start_ts (written by a transaction
+//   that committed after the snapshot), including writes of earlier members of
+//   the same group-commit batch. commit_ts values are unique and increasing.
+// - Group commit: one writer thread drains every pending request into one LMDB
+//   write transaction, validating members in arrival order, and commits LMDB
+//   once (one sync for the batch, under the configured SyncMode).
+// - Deletes leave tombstones carrying their commit_ts, so a concurrent
+//   writer of the deleted cell still conflicts. A tombstone is collected once
+//   every reader in every process began after the write that made it.
+// - The memory map grows by itself; users never see MDB_MAP_FULL.
+//
+// Caveats
+// - A Store must not be used in a child created by fork(): every call there
+//   throws kWrongState, and nothing of the parent's LMDB state is touched.
+// - Close() drains queued commits, then closes LMDB. Snapshots still open are
+//   released first by their owners (see env.h), never by another thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "percolite/status.h"
+
+struct MDB_env;
+struct MDB_txn;
+
+namespace percolite {
+
+enum class SyncMode { kFull, kMeta, kNone };
+
+struct StoreOptions {
+  SyncMode sync = SyncMode::kFull;
+  bool create = true;
+  unsigned file_mode = 0600;                 // for the data and lock files
+  size_t initial_map_size = size_t{1} << 30;  // grows by doubling when full
+  unsigned max_readers = 2046;               // one slot per open transaction
+  size_t max_batch = 4096;                   // most commits in one LMDB write
+};
+
+// One write of a transaction. `key` is an encoded cell key (encoding.h).
+struct Mutation {
+  std::string key;
+  bool is_delete = false;
+  std::string value;
+};
+
+struct CommitResult {
+  Status status;
+  uint64_t commit_ts = 0;
+};
+
+struct StoreStats {
+  uint64_t commits = 0;             // transactions committed by this process
+  uint64_t conflicts = 0;           // commits refused with kConflict
+  uint64_t batches = 0;             // LMDB write transactions of the writer
+  uint64_t tombstones_collected = 0;
+  uint64_t map_size = 0;            // current size of the memory map in bytes
+  uint64_t map_growths = 0;
+};
+
+class Store;
+
+// A consistent read view: an LMDB read transaction held for its whole life.
+class Snapshot {
+ public:
+  ~Snapshot();
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+
+  uint64_t start_ts() const { return start_ts_; }
+
+  // The value of the cell with this encoded key; nullopt if absent or deleted.
+  std::optional<std::string> Get(std::string_view encoded_key);
+
+  // Appends to `out` the live cells (key, value) with from <= key (from < key
+  // when `exclusive`) and key < end (no bound when `end` is empty), in key
+  // order, at most `limit` of them. Returns true when the range is exhausted.
+  bool Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
+            std::vector<std::pair<std::string, std::string>>* out);
+
+  // Releases the LMDB read transaction; later calls throw kClosed.
+  void Release();
+
+ private:
+  friend class Store;
+  Snapshot(std::shared_ptr<Store> store, MDB_txn* txn, uint64_t start_ts)
+      : store_(std::move(store)), txn_(txn), start_ts_(start_ts) {}
+  std::shared_ptr<Store> store_;
+  MDB_txn* txn_;
+  uint64_t start_ts_;
+};
+
+class Store : public std::enable_shared_from_this<Store> {
+ public:
+  static std::shared_ptr<Store> Acquire(const std::string& path, const StoreOptions& options);
+  void ReleaseHandle();
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  const StoreOptions& options() const { return options_; }
+
+  // Throws kClosed after Close(), kWrongState in a forked child.
+  void CheckUsable() const;
+
+  std::unique_ptr<Snapshot> BeginSnapshot();
+
+  // Blocks until the group commit carrying these mutations has finished.
+  // `mutations` must be sorted by key without duplicates.
+  CommitResult Commit(uint64_t start_ts, const std::vector<Mutation>& mutations);
+
+  StoreStats Stats() const;
+
+  // Tests only: validates and applies these commits as one group-commit batch,
+  // in order, on the calling thread (as the writer thread would).
+  std::vector<CommitResult> CommitBatchForTesting(
+      const std::vector<std::pair<uint64_t, std::vector<Mutation>>>& commits);
+
+  // Drains pending commits, stops the writer and closes LMDB. Idempotent.
+  // Called by the last ReleaseHandle; tests may call it directly.
+  void Close();
+
+ private:
+  friend class Snapshot;
+  struct PendingCommit;
+  class MapLock;
+
+  Store(std::string path, const StoreOptions& options);
+  void OpenEnvironment();
+  void CloseEnvironment();
+  void WriterLoop();
+  void ProcessBatch(std::vector<PendingCommit*>& batch);
+  // Removes tombstones no reader can need any more; returns how many.
+  uint64_t CollectTombstones(MDB_txn* txn, uint64_t current_txnid);
+  // Grows the map (or adopts another process's larger size); takes the map lock exclusively.
+  void GrowMap(bool adopt_only);
+  bool ForkedAway() const;
+
+  std::string path_;
+  StoreOptions options_;
+  uint64_t fork_generation_;
+  MDB_env* env_ = nullptr;
+  unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0;
+  std::unique_ptr<MapLock> map_lock_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;  // wakes the writer
+  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
+  bool stopping_ = false;             // GUARDED_BY(queue_mu_)
+  std::unique_ptr<std::thread> writer_;
+  std::atomic<bool> closed_{false};
+  int handles_ = 0;                         // GUARDED_BY(registry mutex)
+  std::atomic<int> live_snapshots_{0};
+
+  std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0},
+      map_growths_{0};
+  std::atomic<uint64_t> map_size_{0};
+};
+
+}  // namespace percolite

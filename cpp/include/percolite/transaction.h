@@ -1,0 +1,112 @@
+// percolite/transaction.h: snapshot-isolation transactions.
+//
+// Thread safety: a Transaction may be used from any thread; calls on one
+// Transaction are serialised by its own mutex. Commit() blocks the calling
+// thread until the group commit holding it is durable; callers from Python
+// release the GIL first.
+//
+// Contract (design.md section 3)
+// - The snapshot is taken at Begin: every transaction committed before it is
+//   visible, nothing committed after. start_ts names that snapshot.
+// - Reads (Get, Scan) see the snapshot plus this transaction's own writes.
+// - Set and Delete are buffered and applied atomically at Commit.
+// - Commit fails with kConflict when any cell this transaction set or deleted
+//   was written by another transaction that committed after start_ts; nothing
+//   of the failed transaction is applied. Reads never conflict, so write skew
+//   is possible (plain snapshot isolation, as in Fluo without read locks).
+// - A committed transaction that wrote something gets a unique, increasing
+//   commit_ts. A transaction that wrote nothing commits without touching the
+//   store and has no commit_ts.
+// - Rows must be non-empty; families must be non-empty; qualifiers and values
+//   may be empty; all are byte strings of any length.
+// - After Commit or Abort, every call except Abort throws kWrongState; once
+//   the owning Env is closed, they throw kClosed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "percolite/encoding.h"
+#include "percolite/store.h"
+
+namespace percolite {
+
+class Env;
+
+// Which cells a scan visits: encoded keys in [from, end) (end empty = no bound)
+// and, when `columns` is not empty, only those (family, qualifier) pairs.
+struct ScanRange {
+  std::string from;
+  std::string end;
+  std::vector<std::pair<std::string, std::string>> columns;
+
+  static ScanRange RowPrefix(std::string_view prefix);
+  static ScanRange Rows(std::string_view start_row, std::optional<std::string_view> end_row);
+};
+
+struct ScanItem {
+  Cell cell;
+  std::string value;
+};
+
+struct ScanChunk {
+  std::vector<ScanItem> items;
+  std::string resume_after;  // pass back to continue after this chunk
+  bool done = false;         // the range is exhausted
+};
+
+class Transaction {
+ public:
+  enum class State { kActive, kCommitted, kAborted };
+
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  uint64_t start_ts() const { return start_ts_; }
+  State state() const;
+  std::optional<uint64_t> commit_ts() const;
+
+  std::optional<std::string> Get(const CellRef& cell);
+  void Set(const CellRef& cell, std::string_view value);
+  void Delete(const CellRef& cell);
+
+  // One chunk of at most `limit` cells; start with resume_after == nullptr.
+  ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
+
+  // Commits; throws kConflict (and the transaction is aborted) on a write-write conflict.
+  void Commit();
+  // Discards the buffered writes and releases the snapshot. Idempotent.
+  void Abort();
+
+ private:
+  friend class Env;
+  struct BufferedWrite {
+    bool is_delete = false;
+    std::string value;
+  };
+
+  Transaction(std::shared_ptr<Env> env, std::unique_ptr<Snapshot> snapshot);
+  void CheckActive() const;     // REQUIRES(mu_)
+  void ReleaseLocked(State s);  // REQUIRES(mu_)
+  void AbortFromEnvClose();
+  static void ValidateCell(const CellRef& cell);
+
+  mutable std::mutex mu_;
+  std::weak_ptr<Env> env_;
+  std::unique_ptr<Snapshot> snapshot_;            // GUARDED_BY(mu_)
+  const uint64_t start_ts_;
+  State state_ = State::kActive;                  // GUARDED_BY(mu_)
+  bool env_closed_ = false;                       // GUARDED_BY(mu_)
+  std::optional<uint64_t> commit_ts_;             // GUARDED_BY(mu_)
+  std::map<std::string, BufferedWrite> writes_;   // GUARDED_BY(mu_), by encoded key
+};
+
+}  // namespace percolite

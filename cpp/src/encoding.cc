@@ -1,0 +1,161 @@
+#include "percolite/encoding.h"
+
+#include <cstring>
+
+namespace percolite {
+namespace {
+
+constexpr char kEscape = '\x00';
+constexpr char kEscapedZero = '\xFF';
+constexpr char kTerminator = '\x01';
+
+void AppendEscaped(std::string* out, std::string_view part) {
+  for (char c : part) {
+    out->push_back(c);
+    if (c == kEscape) out->push_back(kEscapedZero);
+  }
+}
+
+// Reads one escaped, terminated part starting at *pos; advances *pos past the terminator.
+bool ReadPart(std::string_view key, size_t* pos, std::string* out) {
+  out->clear();
+  size_t i = *pos;
+  while (i < key.size()) {
+    char c = key[i];
+    if (c != kEscape) {
+      out->push_back(c);
+      ++i;
+      continue;
+    }
+    if (i + 1 >= key.size()) return false;
+    if (key[i + 1] == kEscapedZero) {
+      out->push_back(kEscape);
+      i += 2;
+    } else if (key[i + 1] == kTerminator) {
+      *pos = i + 2;
+      return true;
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
+uint64_t Mix64(uint64_t x) {  // the splitmix64 finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// Record layout: commit_ts (8, big-endian) | flags (1) | [full key length (4) | full key] | value
+constexpr uint8_t kFlagTombstone = 1;
+constexpr uint8_t kFlagHashedKey = 2;
+
+}  // namespace
+
+std::string EncodeCellKey(const CellRef& cell) {
+  std::string out;
+  out.reserve(cell.row.size() + cell.family.size() + cell.qualifier.size() + 6);
+  for (std::string_view part : {cell.row, cell.family, cell.qualifier}) {
+    AppendEscaped(&out, part);
+    out.push_back(kEscape);
+    out.push_back(kTerminator);
+  }
+  return out;
+}
+
+bool DecodeCellKey(std::string_view key, Cell* out) {
+  size_t pos = 0;
+  return ReadPart(key, &pos, &out->row) && ReadPart(key, &pos, &out->family) &&
+         ReadPart(key, &pos, &out->qualifier) && pos == key.size();
+}
+
+std::string EncodeRowPrefix(std::string_view row_prefix) {
+  std::string out;
+  AppendEscaped(&out, row_prefix);
+  return out;
+}
+
+std::string EncodeRowStart(std::string_view row) { return EncodeRowPrefix(row); }
+
+std::string PrefixSuccessor(std::string_view prefix) {
+  std::string out(prefix);
+  while (!out.empty()) {
+    unsigned char last = static_cast<unsigned char>(out.back());
+    if (last != 0xFF) {
+      out.back() = static_cast<char>(last + 1);
+      return out;
+    }
+    out.pop_back();
+  }
+  return out;
+}
+
+uint64_t StableHash64(std::string_view bytes, uint64_t seed) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ Mix64(seed);
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return Mix64(h ^ bytes.size());
+}
+
+std::string StoredKeyFor(std::string_view encoded_key) {
+  if (encoded_key.size() <= kMaxInlineKey) return std::string(encoded_key);
+  std::string out(encoded_key.substr(0, kMaxInlineKey));
+  AppendUint64BE(&out, StableHash64(encoded_key, 1));
+  AppendUint64BE(&out, StableHash64(encoded_key, 2));
+  return out;
+}
+
+void AppendUint64BE(std::string* out, uint64_t value) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
+}
+
+uint64_t ReadUint64BE(std::string_view bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[i]);
+  return value;
+}
+
+std::string EncodeRecord(uint64_t commit_ts, bool tombstone, std::string_view full_key_if_hashed,
+                         std::string_view value) {
+  std::string out;
+  out.reserve(13 + full_key_if_hashed.size() + value.size());
+  AppendUint64BE(&out, commit_ts);
+  uint8_t flags = (tombstone ? kFlagTombstone : 0) | (full_key_if_hashed.empty() ? 0 : kFlagHashedKey);
+  out.push_back(static_cast<char>(flags));
+  if (!full_key_if_hashed.empty()) {
+    uint32_t n = static_cast<uint32_t>(full_key_if_hashed.size());
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(n >> shift));
+    out.append(full_key_if_hashed);
+  }
+  out.append(value);
+  return out;
+}
+
+bool DecodeRecord(std::string_view bytes, RecordView* out) {
+  if (bytes.size() < 9) return false;
+  out->commit_ts = ReadUint64BE(bytes);
+  uint8_t flags = static_cast<uint8_t>(bytes[8]);
+  if (flags & ~(kFlagTombstone | kFlagHashedKey)) return false;
+  out->tombstone = flags & kFlagTombstone;
+  size_t pos = 9;
+  out->full_key = {};
+  if (flags & kFlagHashedKey) {
+    if (bytes.size() < pos + 4) return false;
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n = (n << 8) | static_cast<unsigned char>(bytes[pos + i]);
+    pos += 4;
+    if (bytes.size() < pos + n) return false;
+    out->full_key = bytes.substr(pos, n);
+    pos += n;
+  }
+  out->value = bytes.substr(pos);
+  return true;
+}
+
+}  // namespace percolite

@@ -1,0 +1,648 @@
+#include "percolite/store.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "lmdb_util.h"
+#include "percolite/encoding.h"
+
+namespace percolite {
+namespace {
+
+constexpr std::string_view kCounterKey = "ts";
+constexpr std::string_view kFormatKey = "format";
+constexpr std::string_view kFormat = "percolite/1";
+constexpr size_t kTombstonesPerBatch = 1024;
+
+// fork() handling: a child sees a new generation and refuses the parent's stores.
+std::atomic<uint64_t> g_fork_generation{0};
+std::mutex g_registry_mu;
+std::map<std::string, std::shared_ptr<Store>>* g_registry = new std::map<std::string, std::shared_ptr<Store>>;
+
+void InstallForkHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork([] { g_registry_mu.lock(); }, [] { g_registry_mu.unlock(); },
+                   [] {
+                     g_fork_generation.fetch_add(1);
+                     g_registry_mu.unlock();
+                   });
+  });
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+std::string CanonicalDirectory(const std::string& path, const StoreOptions& options) {
+  if (path.empty()) throw Error(ErrorCode::kInvalidArgument, "opening a store: the path is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      throw Error(ErrorCode::kStorage, "opening store '" + path +
+                                           "': the path is a file, not a directory; percolite "
+                                           "stores live in a directory of their own");
+    }
+  } else if (errno == ENOENT) {
+    if (!options.create) {
+      throw Error(ErrorCode::kStorage,
+                  "opening store '" + path + "': no such directory (pass create=True to make it)");
+    }
+    mode_t dir_mode = options.file_mode | ((options.file_mode & 0444) >> 2);
+    if (::mkdir(path.c_str(), dir_mode) != 0 && errno != EEXIST) {
+      throw Error(ErrorCode::kStorage,
+                  "creating store directory '" + path + "': " + ErrnoText(errno));
+    }
+  } else {
+    throw Error(ErrorCode::kStorage, "opening store '" + path + "': " + ErrnoText(errno));
+  }
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) {
+    throw Error(ErrorCode::kStorage, "opening store '" + path + "': " + ErrnoText(errno));
+  }
+  return resolved;
+}
+
+const char* SyncName(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::kFull:
+      return "full";
+    case SyncMode::kMeta:
+      return "meta";
+    case SyncMode::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+uint64_t ReadCounter(MDB_txn* txn, MDB_dbi meta) {
+  MDB_val key = ToVal(kCounterKey), data;
+  int rc = mdb_get(txn, meta, &key, &data);
+  if (rc == MDB_NOTFOUND) return 0;
+  CheckLmdb(rc, "reading the timestamp counter");
+  if (data.mv_size != 8) throw Error(ErrorCode::kCorruption, "the timestamp counter is malformed");
+  return ReadUint64BE(FromVal(data));
+}
+
+// A printable form of an encoded cell key, for error messages.
+std::string DescribeKey(std::string_view encoded) {
+  Cell cell;
+  if (!DecodeCellKey(encoded, &cell)) return "an internal key";
+  auto repr = [](const std::string& s) {
+    std::string out = "b'";
+    size_t shown = 0;
+    for (unsigned char c : s) {
+      if (++shown > 60) {
+        out += "...";
+        break;
+      }
+      if (c == '\\' || c == '\'') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c >= 32 && c < 127) {
+        out += static_cast<char>(c);
+      } else {
+        char buf[5];
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      }
+    }
+    return out + "'";
+  };
+  return "row " + repr(cell.row) + " column (" + repr(cell.family) + ", " + repr(cell.qualifier) +
+         ")";
+}
+
+// The oldest snapshot (LMDB txnid) any reader in any process still holds.
+uint64_t OldestReaderTxnid(MDB_env* env) {
+  uint64_t oldest = UINT64_MAX;
+  mdb_reader_list(
+      env,
+      [](const char* line, void* ctx) -> int {
+        unsigned long long pid = 0, txnid = 0;
+        char thread[32];
+        if (std::sscanf(line, "%llu %31s %llu", &pid, thread, &txnid) == 3) {
+          auto* oldest = static_cast<uint64_t*>(ctx);
+          if (txnid < *oldest) *oldest = txnid;
+        }
+        return 0;
+      },
+      &oldest);
+  return oldest;
+}
+
+struct TxnAborter {
+  MDB_txn* txn;
+  ~TxnAborter() {
+    if (txn) mdb_txn_abort(txn);
+  }
+};
+
+}  // namespace
+
+// Readers hold the map lock shared for the length of one LMDB call sequence;
+// growing the map takes it exclusively, so no thread is inside the map while
+// it moves. Writer-preferring so a resize is not starved by a stream of reads.
+class Store::MapLock {
+ public:
+  MapLock() {
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &attr);
+    pthread_rwlockattr_destroy(&attr);
+  }
+  ~MapLock() { pthread_rwlock_destroy(&lock_); }
+
+  class Shared {
+   public:
+    explicit Shared(MapLock& l) : l_(&l) { pthread_rwlock_rdlock(&l_->lock_); }
+    ~Shared() { unlock(); }
+    void unlock() {
+      if (l_) pthread_rwlock_unlock(&l_->lock_);
+      l_ = nullptr;
+    }
+
+   private:
+    MapLock* l_;
+  };
+  class Exclusive {
+   public:
+    explicit Exclusive(MapLock& l) : l_(l) { pthread_rwlock_wrlock(&l_.lock_); }
+    ~Exclusive() { pthread_rwlock_unlock(&l_.lock_); }
+
+   private:
+    MapLock& l_;
+  };
+
+ private:
+  pthread_rwlock_t lock_;
+};
+
+struct Store::PendingCommit {
+  uint64_t start_ts;
+  const std::vector<Mutation>* mutations;
+  CommitResult result;
+  bool done = false;  // GUARDED_BY(queue_mu_)
+  std::condition_variable cv;
+};
+
+// ---------------------------------------------------------------------------
+// Opening and closing
+
+std::shared_ptr<Store> Store::Acquire(const std::string& path, const StoreOptions& options) {
+  InstallForkHandlers();
+  std::string canonical = CanonicalDirectory(path, options);
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  auto it = g_registry->find(canonical);
+  if (it != g_registry->end() && it->second->ForkedAway()) {
+    // Inherited from the parent process: deliberately leaked, never touched.
+    new std::shared_ptr<Store>(std::move(it->second));
+    g_registry->erase(it);
+    it = g_registry->end();
+  }
+  if (it != g_registry->end()) {
+    Store& existing = *it->second;
+    if (existing.options_.sync != options.sync) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "opening store '" + canonical + "': it is already open in this process with sync='" +
+                      SyncName(existing.options_.sync) + "', not sync='" + SyncName(options.sync) +
+                      "'");
+    }
+    ++existing.handles_;
+    return it->second;
+  }
+  std::shared_ptr<Store> store(new Store(canonical, options));
+  store->OpenEnvironment();
+  store->writer_ = std::make_unique<std::thread>([s = store.get()] { s->WriterLoop(); });
+  store->handles_ = 1;
+  (*g_registry)[canonical] = store;
+  return store;
+}
+
+void Store::ReleaseHandle() {
+  std::shared_ptr<Store> keep_alive;
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (ForkedAway() || handles_ == 0) return;
+  if (--handles_ > 0) return;
+  auto it = g_registry->find(path_);
+  if (it != g_registry->end() && it->second.get() == this) {
+    keep_alive = std::move(it->second);
+    g_registry->erase(it);
+  }
+  Close();
+}
+
+Store::Store(std::string path, const StoreOptions& options)
+    : path_(std::move(path)),
+      options_(options),
+      fork_generation_(g_fork_generation.load()),
+      map_lock_(std::make_unique<MapLock>()) {}
+
+Store::~Store() {
+  if (ForkedAway()) {
+    // Threads and LMDB state belong to the parent: leak them rather than touch them.
+    writer_.release();
+    map_lock_.release();
+    return;
+  }
+  Close();
+  CloseEnvironment();
+}
+
+bool Store::ForkedAway() const { return fork_generation_ != g_fork_generation.load(); }
+
+void Store::CheckUsable() const {
+  if (ForkedAway()) {
+    throw Error(ErrorCode::kWrongState,
+                "store '" + path_ +
+                    "' was opened before this process was forked; a forked child must open "
+                    "the store again itself (or use the 'spawn' or 'forkserver' start method)");
+  }
+  if (closed_.load()) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+}
+
+void Store::OpenEnvironment() {
+  MDB_env* env = nullptr;
+  CheckLmdb(mdb_env_create(&env), "creating the LMDB environment");
+  env_ = env;
+  auto fail = [&](int rc, const std::string& what) {
+    mdb_env_close(env_);
+    env_ = nullptr;
+    if (rc == EACCES || rc == EROFS || rc == EPERM) {
+      throw Error(ErrorCode::kStorage, "opening store '" + path_ + "': " + what +
+                                           ": permission denied (" + ErrnoText(rc) + ")");
+    }
+    throw LmdbError(rc, "opening store '" + path_ + "': " + what);
+  };
+  int rc = mdb_env_set_maxdbs(env_, 16);
+  if (!rc) rc = mdb_env_set_maxreaders(env_, options_.max_readers);
+  if (!rc) rc = mdb_env_set_mapsize(env_, options_.initial_map_size);
+  if (rc) fail(rc, "configuring LMDB");
+  unsigned flags = MDB_NOTLS;
+  if (options_.sync == SyncMode::kMeta) flags |= MDB_NOMETASYNC;
+  if (options_.sync == SyncMode::kNone) flags |= MDB_NOSYNC;
+  rc = mdb_env_open(env_, path_.c_str(), flags, options_.file_mode);
+  if (rc) fail(rc, "opening the LMDB environment");
+
+  MDB_txn* txn = nullptr;
+  rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+  if (rc) fail(rc, "beginning the set-up transaction");
+  auto open_db = [&](const char* name, MDB_dbi* dbi) {
+    int r = mdb_dbi_open(txn, name, MDB_CREATE, dbi);
+    if (r) {
+      mdb_txn_abort(txn);
+      fail(r, std::string("opening table '") + name + "'");
+    }
+  };
+  MDB_dbi data, meta, tombstones;
+  open_db("data", &data);
+  open_db("meta", &meta);
+  open_db("tombstones", &tombstones);
+  data_dbi_ = data;
+  meta_dbi_ = meta;
+  tombstone_dbi_ = tombstones;
+
+  MDB_val key = ToVal(kFormatKey), value;
+  rc = mdb_get(txn, meta, &key, &value);
+  if (rc == MDB_NOTFOUND) {
+    value = ToVal(kFormat);
+    rc = mdb_put(txn, meta, &key, &value, 0);
+  } else if (rc == 0 && FromVal(value) != kFormat) {
+    std::string found(FromVal(value));
+    mdb_txn_abort(txn);
+    mdb_env_close(env_);
+    env_ = nullptr;
+    throw Error(ErrorCode::kCorruption, "opening store '" + path_ + "': its format is '" + found +
+                                            "', this version of percolite reads '" +
+                                            std::string(kFormat) + "'");
+  }
+  if (rc) {
+    mdb_txn_abort(txn);
+    fail(rc, "checking the store format");
+  }
+  rc = mdb_txn_commit(txn);
+  if (rc) fail(rc, "committing the set-up transaction");
+  int dead = 0;
+  mdb_reader_check(env_, &dead);  // free slots of processes that died holding readers
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  map_size_ = info.me_mapsize;
+}
+
+void Store::Close() {
+  if (ForkedAway()) return;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (writer_ && writer_->joinable()) writer_->join();
+  closed_ = true;
+  if (live_snapshots_.load() == 0) CloseEnvironment();
+}
+
+void Store::CloseEnvironment() {
+  MapLock::Exclusive lock(*map_lock_);
+  if (env_ == nullptr) return;
+  mdb_env_close(env_);
+  env_ = nullptr;
+}
+
+StoreStats Store::Stats() const {
+  StoreStats s;
+  s.commits = commits_.load();
+  s.conflicts = conflicts_.load();
+  s.batches = batches_.load();
+  s.tombstones_collected = tombstones_collected_.load();
+  s.map_size = map_size_.load();
+  s.map_growths = map_growths_.load();
+  return s;
+}
+
+void Store::GrowMap(bool adopt_only) {
+  MapLock::Exclusive lock(*map_lock_);
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  size_t new_size = adopt_only ? 0 : info.me_mapsize * 2;
+  CheckLmdb(mdb_env_set_mapsize(env_, new_size), "growing the memory map");
+  mdb_env_info(env_, &info);
+  map_size_ = info.me_mapsize;
+  if (!adopt_only) map_growths_.fetch_add(1);
+}
+
+// ---------------------------------------------------------------------------
+// Snapshots
+
+std::unique_ptr<Snapshot> Store::BeginSnapshot() {
+  CheckUsable();
+  for (;;) {
+    MapLock::Shared lock(*map_lock_);
+    if (env_ == nullptr) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
+    if (rc == MDB_MAP_RESIZED) {
+      lock.unlock();
+      GrowMap(/*adopt_only=*/true);
+      continue;
+    }
+    if (rc == MDB_READERS_FULL) {
+      throw Error(ErrorCode::kStorage,
+                  "beginning a transaction on '" + path_ + "': all " +
+                      std::to_string(options_.max_readers) +
+                      " reader slots are in use; finish open transactions or open the store "
+                      "with a larger max_readers");
+    }
+    CheckLmdb(rc, "beginning a transaction");
+    uint64_t start_ts;
+    try {
+      start_ts = ReadCounter(txn, meta_dbi_);
+    } catch (...) {
+      mdb_txn_abort(txn);
+      throw;
+    }
+    live_snapshots_.fetch_add(1);
+    return std::unique_ptr<Snapshot>(new Snapshot(shared_from_this(), txn, start_ts));
+  }
+}
+
+Snapshot::~Snapshot() {
+  if (store_ && store_->ForkedAway()) return;  // the parent's reader slot: leave it alone
+  Release();
+}
+
+void Snapshot::Release() {
+  if (txn_ == nullptr) return;
+  if (store_->ForkedAway()) {
+    txn_ = nullptr;
+    return;
+  }
+  {
+    Store::MapLock::Shared lock(*store_->map_lock_);
+    mdb_txn_abort(txn_);
+    txn_ = nullptr;
+  }
+  if (store_->live_snapshots_.fetch_sub(1) == 1 && store_->closed_.load()) {
+    store_->CloseEnvironment();
+  }
+}
+
+std::optional<std::string> Snapshot::Get(std::string_view encoded_key) {
+  store_->CheckUsable();
+  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "reading from a released snapshot");
+  Store::MapLock::Shared lock(*store_->map_lock_);
+  std::string raw;
+  if (!ReadRecord(txn_, store_->data_dbi_, encoded_key, &raw)) return std::nullopt;
+  RecordView record;
+  if (!DecodeRecord(raw, &record)) throw Error(ErrorCode::kCorruption, "reading a cell: malformed record");
+  if (record.tombstone) return std::nullopt;
+  return std::string(record.value);
+}
+
+bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
+                    std::vector<std::pair<std::string, std::string>>* out) {
+  store_->CheckUsable();
+  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
+  Store::MapLock::Shared lock(*store_->map_lock_);
+  size_t taken = 0;
+  return ScanRecords(txn_, store_->data_dbi_, from, exclusive, end,
+                     [&](std::string_view key, const RecordView& record) {
+                       if (taken == limit) return false;
+                       if (!record.tombstone) {
+                         out->emplace_back(std::string(key), std::string(record.value));
+                         ++taken;
+                       }
+                       return true;
+                     });
+}
+
+// ---------------------------------------------------------------------------
+// Group commit
+
+CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutations) {
+  CheckUsable();
+  PendingCommit pending;
+  pending.start_ts = start_ts;
+  pending.mutations = &mutations;
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  if (stopping_) throw Error(ErrorCode::kClosed, "committing: store '" + path_ + "' is closed");
+  queue_.push_back(&pending);
+  queue_cv_.notify_one();
+  pending.cv.wait(lock, [&] { return pending.done; });
+  return pending.result;
+}
+
+std::vector<CommitResult> Store::CommitBatchForTesting(
+    const std::vector<std::pair<uint64_t, std::vector<Mutation>>>& commits) {
+  CheckUsable();
+  std::vector<PendingCommit> pending(commits.size());
+  std::vector<PendingCommit*> batch;
+  for (size_t i = 0; i < commits.size(); ++i) {
+    pending[i].start_ts = commits[i].first;
+    pending[i].mutations = &commits[i].second;
+    batch.push_back(&pending[i]);
+  }
+  ProcessBatch(batch);
+  std::vector<CommitResult> results;
+  for (const PendingCommit& p : pending) results.push_back(p.result);
+  return results;
+}
+
+void Store::WriterLoop() {
+  std::vector<PendingCommit*> batch;
+  for (;;) {
+    batch.clear();
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued was processed
+      while (!queue_.empty() && batch.size() < options_.max_batch) {
+        batch.push_back(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    ProcessBatch(batch);
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (PendingCommit* p : batch) {
+      p->done = true;
+      p->cv.notify_one();
+    }
+  }
+}
+
+void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
+  for (;;) {
+    try {
+      MapLock::Shared lock(*map_lock_);
+      MDB_txn* txn = nullptr;
+      int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+      if (rc == MDB_MAP_RESIZED) {
+        lock.unlock();
+        GrowMap(/*adopt_only=*/true);
+        continue;
+      }
+      CheckLmdb(rc, "beginning a group commit");
+      TxnAborter aborter{txn};
+      const uint64_t txnid = mdb_txn_id(txn);
+      uint64_t ts = ReadCounter(txn, meta_dbi_);
+      uint64_t committed = 0, refused = 0;
+      std::string raw, tombstone_key;
+      for (PendingCommit* p : batch) {
+        p->result = CommitResult{};
+        // Validate every write before applying any: a refused member writes nothing.
+        for (const Mutation& m : *p->mutations) {
+          if (!ReadRecord(txn, data_dbi_, m.key, &raw)) continue;
+          uint64_t written_ts = ReadUint64BE(raw);
+          if (written_ts > p->start_ts) {
+            p->result.status = Status::Make(
+                ErrorCode::kConflict,
+                "commit conflict on " + DescribeKey(m.key) +
+                    ": it was written by a transaction that committed at ts " +
+                    std::to_string(written_ts) + ", after this transaction's start_ts " +
+                    std::to_string(p->start_ts));
+            break;
+          }
+        }
+        if (!p->result.status.ok()) {
+          ++refused;
+          continue;
+        }
+        const uint64_t commit_ts = ++ts;
+        for (const Mutation& m : *p->mutations) {
+          std::string stored = StoredKeyFor(m.key);
+          std::string_view full = IsHashedStoredKey(stored) ? std::string_view(m.key) : "";
+          std::string record = EncodeRecord(commit_ts, m.is_delete, full, m.value);
+          MDB_val k = ToVal(stored), v = ToVal(record);
+          CheckLmdb(mdb_put(txn, data_dbi_, &k, &v, 0), "writing a cell");
+          if (m.is_delete) {
+            tombstone_key.clear();
+            AppendUint64BE(&tombstone_key, txnid);
+            tombstone_key += stored;
+            std::string ts_bytes;
+            AppendUint64BE(&ts_bytes, commit_ts);
+            MDB_val tk = ToVal(tombstone_key), tv = ToVal(ts_bytes);
+            CheckLmdb(mdb_put(txn, tombstone_dbi_, &tk, &tv, 0), "indexing a tombstone");
+          }
+        }
+        p->result.commit_ts = commit_ts;
+        ++committed;
+      }
+      uint64_t collected = CollectTombstones(txn, txnid);
+      std::string ts_bytes;
+      AppendUint64BE(&ts_bytes, ts);
+      MDB_val ck = ToVal(kCounterKey), cv = ToVal(ts_bytes);
+      CheckLmdb(mdb_put(txn, meta_dbi_, &ck, &cv, 0), "advancing the timestamp counter");
+      aborter.txn = nullptr;  // mdb_txn_commit frees the transaction, even on failure
+      CheckLmdb(mdb_txn_commit(txn), "committing a group commit");
+      commits_.fetch_add(committed);
+      conflicts_.fetch_add(refused);
+      batches_.fetch_add(1);
+      tombstones_collected_.fetch_add(collected);
+      return;
+    } catch (const LmdbError& e) {
+      if (e.rc() == MDB_MAP_FULL) {
+        GrowMap(/*adopt_only=*/false);
+        continue;
+      }
+      for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
+      return;
+    } catch (const Error& e) {
+      for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
+      return;
+    } catch (const std::exception& e) {
+      for (PendingCommit* p : batch) {
+        p->result = CommitResult{Status::Make(ErrorCode::kStorage,
+                                              std::string("group commit failed: ") + e.what()),
+                                 0};
+      }
+      return;
+    }
+  }
+}
+
+uint64_t Store::CollectTombstones(MDB_txn* txn, uint64_t current_txnid) {
+  MDB_cursor* cursor = nullptr;
+  CheckLmdb(mdb_cursor_open(txn, tombstone_dbi_, &cursor), "opening the tombstone index");
+  std::vector<std::pair<std::string, uint64_t>> due;  // (index key, commit_ts)
+  MDB_val key, value;
+  int rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST);
+  if (rc == MDB_SUCCESS) {
+    // A tombstone written by LMDB txn W is visible to a reader of snapshot R
+    // when R >= W; once every reader is that recent, no commit can need it.
+    uint64_t oldest = OldestReaderTxnid(env_);
+    while (rc == MDB_SUCCESS && due.size() < kTombstonesPerBatch) {
+      std::string_view k = FromVal(key);
+      uint64_t written_in = ReadUint64BE(k);
+      if (written_in >= current_txnid || written_in > oldest) break;
+      due.emplace_back(std::string(k), ReadUint64BE(FromVal(value)));
+      rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT);
+    }
+  }
+  mdb_cursor_close(cursor);
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading the tombstone index");
+  uint64_t collected = 0;
+  for (const auto& [index_key, commit_ts] : due) {
+    std::string_view stored = std::string_view(index_key).substr(8);
+    MDB_val k = ToVal(stored), v;
+    if (mdb_get(txn, data_dbi_, &k, &v) == MDB_SUCCESS) {
+      RecordView record;
+      if (DecodeRecord(FromVal(v), &record) && record.tombstone && record.commit_ts == commit_ts) {
+        CheckLmdb(mdb_del(txn, data_dbi_, &k, nullptr), "collecting a tombstone");
+        ++collected;
+      }
+    }
+    MDB_val ik = ToVal(index_key);
+    CheckLmdb(mdb_del(txn, tombstone_dbi_, &ik, nullptr), "collecting a tombstone");
+  }
+  return collected;
+}
+
+}  // namespace percolite

@@ -1,0 +1,179 @@
+#include "percolite/transaction.h"
+
+#include <set>
+
+#include "percolite/env.h"
+
+namespace percolite {
+
+ScanRange ScanRange::RowPrefix(std::string_view prefix) {
+  ScanRange range;
+  range.from = EncodeRowPrefix(prefix);
+  range.end = PrefixSuccessor(range.from);
+  return range;
+}
+
+ScanRange ScanRange::Rows(std::string_view start_row, std::optional<std::string_view> end_row) {
+  ScanRange range;
+  range.from = EncodeRowStart(start_row);
+  if (end_row) range.end = EncodeRowStart(*end_row);
+  return range;
+}
+
+Transaction::Transaction(std::shared_ptr<Env> env, std::unique_ptr<Snapshot> snapshot)
+    : env_(env), snapshot_(std::move(snapshot)), start_ts_(snapshot_->start_ts()) {}
+
+Transaction::~Transaction() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kActive) ReleaseLocked(State::kAborted);
+  }
+  if (auto env = env_.lock()) env->Forget(this);
+}
+
+Transaction::State Transaction::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+std::optional<uint64_t> Transaction::commit_ts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return commit_ts_;
+}
+
+void Transaction::ValidateCell(const CellRef& cell) {
+  if (cell.row.empty()) throw Error(ErrorCode::kInvalidArgument, "row must not be empty");
+  if (cell.family.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "column family must not be empty");
+  }
+}
+
+void Transaction::CheckActive() const {
+  if (env_closed_) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
+  if (state_ == State::kCommitted) {
+    throw Error(ErrorCode::kWrongState, "the transaction was already committed");
+  }
+  if (state_ == State::kAborted) {
+    throw Error(ErrorCode::kWrongState, "the transaction was already aborted");
+  }
+}
+
+void Transaction::ReleaseLocked(State s) {
+  state_ = s;
+  writes_.clear();
+  if (snapshot_) snapshot_->Release();
+  snapshot_.reset();
+}
+
+std::optional<std::string> Transaction::Get(const CellRef& cell) {
+  ValidateCell(cell);
+  std::string key = EncodeCellKey(cell);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  auto it = writes_.find(key);
+  if (it != writes_.end()) {
+    if (it->second.is_delete) return std::nullopt;
+    return it->second.value;
+  }
+  return snapshot_->Get(key);
+}
+
+void Transaction::Set(const CellRef& cell, std::string_view value) {
+  ValidateCell(cell);
+  std::string key = EncodeCellKey(cell);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  writes_[std::move(key)] = BufferedWrite{false, std::string(value)};
+}
+
+void Transaction::Delete(const CellRef& cell) {
+  ValidateCell(cell);
+  std::string key = EncodeCellKey(cell);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  writes_[std::move(key)] = BufferedWrite{true, std::string()};
+}
+
+ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_after,
+                            size_t limit) {
+  if (limit == 0) limit = 1;
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  const std::string& from = resume_after ? *resume_after : range.from;
+  const bool exclusive = resume_after != nullptr;
+
+  std::vector<std::pair<std::string, std::string>> snap;
+  const bool snap_done = snapshot_->Scan(from, exclusive, range.end, limit, &snap);
+
+  std::set<std::pair<std::string_view, std::string_view>> wanted;
+  for (const auto& [family, qualifier] : range.columns) wanted.emplace(family, qualifier);
+
+  ScanChunk chunk;
+  auto emit = [&](const std::string& key, const std::string& value) {
+    Cell cell;
+    if (!DecodeCellKey(key, &cell)) return;  // not a cell key: internal data
+    if (!wanted.empty() && !wanted.count({cell.family, cell.qualifier})) return;
+    chunk.items.push_back(ScanItem{std::move(cell), value});
+  };
+  // Own writes inside the window the snapshot part covers win over the snapshot.
+  auto it = exclusive ? writes_.upper_bound(from) : writes_.lower_bound(from);
+  auto in_window = [&](const std::string& key) {
+    if (!snap_done) return key <= snap.back().first;
+    return range.end.empty() || key < range.end;
+  };
+  size_t i = 0;
+  for (;;) {
+    const bool have_snap = i < snap.size();
+    const bool have_own = it != writes_.end() && in_window(it->first);
+    if (!have_snap && !have_own) break;
+    if (have_own && (!have_snap || it->first <= snap[i].first)) {
+      if (have_snap && it->first == snap[i].first) ++i;
+      if (!it->second.is_delete) emit(it->first, it->second.value);
+      chunk.resume_after = it->first;
+      ++it;
+    } else {
+      emit(snap[i].first, snap[i].second);
+      chunk.resume_after = snap[i].first;
+      ++i;
+    }
+  }
+  chunk.done = snap_done;
+  return chunk;
+}
+
+void Transaction::Commit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  if (writes_.empty()) {
+    ReleaseLocked(State::kCommitted);
+    return;
+  }
+  std::shared_ptr<Env> env = env_.lock();
+  if (!env) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
+  std::shared_ptr<Store> store = env->store();
+  std::vector<Mutation> mutations;
+  mutations.reserve(writes_.size());
+  for (auto& [key, write] : writes_) {
+    mutations.push_back(Mutation{key, write.is_delete, std::move(write.value)});
+  }
+  CommitResult result = store->Commit(start_ts_, mutations);
+  if (!result.status.ok()) {
+    ReleaseLocked(State::kAborted);
+    result.status.ThrowIfError();
+  }
+  commit_ts_ = result.commit_ts;
+  ReleaseLocked(State::kCommitted);
+}
+
+void Transaction::Abort() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == State::kActive) ReleaseLocked(State::kAborted);
+}
+
+void Transaction::AbortFromEnvClose() {
+  std::lock_guard<std::mutex> lock(mu_);
+  env_closed_ = true;
+  if (state_ == State::kActive) ReleaseLocked(State::kAborted);
+}
+
+}  // namespace percolite

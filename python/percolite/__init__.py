@@ -1,0 +1,42 @@
+"""percolite: embedded incremental processing on one machine.
+
+Percolator-style snapshot-isolation transactions with conflict detection, on
+LMDB, from Python. Start with :func:`open`::
+
+    import percolite
+
+    with percolite.open("my.db") as env:
+        with env.transaction() as tx:
+            tx.set("doc:1", ("doc", "content"), "hello world")
+"""
+
+from __future__ import annotations
+
+from ._cells import Cell, Column
+from ._env import SYNC_MODES, Env, open
+from ._transaction import Transaction
+from .errors import (
+    CallbackError,
+    ClosedError,
+    CommitConflict,
+    CorruptionError,
+    Error,
+    StorageError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "open",
+    "Env",
+    "Transaction",
+    "Column",
+    "Cell",
+    "SYNC_MODES",
+    "Error",
+    "CommitConflict",
+    "ClosedError",
+    "CorruptionError",
+    "StorageError",
+    "CallbackError",
+]

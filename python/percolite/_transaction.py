@@ -1,0 +1,143 @@
+"""Transactions: snapshot isolation with write-write conflict detection.
+
+The contract lives in ``cpp/include/percolite/transaction.h``; in short:
+
+* a transaction reads one snapshot (everything committed before it began)
+  plus its own writes;
+* writes are buffered and applied atomically at commit;
+* commit raises :class:`~percolite.CommitConflict` when another transaction
+  that committed after this one began wrote (set or deleted) a cell this one
+  writes. Nothing of a failed transaction is applied;
+* reads never conflict, so *write skew* is possible: two transactions that
+  each read both of two cells and each write a different one can both commit.
+  When an invariant spans cells, make every transaction that could break it
+  write one common cell (Fluo's advice, and Percolator's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Optional, Tuple
+
+from ._cells import BytesLike, Cell, Column
+
+__all__ = ["Transaction"]
+
+ColumnLike = Tuple[BytesLike, BytesLike]
+
+_SCAN_CHUNK = 512
+
+
+class Transaction:
+    """A snapshot-isolation transaction; get one from :meth:`Env.transaction`.
+
+    Use it as a context manager: a clean exit commits, an exception aborts::
+
+        with env.transaction() as tx:
+            n = int(tx.get("counter", ("stats", "n"), b"0"))
+            tx.set("counter", ("stats", "n"), str(n + 1))
+
+    A transaction may be used from several threads, one call at a time
+    (calls are serialised). Rows and families must be non-empty; qualifiers
+    and values may be empty. ``str`` arguments mean UTF-8; values come back
+    as ``bytes``.
+    """
+
+    __slots__ = ("_tx", "__weakref__")
+
+    def __init__(self, core_transaction: Any) -> None:
+        self._tx = core_transaction
+
+    # -- reads ------------------------------------------------------------
+    def get(self, row: BytesLike, column: ColumnLike, default: Any = None) -> Any:
+        """The value of the cell in this transaction's view, or ``default``."""
+        value = self._tx.get(row, column)
+        return default if value is None else value
+
+    def get_many(self, cells: Iterable[tuple[BytesLike, ColumnLike]], default: Any = None) -> list:
+        """Values of many ``(row, column)`` cells at once, in the order given;
+        ``default`` where a cell has no value."""
+        values = self._tx.get_many(list(cells))
+        if default is not None:
+            values = [default if v is None else v for v in values]
+        return values
+
+    def scan(
+        self,
+        prefix: Optional[BytesLike] = None,
+        *,
+        start: Optional[BytesLike] = None,
+        end: Optional[BytesLike] = None,
+        columns: Optional[Sequence[ColumnLike]] = None,
+    ) -> Iterator[Cell]:
+        """Iterate cells in order (row, then family, then qualifier).
+
+        Either all rows starting with ``prefix`` (every row when omitted), or
+        the rows ``start <= row < end`` (either bound may be omitted).
+        ``columns`` keeps only those columns. The scan sees this transaction's
+        own writes, and reads the snapshot in chunks, so it can be stopped early
+        cheaply.
+        """
+        if prefix is not None and (start is not None or end is not None):
+            raise ValueError("scan takes either prefix or start/end, not both")
+        if columns is not None:
+            columns = [tuple(c) for c in columns]
+        resume = None
+        make_column = Column._from_bytes
+        while True:
+            items, resume, done = self._tx.scan_chunk(
+                prefix, start, end, columns, resume, _SCAN_CHUNK
+            )
+            for row, family, qualifier, value in items:
+                yield Cell(row, make_column(family, qualifier), value)
+            if done:
+                return
+
+    # -- writes -----------------------------------------------------------
+    def set(self, row: BytesLike, column: ColumnLike, value: BytesLike) -> None:
+        """Buffer a write of ``value`` to the cell; applied at commit."""
+        self._tx.set(row, column, value)
+
+    def delete(self, row: BytesLike, column: ColumnLike) -> None:
+        """Buffer a delete of the cell; applied at commit. Deleting conflicts
+        with concurrent writes of the same cell exactly as setting does."""
+        self._tx.delete(row, column)
+
+    # -- ending -----------------------------------------------------------
+    def commit(self) -> None:
+        """Apply the buffered writes atomically, or raise
+        :class:`~percolite.CommitConflict` and apply nothing. Blocks until the
+        commit is durable under the store's ``sync`` mode."""
+        self._tx.commit()
+
+    def abort(self) -> None:
+        """Discard the buffered writes and release the snapshot. Idempotent."""
+        self._tx.abort()
+
+    @property
+    def start_ts(self) -> int:
+        """The timestamp naming this transaction's snapshot."""
+        return self._tx.start_ts
+
+    @property
+    def commit_ts(self) -> Optional[int]:
+        """The commit timestamp once committed; ``None`` before, and for a
+        transaction that wrote nothing (it commits without touching the store)."""
+        return self._tx.commit_ts
+
+    @property
+    def state(self) -> str:
+        """``"active"``, ``"committed"`` or ``"aborted"``."""
+        return self._tx.state
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self._tx.abort()
+        elif self._tx.state == "active":
+            self._tx.commit()
+
+    def __repr__(self) -> str:
+        return f"<percolite.Transaction start_ts={self.start_ts} {self.state}>"

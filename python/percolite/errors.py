@@ -1,0 +1,50 @@
+"""The percolite exception hierarchy.
+
+Every error the engine raises is a :class:`percolite.Error`, except bad
+arguments, which raise the built-in :class:`TypeError` or :class:`ValueError`.
+The C++ core maps its error codes to these classes through one table
+(``cpp/bindings/module.cc``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Error",
+    "CommitConflict",
+    "ClosedError",
+    "CorruptionError",
+    "StorageError",
+    "CallbackError",
+]
+
+
+class Error(Exception):
+    """Base class of percolite's own errors (also: a handle used in a forked
+    child, or a transaction used after it committed or aborted)."""
+
+
+class CommitConflict(Error):
+    """A cell this transaction wrote was written by another transaction that
+    committed after this one started. Nothing of the transaction was applied;
+    run it again (``Env.run`` does this for you)."""
+
+
+class ClosedError(Error):
+    """The store (or the handle the object belongs to) was closed."""
+
+
+class CorruptionError(Error):
+    """The files on disk are not a percolite store of this version, or are damaged."""
+
+
+class StorageError(Error):
+    """The storage layer failed: permissions, a missing directory, disk errors."""
+
+
+class CallbackError(Error):
+    """A user callback (observer, combiner, exporter) raised; ``traceback``
+    holds the formatted Python traceback."""
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback

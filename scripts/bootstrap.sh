@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything percolite needs on a Debian-like machine, then builds and
+# installs the package into .venv. Safe to run again: it skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+[[ -f /usr/include/lmdb.h ]] || need+=(liblmdb-dev)
+[[ -f /usr/include/catch2/catch.hpp ]] || need+=(catch2)
+command -v clang-format >/dev/null || need+=(clang-format)
+command -v g++ >/dev/null || need+=(g++)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if ((${#need[@]})); then
+  echo "bootstrap: installing ${need[*]} from Debian's packages"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements-dev.txt
+# Builds the C++ core and the extension (incremental in build/wheel).
+.venv/bin/python -m pip install -q --no-build-isolation .

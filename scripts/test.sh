@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test: the core's Catch2 tests through ctest, then pytest.
+# Exits non-zero on any failure. Run scripts/bootstrap.sh first (make test does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+cmake -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DPERCOLITE_BUILD_PYTHON=OFF -DPERCOLITE_BUILD_TESTS=ON >/dev/null
+cmake --build build/cpp -j "$jobs"
+ctest --test-dir build/cpp --output-on-failure -j "$jobs"
+
+.venv/bin/python -m pytest "$@"
