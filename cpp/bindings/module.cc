@@ -86,9 +86,9 @@ std::pair<std::string, std::string> ToColumn(py::handle column) {
   if (!PyTuple_Check(column.ptr()) || PyTuple_GET_SIZE(column.ptr()) != 2) {
     throw py::type_error(
         "column must be a (family, qualifier) tuple or a percolite.Column, not " +
-        (PyTuple_Check(column.ptr()) ? "a tuple of " + std::to_string(PyTuple_GET_SIZE(column.ptr())) +
-                                           " items"
-                                     : TypeName(column)));
+        (PyTuple_Check(column.ptr())
+             ? "a tuple of " + std::to_string(PyTuple_GET_SIZE(column.ptr())) + " items"
+             : TypeName(column)));
   }
   return {ToBytes(PyTuple_GET_ITEM(column.ptr(), 0), "column family"),
           ToBytes(PyTuple_GET_ITEM(column.ptr(), 1), "column qualifier")};
@@ -158,8 +158,8 @@ PYBIND11_MODULE(_core, m) {
             env->env = percolite::Env::Open(path, options);
             return env;
           },
-          py::arg("path"), py::arg("sync"), py::arg("create"), py::arg("mode"),
-          py::arg("map_size"), py::arg("max_readers"))
+          py::arg("path"), py::arg("sync"), py::arg("create"), py::arg("mode"), py::arg("map_size"),
+          py::arg("max_readers"))
       .def("begin",
            [](PyEnv& self) {
              py::gil_scoped_release release;
@@ -229,7 +229,8 @@ PYBIND11_MODULE(_core, m) {
                if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 2) {
                  throw py::type_error("get_many takes (row, column) pairs, not " + TypeName(item));
                }
-               args.push_back(ToCell(PyTuple_GET_ITEM(item.ptr(), 0), PyTuple_GET_ITEM(item.ptr(), 1)));
+               args.push_back(
+                   ToCell(PyTuple_GET_ITEM(item.ptr(), 0), PyTuple_GET_ITEM(item.ptr(), 1)));
              }
              std::vector<std::optional<std::string>> values;
              {
@@ -265,8 +266,8 @@ PYBIND11_MODULE(_core, m) {
               if (!end.is_none()) end_row = ToBytes(end, "end");
               range = percolite::ScanRange::Rows(start_row, end_row);
             } else {
-              range = percolite::ScanRange::RowPrefix(
-                  prefix.is_none() ? std::string() : ToBytes(prefix, "prefix"));
+              range = percolite::ScanRange::RowPrefix(prefix.is_none() ? std::string()
+                                                                       : ToBytes(prefix, "prefix"));
             }
             if (!columns.is_none()) {
               for (py::handle column : py::iter(columns)) range.columns.push_back(ToColumn(column));

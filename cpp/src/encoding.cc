@@ -126,7 +126,8 @@ std::string EncodeRecord(uint64_t commit_ts, bool tombstone, std::string_view fu
   std::string out;
   out.reserve(13 + full_key_if_hashed.size() + value.size());
   AppendUint64BE(&out, commit_ts);
-  uint8_t flags = (tombstone ? kFlagTombstone : 0) | (full_key_if_hashed.empty() ? 0 : kFlagHashedKey);
+  uint8_t flags =
+      (tombstone ? kFlagTombstone : 0) | (full_key_if_hashed.empty() ? 0 : kFlagHashedKey);
   out.push_back(static_cast<char>(flags));
   if (!full_key_if_hashed.empty()) {
     uint32_t n = static_cast<uint32_t>(full_key_if_hashed.size());

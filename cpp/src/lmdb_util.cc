@@ -54,9 +54,7 @@ bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusiv
     ~Closer() { mdb_cursor_close(c); }
   } closer{cursor};
 
-  auto before_start = [&](std::string_view key) {
-    return exclusive ? key <= from : key < from;
-  };
+  auto before_start = [&](std::string_view key) { return exclusive ? key <= from : key < from; };
   auto past_end = [&](std::string_view key) { return !end.empty() && key >= end; };
 
   std::string_view seek = from.substr(0, std::min(from.size(), kMaxInlineKey));

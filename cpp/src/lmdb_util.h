@@ -28,9 +28,7 @@ class LmdbError : public Error {
 // Throws LmdbError when rc != 0; `what` names the operation.
 void CheckLmdb(int rc, const char* what);
 
-inline MDB_val ToVal(std::string_view s) {
-  return MDB_val{s.size(), const_cast<char*>(s.data())};
-}
+inline MDB_val ToVal(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(s.data())}; }
 inline std::string_view FromVal(const MDB_val& v) {
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
 }

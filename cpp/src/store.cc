@@ -26,7 +26,8 @@ constexpr size_t kTombstonesPerBatch = 1024;
 // fork() handling: a child sees a new generation and refuses the parent's stores.
 std::atomic<uint64_t> g_fork_generation{0};
 std::mutex g_registry_mu;
-std::map<std::string, std::shared_ptr<Store>>* g_registry = new std::map<std::string, std::shared_ptr<Store>>;
+std::map<std::string, std::shared_ptr<Store>>* g_registry =
+    new std::map<std::string, std::shared_ptr<Store>>;
 
 void InstallForkHandlers() {
   static std::once_flag once;
@@ -211,10 +212,10 @@ std::shared_ptr<Store> Store::Acquire(const std::string& path, const StoreOption
   if (it != g_registry->end()) {
     Store& existing = *it->second;
     if (existing.options_.sync != options.sync) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "opening store '" + canonical + "': it is already open in this process with sync='" +
-                      SyncName(existing.options_.sync) + "', not sync='" + SyncName(options.sync) +
-                      "'");
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          "opening store '" + canonical + "': it is already open in this process with sync='" +
+              SyncName(existing.options_.sync) + "', not sync='" + SyncName(options.sync) + "'");
     }
     ++existing.handles_;
     return it->second;
@@ -442,7 +443,8 @@ std::optional<std::string> Snapshot::Get(std::string_view encoded_key) {
   std::string raw;
   if (!ReadRecord(txn_, store_->data_dbi_, encoded_key, &raw)) return std::nullopt;
   RecordView record;
-  if (!DecodeRecord(raw, &record)) throw Error(ErrorCode::kCorruption, "reading a cell: malformed record");
+  if (!DecodeRecord(raw, &record))
+    throw Error(ErrorCode::kCorruption, "reading a cell: malformed record");
   if (record.tombstone) return std::nullopt;
   return std::string(record.value);
 }
@@ -599,9 +601,8 @@ void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
       return;
     } catch (const std::exception& e) {
       for (PendingCommit* p : batch) {
-        p->result = CommitResult{Status::Make(ErrorCode::kStorage,
-                                              std::string("group commit failed: ") + e.what()),
-                                 0};
+        p->result = CommitResult{
+            Status::Make(ErrorCode::kStorage, std::string("group commit failed: ") + e.what()), 0};
       }
       return;
     }

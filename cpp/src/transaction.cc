@@ -94,8 +94,7 @@ void Transaction::Delete(const CellRef& cell) {
   writes_[std::move(key)] = BufferedWrite{true, std::string()};
 }
 
-ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_after,
-                            size_t limit) {
+ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_after, size_t limit) {
   if (limit == 0) limit = 1;
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();

@@ -6,7 +6,7 @@ import argparse
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import percolite
 
@@ -50,8 +50,10 @@ def _demo(args: argparse.Namespace) -> int:
             return 0 if total == expected else 1
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="percolite", description=percolite.__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="percolite", description=percolite.__doc__.splitlines()[0]
+    )
     parser.add_argument("--version", action="version", version=percolite.__version__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="a short tour of transactions")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import Any, Callable, TypeVar
 
 from . import _core
 from ._transaction import Transaction
@@ -21,7 +21,7 @@ _DEFAULT_MAP_SIZE = 1 << 30
 
 
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
-    path: Union[str, os.PathLike],
+    path: str | os.PathLike,
     *,
     sync: str = "full",
     create: bool = True,
@@ -102,7 +102,7 @@ class Env:
         self,
         fn: Callable[[Transaction], T],
         *,
-        retries: Optional[int] = 1000,
+        retries: int | None = 1000,
         backoff: float = 0.001,
         max_backoff: float = 0.1,
     ) -> T:

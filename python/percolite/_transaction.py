@@ -17,13 +17,13 @@ The contract lives in ``cpp/include/percolite/transaction.h``; in short:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Optional, Tuple
+from typing import Any
 
 from ._cells import BytesLike, Cell, Column
 
 __all__ = ["Transaction"]
 
-ColumnLike = Tuple[BytesLike, BytesLike]
+ColumnLike = tuple[BytesLike, BytesLike]
 
 _SCAN_CHUNK = 512
 
@@ -64,11 +64,11 @@ class Transaction:
 
     def scan(
         self,
-        prefix: Optional[BytesLike] = None,
+        prefix: BytesLike | None = None,
         *,
-        start: Optional[BytesLike] = None,
-        end: Optional[BytesLike] = None,
-        columns: Optional[Sequence[ColumnLike]] = None,
+        start: BytesLike | None = None,
+        end: BytesLike | None = None,
+        columns: Sequence[ColumnLike] | None = None,
     ) -> Iterator[Cell]:
         """Iterate cells in order (row, then family, then qualifier).
 
@@ -120,7 +120,7 @@ class Transaction:
         return self._tx.start_ts
 
     @property
-    def commit_ts(self) -> Optional[int]:
+    def commit_ts(self) -> int | None:
         """The commit timestamp once committed; ``None`` before, and for a
         transaction that wrote nothing (it commits without touching the store)."""
         return self._tx.commit_ts

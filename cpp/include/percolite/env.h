@@ -48,7 +48,7 @@ class Env : public std::enable_shared_from_this<Env> {
 
   const std::string path_;
   mutable std::mutex mu_;
-  std::shared_ptr<Store> store_;    // GUARDED_BY(mu_); null once closed
+  std::shared_ptr<Store> store_;                               // GUARDED_BY(mu_); null once closed
   std::map<Transaction*, std::weak_ptr<Transaction>> active_;  // GUARDED_BY(mu_)
 };
 

@@ -56,10 +56,10 @@ enum class SyncMode { kFull, kMeta, kNone };
 struct StoreOptions {
   SyncMode sync = SyncMode::kFull;
   bool create = true;
-  unsigned file_mode = 0600;                 // for the data and lock files
+  unsigned file_mode = 0600;                  // for the data and lock files
   size_t initial_map_size = size_t{1} << 30;  // grows by doubling when full
-  unsigned max_readers = 2046;               // one slot per open transaction
-  size_t max_batch = 4096;                   // most commits in one LMDB write
+  unsigned max_readers = 2046;                // one slot per open transaction
+  size_t max_batch = 4096;                    // most commits in one LMDB write
 };
 
 // One write of a transaction. `key` is an encoded cell key (encoding.h).
@@ -75,11 +75,11 @@ struct CommitResult {
 };
 
 struct StoreStats {
-  uint64_t commits = 0;             // transactions committed by this process
-  uint64_t conflicts = 0;           // commits refused with kConflict
-  uint64_t batches = 0;             // LMDB write transactions of the writer
+  uint64_t commits = 0;    // transactions committed by this process
+  uint64_t conflicts = 0;  // commits refused with kConflict
+  uint64_t batches = 0;    // LMDB write transactions of the writer
   uint64_t tombstones_collected = 0;
-  uint64_t map_size = 0;            // current size of the memory map in bytes
+  uint64_t map_size = 0;  // current size of the memory map in bytes
   uint64_t map_growths = 0;
 };
 
@@ -175,7 +175,7 @@ class Store : public std::enable_shared_from_this<Store> {
   bool stopping_ = false;             // GUARDED_BY(queue_mu_)
   std::unique_ptr<std::thread> writer_;
   std::atomic<bool> closed_{false};
-  int handles_ = 0;                         // GUARDED_BY(registry mutex)
+  int handles_ = 0;  // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0},

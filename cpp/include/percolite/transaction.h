@@ -101,12 +101,12 @@ class Transaction {
 
   mutable std::mutex mu_;
   std::weak_ptr<Env> env_;
-  std::unique_ptr<Snapshot> snapshot_;            // GUARDED_BY(mu_)
+  std::unique_ptr<Snapshot> snapshot_;  // GUARDED_BY(mu_)
   const uint64_t start_ts_;
-  State state_ = State::kActive;                  // GUARDED_BY(mu_)
-  bool env_closed_ = false;                       // GUARDED_BY(mu_)
-  std::optional<uint64_t> commit_ts_;             // GUARDED_BY(mu_)
-  std::map<std::string, BufferedWrite> writes_;   // GUARDED_BY(mu_), by encoded key
+  State state_ = State::kActive;                 // GUARDED_BY(mu_)
+  bool env_closed_ = false;                      // GUARDED_BY(mu_)
+  std::optional<uint64_t> commit_ts_;            // GUARDED_BY(mu_)
+  std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
 };
 
 }  // namespace percolite
