@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -129,6 +130,68 @@ struct PyEnv {
 
 using Tx = percolite::Transaction;
 
+bool InterpreterFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// A Python callable held by C++ threads: copied only as a shared_ptr, and
+// released with the GIL held.
+struct PyCallable {
+  py::object fn;
+  explicit PyCallable(py::object f) : fn(std::move(f)) {}
+  ~PyCallable() {
+    if (!Py_IsInitialized() || InterpreterFinalizing()) {
+      fn.release();  // the interpreter is going away: leak rather than crash
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+  }
+};
+
+// Wraps a Python runner `runner(core_tx, row, family, qualifier) -> None | str`
+// (python/percolite/_app.py) as an observer: None means success, a string is
+// the traceback of a failure.
+percolite::ObserverFn MakeObserverFn(py::object runner) {
+  auto holder = std::make_shared<PyCallable>(std::move(runner));
+  return [holder](const std::shared_ptr<Tx>& tx, const percolite::Cell& cell) {
+    if (!Py_IsInitialized() || InterpreterFinalizing()) {
+      return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
+    }
+    py::gil_scoped_acquire gil;
+    try {
+      py::object result =
+          holder->fn(tx, py::bytes(cell.row), py::bytes(cell.family), py::bytes(cell.qualifier));
+      if (result.is_none()) return percolite::Status::Ok();
+      return percolite::Status::Make(ErrorCode::kCallback, py::str(result));
+    } catch (py::error_already_set& e) {
+      return percolite::Status::Make(ErrorCode::kCallback, e.what());
+    }
+  };
+}
+
+py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
+  py::dict d;
+  d["name"] = s.column.observer;
+  d["family"] = py::bytes(s.column.family);
+  d["qualifier"] = py::bytes(s.column.qualifier);
+  d["notify"] = s.column.kind == percolite::NotifyKind::kStrong ? "strong" : "weak";
+  d["runs"] = s.runs;
+  d["commits"] = s.commits;
+  d["conflicts"] = s.conflicts;
+  d["failures"] = s.failures;
+  d["running"] = s.running;
+  d["last_error"] =
+      s.last_error.empty() ? py::object(py::none()) : py::object(py::str(s.last_error));
+  d["last_failure_unix"] = s.last_failure_unix > 0 ? py::object(py::float_(s.last_failure_unix))
+                                                   : py::object(py::none());
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -169,6 +232,117 @@ PYBIND11_MODULE(_core, m) {
            [](PyEnv& self) {
              py::gil_scoped_release release;
              self.env->Close();
+           })
+      .def("set_observers",
+           [](PyEnv& self, py::list specs) {
+             // specs: [(family, qualifier, kind, name, runner), ...]
+             std::vector<percolite::Observer> observers;
+             for (py::handle spec : specs) {
+               auto t = spec.cast<py::tuple>();
+               percolite::Observer o;
+               o.column.family = ToBytes(t[0], "column family");
+               o.column.qualifier = ToBytes(t[1], "column qualifier");
+               o.column.kind = static_cast<percolite::NotifyKind>(t[2].cast<int>());
+               o.column.observer = t[3].cast<std::string>();
+               o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
+               observers.push_back(std::move(o));
+             }
+             py::gil_scoped_release release;
+             self.env->SetObservers(std::move(observers));
+           })
+      .def(
+          "start_workers",
+          [](PyEnv& self, int threads, int worker_index, int worker_count, double retry_initial,
+             double retry_max) {
+            percolite::WorkerOptions options;
+            options.threads = threads;
+            options.worker_index = worker_index;
+            options.worker_count = worker_count;
+            options.retry_initial_seconds = retry_initial;
+            options.retry_max_seconds = retry_max;
+            py::gil_scoped_release release;
+            self.env->StartWorkers(options);
+          },
+          py::arg("threads"), py::arg("worker_index"), py::arg("worker_count"),
+          py::arg("retry_initial"), py::arg("retry_max"))
+      .def("stop_workers",
+           [](PyEnv& self) {
+             py::gil_scoped_release release;
+             self.env->StopWorkers();
+           })
+      .def("wait_idle",
+           [](PyEnv& self, double timeout) {
+             py::gil_scoped_release release;
+             return self.env->WaitIdle(timeout);
+           })
+      .def("worker_stats",
+           [](PyEnv& self) {
+             percolite::WorkerStats s;
+             {
+               py::gil_scoped_release release;
+               s = self.env->GetWorkerStats();
+             }
+             py::dict d;
+             d["running"] = s.running;
+             d["threads"] = s.threads;
+             d["queued"] = s.queued;
+             d["active"] = s.active;
+             d["scans"] = s.scans;
+             py::list observers;
+             for (const auto& o : s.observers) observers.append(ObserverStatsToDict(o));
+             d["observers"] = observers;
+             return d;
+           })
+      .def("observed_columns",
+           [](PyEnv& self) {
+             std::vector<percolite::ObservedColumn> columns;
+             {
+               py::gil_scoped_release release;
+               columns = self.env->ObservedColumns();
+             }
+             py::list out;
+             for (const auto& c : columns) {
+               out.append(py::make_tuple(
+                   py::bytes(c.family), py::bytes(c.qualifier),
+                   c.kind == percolite::NotifyKind::kStrong ? "strong" : "weak", c.observer));
+             }
+             return out;
+           })
+      .def("pending_notifications",
+           [](PyEnv& self) {
+             py::gil_scoped_release release;
+             return self.env->store()->PendingNotifications();
+           })
+      .def("pending_by_column",
+           [](PyEnv& self) {
+             std::map<std::pair<std::string, std::string>, uint64_t> counts;
+             {
+               py::gil_scoped_release release;
+               counts = self.env->store()->CountPendingByColumn();
+             }
+             py::dict out;
+             for (const auto& [column, n] : counts) {
+               out[py::make_tuple(py::bytes(column.first), py::bytes(column.second))] = n;
+             }
+             return out;
+           })
+      .def("scan_notifications",
+           [](PyEnv& self, py::bytes after, size_t limit) {
+             std::vector<percolite::Notification> found;
+             std::string after_key = after;
+             {
+               py::gil_scoped_release release;
+               self.env->store()->ScanNotifications(after_key, limit, &found);
+             }
+             py::list out;
+             for (const auto& n : found) {
+               percolite::Cell cell;
+               percolite::DecodeCellKey(n.cell_key, &cell);
+               out.append(py::make_tuple(
+                   py::bytes(cell.row), py::bytes(cell.family), py::bytes(cell.qualifier), n.stamp,
+                   py::bytes(percolite::NotificationKey(n.row_hash, n.cell_key))));
+             }
+             return out;
            })
       .def_property_readonly("closed", [](PyEnv& self) { return self.env->closed(); })
       .def_property_readonly("path", [](PyEnv& self) { return self.env->path(); })
@@ -254,6 +428,12 @@ PYBIND11_MODULE(_core, m) {
              CellArg cell = ToCell(row, column);
              py::gil_scoped_release release;
              self.Delete(cell.ref());
+           })
+      .def("set_weak_notification",
+           [](Tx& self, py::handle row, py::handle column) {
+             CellArg cell = ToCell(row, column);
+             py::gil_scoped_release release;
+             self.SetWeakNotification(cell.ref());
            })
       .def(
           "scan_chunk",

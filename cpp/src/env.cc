@@ -1,5 +1,7 @@
 #include "percolite/env.h"
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "percolite/transaction.h"
@@ -46,7 +48,88 @@ void Env::Forget(Transaction* transaction) {
   active_.erase(transaction);
 }
 
+void Env::SetObservers(std::vector<Observer> observers) {
+  std::shared_ptr<Store> store = this->store();
+  std::vector<ObservedColumn> columns;
+  for (const Observer& o : observers) columns.push_back(o.column);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (workers_) throw Error(ErrorCode::kWrongState, "observers cannot change while workers run");
+  store->SetObservedColumns(columns);
+  observers_ = std::move(observers);
+}
+
+void Env::StartWorkers(const WorkerOptions& options) {
+  if (options.threads < 1) throw Error(ErrorCode::kInvalidArgument, "threads must be >= 1");
+  if (options.worker_count < 1 || options.worker_index < 0 ||
+      options.worker_index >= options.worker_count) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "worker_index must be in [0, worker_count) and worker_count >= 1");
+  }
+  std::shared_ptr<Store> store = this->store();
+  std::shared_ptr<Workers> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (workers_) throw Error(ErrorCode::kWrongState, "workers are already running");
+    workers = std::make_shared<Workers>(shared_from_this(), store, observers_, options);
+    workers_ = workers;
+  }
+  try {
+    workers->Start();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_.reset();
+    throw;
+  }
+}
+
+void Env::StopWorkers() {
+  std::shared_ptr<Workers> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers = std::move(workers_);
+  }
+  if (workers) workers->Stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (workers) stopped_workers_ = workers;
+}
+
+bool Env::WaitIdle(double timeout_seconds) {
+  std::shared_ptr<Store> store = this->store();
+  std::shared_ptr<Workers> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers = workers_;
+  }
+  if (workers) return workers->WaitIdle(timeout_seconds);
+  // No workers here: others (other processes) do the work; poll the store.
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (store->PendingNotifications() == 0) return true;
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_seconds >= 0 && elapsed >= timeout_seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+WorkerStats Env::GetWorkerStats() const {
+  std::shared_ptr<Workers> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers = workers_ ? workers_ : stopped_workers_;
+  }
+  if (workers) return workers->Stats();
+  WorkerStats stats;
+  for (const Observer& o : observers_) {
+    ObserverStats os;
+    os.column = o.column;
+    stats.observers.push_back(os);
+  }
+  return stats;
+}
+
 void Env::Close() {
+  StopWorkers();
   std::shared_ptr<Store> store;
   std::vector<std::shared_ptr<Transaction>> active;
   {

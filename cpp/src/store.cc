@@ -14,6 +14,7 @@
 
 #include "lmdb_util.h"
 #include "percolite/encoding.h"
+#include "percolite/workers.h"
 
 namespace percolite {
 namespace {
@@ -21,6 +22,7 @@ namespace {
 constexpr std::string_view kCounterKey = "ts";
 constexpr std::string_view kFormatKey = "format";
 constexpr std::string_view kFormat = "percolite/1";
+constexpr std::string_view kObservedKey = "observed";
 constexpr size_t kTombstonesPerBatch = 1024;
 
 // fork() handling: a child sees a new generation and refuses the parent's stores.
@@ -190,6 +192,7 @@ class Store::MapLock {
 struct Store::PendingCommit {
   uint64_t start_ts;
   const std::vector<Mutation>* mutations;
+  const CommitExtras* extras = nullptr;
   CommitResult result;
   bool done = false;  // GUARDED_BY(queue_mu_)
   std::condition_variable cv;
@@ -303,13 +306,17 @@ void Store::OpenEnvironment() {
       fail(r, std::string("opening table '") + name + "'");
     }
   };
-  MDB_dbi data, meta, tombstones;
+  MDB_dbi data, meta, tombstones, notify, ack;
   open_db("data", &data);
   open_db("meta", &meta);
   open_db("tombstones", &tombstones);
+  open_db("notify", &notify);
+  open_db("ack", &ack);
   data_dbi_ = data;
   meta_dbi_ = meta;
   tombstone_dbi_ = tombstones;
+  notify_dbi_ = notify;
+  ack_dbi_ = ack;
 
   MDB_val key = ToVal(kFormatKey), value;
   rc = mdb_get(txn, meta, &key, &value);
@@ -449,6 +456,19 @@ std::optional<std::string> Snapshot::Get(std::string_view encoded_key) {
   return std::string(record.value);
 }
 
+std::optional<uint64_t> Snapshot::NotificationStamp(std::string_view cell_key) {
+  store_->CheckUsable();
+  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "reading from a released snapshot");
+  Cell cell;
+  if (!DecodeCellKey(cell_key, &cell)) return std::nullopt;
+  Store::MapLock::Shared lock(*store_->map_lock_);
+  std::string raw;
+  if (!ReadRecord(txn_, store_->notify_dbi_, NotificationKey(RowHash(cell.row), cell_key), &raw)) {
+    return std::nullopt;
+  }
+  return ReadUint64BE(raw);
+}
+
 bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
                     std::vector<std::pair<std::string, std::string>>* out) {
   store_->CheckUsable();
@@ -469,11 +489,13 @@ bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end,
 // ---------------------------------------------------------------------------
 // Group commit
 
-CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutations) {
+CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutations,
+                           const CommitExtras* extras) {
   CheckUsable();
   PendingCommit pending;
   pending.start_ts = start_ts;
   pending.mutations = &mutations;
+  pending.extras = extras;
   std::unique_lock<std::mutex> lock(queue_mu_);
   if (stopping_) throw Error(ErrorCode::kClosed, "committing: store '" + path_ + "' is closed");
   queue_.push_back(&pending);
@@ -520,8 +542,39 @@ void Store::WriterLoop() {
   }
 }
 
+namespace {
+
+void PutRecordAt(MDB_txn* txn, MDB_dbi dbi, std::string_view full_key, uint64_t ts) {
+  std::string stored = StoredKeyFor(full_key);
+  std::string_view hashed = IsHashedStoredKey(stored) ? full_key : std::string_view();
+  std::string record = EncodeRecord(ts, false, hashed, "");
+  MDB_val k = ToVal(stored), v = ToVal(record);
+  CheckLmdb(mdb_put(txn, dbi, &k, &v, 0), "writing a notification");
+}
+
+}  // namespace
+
+void Store::RefreshObserved(MDB_txn* txn) {
+  MDB_val key = ToVal(kObservedKey), data;
+  int rc = mdb_get(txn, meta_dbi_, &key, &data);
+  std::string_view raw = rc == MDB_SUCCESS ? FromVal(data) : std::string_view();
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading the observed columns");
+  if (raw == observed_raw_) return;
+  std::vector<ObservedColumn> columns;
+  if (!DecodeObservedColumns(raw, &columns)) {
+    throw Error(ErrorCode::kCorruption, "the stored observed columns are malformed");
+  }
+  observed_raw_.assign(raw);
+  strong_.clear();
+  for (const ObservedColumn& c : columns) {
+    if (c.kind == NotifyKind::kStrong) strong_.emplace(c.family, c.qualifier);
+  }
+}
+
 void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
+  std::vector<Notification> written;
   for (;;) {
+    written.clear();
     try {
       MapLock::Shared lock(*map_lock_);
       MDB_txn* txn = nullptr;
@@ -535,6 +588,12 @@ void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
       TxnAborter aborter{txn};
       const uint64_t txnid = mdb_txn_id(txn);
       uint64_t ts = ReadCounter(txn, meta_dbi_);
+      RefreshObserved(txn);
+      auto notify = [&](const std::string& cell_key, std::string_view row, uint64_t stamp) {
+        uint64_t hash = RowHash(row);
+        PutRecordAt(txn, notify_dbi_, NotificationKey(hash, cell_key), stamp);
+        written.push_back(Notification{cell_key, stamp, hash});
+      };
       uint64_t committed = 0, refused = 0;
       std::string raw, tombstone_key;
       for (PendingCommit* p : batch) {
@@ -552,6 +611,13 @@ void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
                     std::to_string(p->start_ts));
             break;
           }
+        }
+        const CommitExtras* extras = p->extras;
+        if (p->result.status.ok() && extras && extras->trigger &&
+            ReadRecord(txn, ack_dbi_, *extras->trigger, &raw) && ReadUint64BE(raw) > p->start_ts) {
+          p->result.status = Status::Make(ErrorCode::kConflict,
+                                          "commit conflict: another run of the observer for " +
+                                              DescribeKey(*extras->trigger) + " committed first");
         }
         if (!p->result.status.ok()) {
           ++refused;
@@ -572,6 +638,31 @@ void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
             AppendUint64BE(&ts_bytes, commit_ts);
             MDB_val tk = ToVal(tombstone_key), tv = ToVal(ts_bytes);
             CheckLmdb(mdb_put(txn, tombstone_dbi_, &tk, &tv, 0), "indexing a tombstone");
+          } else if (!strong_.empty()) {
+            Cell cell;
+            if (DecodeCellKey(m.key, &cell) && strong_.count({cell.family, cell.qualifier})) {
+              notify(m.key, cell.row, commit_ts);
+            }
+          }
+        }
+        if (extras) {
+          for (const std::string& cell_key : extras->weak_notifications) {
+            Cell cell;
+            if (DecodeCellKey(cell_key, &cell)) notify(cell_key, cell.row, commit_ts);
+          }
+          if (extras->trigger) {
+            const std::string& trigger = *extras->trigger;
+            PutRecordAt(txn, ack_dbi_, trigger, commit_ts);
+            Cell cell;
+            if (DecodeCellKey(trigger, &cell)) {
+              // Remove the notification unless it was set again after the run began.
+              std::string key = NotificationKey(RowHash(cell.row), trigger);
+              if (ReadRecord(txn, notify_dbi_, key, &raw) && ReadUint64BE(raw) <= p->start_ts) {
+                std::string stored = StoredKeyFor(key);
+                MDB_val k = ToVal(stored);
+                CheckLmdb(mdb_del(txn, notify_dbi_, &k, nullptr), "removing a notification");
+              }
+            }
           }
         }
         p->result.commit_ts = commit_ts;
@@ -588,6 +679,11 @@ void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
       conflicts_.fetch_add(refused);
       batches_.fetch_add(1);
       tombstones_collected_.fetch_add(collected);
+      if (!written.empty()) {
+        lock.unlock();
+        std::lock_guard<std::mutex> listener_lock(listener_mu_);
+        if (listener_) listener_->Offer(written);
+      }
       return;
     } catch (const LmdbError& e) {
       if (e.rc() == MDB_MAP_FULL) {
@@ -644,6 +740,118 @@ uint64_t Store::CollectTombstones(MDB_txn* txn, uint64_t current_txnid) {
     CheckLmdb(mdb_del(txn, tombstone_dbi_, &ik, nullptr), "collecting a tombstone");
   }
   return collected;
+}
+
+template <typename Fn>
+auto Store::WithReadTxn(Fn&& fn) {
+  CheckUsable();
+  for (;;) {
+    MapLock::Shared lock(*map_lock_);
+    if (env_ == nullptr) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
+    if (rc == MDB_MAP_RESIZED) {
+      lock.unlock();
+      GrowMap(/*adopt_only=*/true);
+      continue;
+    }
+    CheckLmdb(rc, "beginning a read");
+    TxnAborter aborter{txn};
+    return fn(txn);
+  }
+}
+
+std::vector<ObservedColumn> Store::ObservedColumns() {
+  return WithReadTxn([&](MDB_txn* txn) {
+    std::vector<ObservedColumn> columns;
+    MDB_val key = ToVal(kObservedKey), data;
+    int rc = mdb_get(txn, meta_dbi_, &key, &data);
+    if (rc == MDB_NOTFOUND) return columns;
+    CheckLmdb(rc, "reading the observed columns");
+    if (!DecodeObservedColumns(FromVal(data), &columns)) {
+      throw Error(ErrorCode::kCorruption, "the stored observed columns are malformed");
+    }
+    return columns;
+  });
+}
+
+void Store::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
+  CheckUsable();
+  std::string encoded = EncodeObservedColumns(columns);
+  for (;;) {
+    try {
+      MapLock::Shared lock(*map_lock_);
+      MDB_txn* txn = nullptr;
+      int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+      if (rc == MDB_MAP_RESIZED) {
+        lock.unlock();
+        GrowMap(/*adopt_only=*/true);
+        continue;
+      }
+      CheckLmdb(rc, "storing the observed columns");
+      TxnAborter aborter{txn};
+      MDB_val key = ToVal(kObservedKey), value = ToVal(encoded);
+      CheckLmdb(mdb_put(txn, meta_dbi_, &key, &value, 0), "storing the observed columns");
+      aborter.txn = nullptr;
+      CheckLmdb(mdb_txn_commit(txn), "storing the observed columns");
+      return;
+    } catch (const LmdbError& e) {
+      if (e.rc() != MDB_MAP_FULL) throw;
+      GrowMap(/*adopt_only=*/false);
+    }
+  }
+}
+
+uint64_t Store::PendingNotifications() {
+  return WithReadTxn([&](MDB_txn* txn) {
+    MDB_stat stat;
+    CheckLmdb(mdb_stat(txn, notify_dbi_, &stat), "counting notifications");
+    return static_cast<uint64_t>(stat.ms_entries);
+  });
+}
+
+bool Store::ScanNotifications(std::string_view after, size_t limit,
+                              std::vector<Notification>* out) {
+  return WithReadTxn([&](MDB_txn* txn) {
+    size_t taken = 0;
+    return ScanRecords(txn, notify_dbi_, after, !after.empty(), "",
+                       [&](std::string_view key, const RecordView& record) {
+                         if (taken == limit) return false;
+                         if (key.size() < 8) return true;
+                         out->push_back(Notification{std::string(key.substr(8)), record.commit_ts,
+                                                     ReadUint64BE(key)});
+                         ++taken;
+                         return true;
+                       });
+  });
+}
+
+std::map<std::pair<std::string, std::string>, uint64_t> Store::CountPendingByColumn() {
+  return WithReadTxn([&](MDB_txn* txn) {
+    std::map<std::pair<std::string, std::string>, uint64_t> counts;
+    ScanRecords(txn, notify_dbi_, "", false, "", [&](std::string_view key, const RecordView&) {
+      Cell cell;
+      if (key.size() >= 8 && DecodeCellKey(key.substr(8), &cell)) {
+        ++counts[{cell.family, cell.qualifier}];
+      }
+      return true;
+    });
+    return counts;
+  });
+}
+
+void Store::SetNotificationListener(Workers* workers) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (listener_ != nullptr && listener_ != workers) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "workers are already running for store '" + path_ + "' in this process");
+  }
+  listener_ = workers;
+}
+
+void Store::ClearNotificationListener(Workers* workers) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (listener_ == workers) listener_ = nullptr;
 }
 
 }  // namespace percolite

@@ -61,6 +61,7 @@ void Transaction::CheckActive() const {
 void Transaction::ReleaseLocked(State s) {
   state_ = s;
   writes_.clear();
+  extras_ = CommitExtras();
   if (snapshot_) snapshot_->Release();
   snapshot_.reset();
 }
@@ -92,6 +93,29 @@ void Transaction::Delete(const CellRef& cell) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   writes_[std::move(key)] = BufferedWrite{true, std::string()};
+}
+
+void Transaction::SetWeakNotification(const CellRef& cell) {
+  ValidateCell(cell);
+  std::string key = EncodeCellKey(cell);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  for (const std::string& existing : extras_.weak_notifications) {
+    if (existing == key) return;
+  }
+  extras_.weak_notifications.push_back(std::move(key));
+}
+
+void Transaction::SetTrigger(std::string cell_key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  extras_.trigger = std::move(cell_key);
+}
+
+bool Transaction::NotificationPending(const std::string& cell_key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  return snapshot_->NotificationStamp(cell_key).has_value();
 }
 
 ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_after, size_t limit) {
@@ -143,7 +167,8 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
 void Transaction::Commit() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
-  if (writes_.empty()) {
+  const bool has_extras = extras_.trigger || !extras_.weak_notifications.empty();
+  if (writes_.empty() && !has_extras) {
     ReleaseLocked(State::kCommitted);
     return;
   }
@@ -155,7 +180,7 @@ void Transaction::Commit() {
   for (auto& [key, write] : writes_) {
     mutations.push_back(Mutation{key, write.is_delete, std::move(write.value)});
   }
-  CommitResult result = store->Commit(start_ts_, mutations);
+  CommitResult result = store->Commit(start_ts_, mutations, has_extras ? &extras_ : nullptr);
   if (!result.status.ok()) {
     ReleaseLocked(State::kAborted);
     result.status.ThrowIfError();

@@ -12,9 +12,11 @@ LMDB, from Python. Start with :func:`open`::
 
 from __future__ import annotations
 
+from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
 from ._cells import Cell, Column
 from ._env import SYNC_MODES, Env, open
 from ._transaction import Transaction
+from ._workers import run_workers
 from .errors import (
     CallbackError,
     ClosedError,
@@ -28,11 +30,17 @@ __version__ = "0.1.0"
 
 __all__ = [
     "open",
+    "App",
+    "NotificationType",
+    "STRONG",
+    "WEAK",
+    "ObserverTransaction",
     "Env",
     "Transaction",
     "Column",
     "Cell",
     "SYNC_MODES",
+    "run_workers",
     "Error",
     "CommitConflict",
     "ClosedError",

@@ -1,14 +1,21 @@
-"""The percolite command line: ``percolite`` or ``python -m percolite``."""
+"""The percolite command line: ``percolite`` or ``python -m percolite``.
+
+Commands: ``demo``, ``status DB``, ``scan DB``, ``wait DB``,
+``worker MODULE:APP --db DB``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 
 import percolite
+
+from ._workers import load_app, run_worker_processes
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -50,23 +57,133 @@ def _demo(args: argparse.Namespace) -> int:
             return 0 if total == expected else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="percolite", description=percolite.__doc__.splitlines()[0]
+def _open_existing(path: str) -> percolite.Env:
+    return percolite.open(path, create=False)
+
+
+def _printable(value: bytes) -> str:
+    text = value.decode("utf-8", "backslashreplace")
+    return text if text.isprintable() else repr(value)
+
+
+def _status(args: argparse.Namespace) -> int:
+    with _open_existing(args.db) as env:
+        status = env.status()
+    if args.json:
+        print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
+        return 0
+    print(f"store:   {status['path']}")
+    print(f"pending: {status['pending']} notifications")
+    for o in status["observers"]:
+        column = f"{_printable(o['family'])}:{_printable(o['qualifier'])}"
+        print(f"  {o['name']:<30} {column:<30} {o['notify']:<6} pending {o['pending']}")
+    return 0
+
+
+def _scan(args: argparse.Namespace) -> int:
+    with _open_existing(args.db) as env:
+        if args.notifications:
+            after, shown = b"", 0
+            while shown < args.limit:
+                chunk = env._core.scan_notifications(after, min(512, args.limit - shown))
+                if not chunk:
+                    break
+                for row, family, qualifier, stamp, key in chunk:
+                    print(
+                        f"{_printable(row)}\t{_printable(family)}:{_printable(qualifier)}\t{stamp}"
+                    )
+                    after = key
+                    shown += 1
+            return 0
+        with env.transaction() as tx:
+            for n, (row, column, value) in enumerate(tx.scan(prefix=args.prefix)):
+                if n >= args.limit:
+                    break
+                print(
+                    f"{_printable(row)}\t{_printable(column.family)}:"
+                    f"{_printable(column.qualifier)}\t{_printable(value)}"
+                )
+    return 0
+
+
+def _wait(args: argparse.Namespace) -> int:
+    with _open_existing(args.db) as env:
+        idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
+    if not idle:
+        print(f"percolite: still busy after {args.timeout} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    return run_worker_processes(
+        app_spec=args.app,
+        app=app,
+        db=args.db,
+        processes=args.processes,
+        threads=args.threads,
+        until_idle=args.until_idle,
+        worker_index=args.worker_index,
+        worker_count=args.worker_count,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    summary = percolite.__doc__.splitlines()[0]
+    parser = argparse.ArgumentParser(prog="percolite", description=summary)
     parser.add_argument("--version", action="version", version=percolite.__version__)
     commands = parser.add_subparsers(dest="command", required=True)
+
     demo = commands.add_parser("demo", help="a short tour of transactions")
     demo.add_argument("--db", help="store directory (default: a temporary one)")
     demo.add_argument("--threads", type=int, default=4)
     demo.add_argument("--increments", type=int, default=100)
     demo.set_defaults(func=_demo)
+
+    status = commands.add_parser("status", help="pending notifications, observers, failures")
+    status.add_argument("db")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=_status)
+
+    scan = commands.add_parser("scan", help="print cells, or pending notifications")
+    scan.add_argument("db")
+    scan.add_argument("--prefix", help="only rows starting with this")
+    scan.add_argument("--notifications", action="store_true", help="list pending notifications")
+    scan.add_argument("--limit", type=int, default=1000)
+    scan.set_defaults(func=_scan)
+
+    wait = commands.add_parser("wait", help="wait until no notification is pending")
+    wait.add_argument("db")
+    wait.add_argument("--timeout", type=float, default=None)
+    wait.add_argument("--quiet", action="store_true", help="no progress display")
+    wait.set_defaults(func=_wait)
+
+    worker = commands.add_parser("worker", help="run an app's observers on a store")
+    worker.add_argument("app", help="the application, as module:attribute (a percolite.App)")
+    worker.add_argument("--db", required=True)
+    worker.add_argument("--processes", type=int, default=1)
+    worker.add_argument("--threads", type=int, default=4)
+    worker.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit once nothing is pending",
+    )
+    worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    worker.add_argument("--worker-count", type=int, default=None, help=argparse.SUPPRESS)
+    worker.set_defaults(func=_worker)
+
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except percolite.Error as e:
         print(f"percolite: {e}", file=sys.stderr)
         return 1
+    except (ValueError, TypeError, ImportError) as e:
+        print(f"percolite: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

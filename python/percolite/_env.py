@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import time
-from typing import Any, Callable, TypeVar
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import _core
 from ._transaction import Transaction
 from .errors import CommitConflict
+
+if TYPE_CHECKING:
+    from ._app import App
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
@@ -28,6 +33,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     mode: int = 0o600,
     map_size: int = _DEFAULT_MAP_SIZE,
     max_readers: int = 2046,
+    app: App | None = None,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.
 
@@ -40,6 +46,9 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     grants read (``0o600`` gives ``0o700``); the files get ``mode``.
     ``map_size`` is the initial size of the memory map; it grows by itself.
     ``max_readers`` bounds transactions open at once across processes.
+    ``app`` binds a :class:`percolite.App`: its observed columns are stored in
+    the store (so every process creates the same notifications) and its
+    observers run when you start workers.
 
     Opening a path that this process has open already returns a new handle
     on the same store (with the same ``sync``, else ``ValueError``). A store
@@ -63,8 +72,33 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at least 1 MiB, not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
+    if app is not None:
+        from ._app import App
+
+        if not isinstance(app, App):
+            raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers)
-    return Env(core, sync=sync)
+    env = Env(core, sync=sync)
+    if app is not None:
+        try:
+            env._bind(app)
+        except BaseException:
+            env.close()
+            raise
+    return env
+
+
+_open_envs: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Worker threads call into Python: stop them before the interpreter goes away.
+    for env in list(_open_envs):
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
 
 
 class Env:
@@ -80,6 +114,19 @@ class Env:
     def __init__(self, core: Any, *, sync: str) -> None:
         self._core = core
         self._sync = sync
+        self._app: App | None = None
+        self._workers_running = False
+        _open_envs.add(self)
+
+    def _bind(self, app: App) -> None:
+        self._core.set_observers(app._core_specs())
+        self._app = app
+        app._envs.add(self)
+
+    @property
+    def app(self) -> App | None:
+        """The :class:`percolite.App` bound with ``open(..., app=...)``."""
+        return self._app
 
     @property
     def path(self) -> str:
@@ -136,6 +183,127 @@ class Env:
             finally:
                 tx.abort()
 
+    # -- workers ------------------------------------------------------------
+    @property
+    def workers_running(self) -> bool:
+        return self._workers_running
+
+    def start_workers(
+        self,
+        threads: int = 4,
+        *,
+        worker_index: int = 0,
+        worker_count: int = 1,
+        retry_initial: float = 0.05,
+        retry_max: float = 2.0,
+    ) -> None:
+        """Start ``threads`` C++ worker threads running this app's observers.
+
+        With several processes on one store, give each a distinct
+        ``worker_index`` in ``range(worker_count)``: it takes the notifications
+        whose row hash is ``worker_index`` mod ``worker_count``. A failing
+        observer is retried after ``retry_initial`` seconds, doubling up to
+        ``retry_max``.
+        """
+        for name, value in (
+            ("threads", threads),
+            ("worker_index", worker_index),
+            ("worker_count", worker_count),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, not {threads}")
+        if worker_count < 1 or not 0 <= worker_index < worker_count:
+            raise ValueError(
+                f"worker_index must be in range(worker_count); got {worker_index} of {worker_count}"
+            )
+        if not 0 < retry_initial <= retry_max:
+            raise ValueError("retry_initial must be > 0 and <= retry_max")
+        self._core.start_workers(threads, worker_index, worker_count, retry_initial, retry_max)
+        self._workers_running = True
+
+    def stop_workers(self) -> None:
+        """Let running observers finish, then stop the workers. Idempotent."""
+        self._core.stop_workers()
+        self._workers_running = False
+
+    def wait(self, timeout: float | None = None, progress: Any = False) -> bool:
+        """Block until no notification is pending and no observer is running.
+
+        Returns ``True`` when idle, ``False`` if ``timeout`` seconds passed
+        first (a failing observer keeps its notification pending: see
+        :meth:`status`). Works whether the workers run in this process or in
+        others. ``progress=True`` shows the pending count on stderr. Ctrl-C
+        interrupts it.
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
+        from ._progress import Progress
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar = Progress("pending notifications", enabled=progress)
+        try:
+            while True:
+                chunk = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
+                if self._core.wait_idle(chunk):
+                    bar.update(0)
+                    return True
+                bar.update(self._core.pending_notifications())
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+        finally:
+            bar.close()
+
+    def process(
+        self, threads: int = 4, *, timeout: float | None = None, progress: Any = False
+    ) -> dict:
+        """Start workers, wait until idle, stop them; return what they did:
+        ``{"runs", "commits", "conflicts", "failures", "idle"}``."""
+        self.start_workers(threads)
+        try:
+            idle = self.wait(timeout=timeout, progress=progress)
+            stats = self._core.worker_stats()
+        finally:
+            self.stop_workers()
+        totals = {
+            key: sum(o[key] for o in stats["observers"])
+            for key in ("runs", "commits", "conflicts", "failures")
+        }
+        totals["idle"] = idle
+        return totals
+
+    def status(self) -> dict:
+        """What the engine is doing: pending notifications per observed column,
+        observers' runs, commits, conflicts and failures (with the last
+        traceback), and this process's commit counters."""
+        workers = self._core.worker_stats()
+        pending = self._core.pending_by_column()
+        observed = self._core.observed_columns()
+        by_column = {(o["family"], o["qualifier"]): o for o in workers["observers"]}
+        observers = []
+        for family, qualifier, notify, name in observed:
+            entry = dict(by_column.get((family, qualifier), {}))
+            entry.update(
+                name=name,
+                family=family,
+                qualifier=qualifier,
+                notify=notify,
+                pending=pending.get((family, qualifier), 0),
+            )
+            for key in ("runs", "commits", "conflicts", "failures", "running"):
+                entry.setdefault(key, 0)
+            entry.setdefault("last_error", None)
+            entry.setdefault("last_failure_unix", None)
+            observers.append(entry)
+        return {
+            "path": self.path,
+            "pending": sum(pending.values()),
+            "workers": {k: workers[k] for k in ("running", "threads", "queued", "active")},
+            "observers": observers,
+            "store": self.stats(),
+        }
+
     def stats(self) -> dict:
         """Counters of this process's commits: ``commits``, ``conflicts``,
         ``batches`` (group commits), ``tombstones_collected``, ``map_size``,
@@ -143,8 +311,10 @@ class Env:
         return self._core.stats()
 
     def close(self) -> None:
-        """Close this handle; idempotent."""
+        """Stop this handle's workers (letting running observers finish), then
+        close it; idempotent."""
         self._core.close()
+        self._workers_running = False
 
     def __enter__(self) -> Env:
         return self

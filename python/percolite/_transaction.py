@@ -103,6 +103,11 @@ class Transaction:
         with concurrent writes of the same cell exactly as setting does."""
         self._tx.delete(row, column)
 
+    def set_weak_notification(self, row: BytesLike, column: ColumnLike) -> None:
+        """Notify the WEAK observer of ``column`` for ``row`` when this
+        transaction commits. Never conflicts; delivered at least once."""
+        self._tx.set_weak_notification(row, column)
+
     # -- ending -----------------------------------------------------------
     def commit(self) -> None:
         """Apply the buffered writes atomically, or raise

@@ -12,6 +12,11 @@
 //   its transactions throws kClosed. Close is idempotent.
 // - A handle used in a child created by fork() throws kWrongState; closing it
 //   there only marks it closed.
+// - SetObservers stores the observed columns in the store (so every process
+//   creates the same notifications) and keeps the observer functions for
+//   StartWorkers. It throws kWrongState while workers run.
+// - StartWorkers runs a Workers pool (workers.h); StopWorkers stops it; Close
+//   stops it first. WaitIdle works with or without workers in this process.
 #pragma once
 
 #include <map>
@@ -20,6 +25,7 @@
 #include <string>
 
 #include "percolite/store.h"
+#include "percolite/workers.h"
 
 namespace percolite {
 
@@ -37,6 +43,13 @@ class Env : public std::enable_shared_from_this<Env> {
   bool closed() const;
   const std::string& path() const { return path_; }
 
+  void SetObservers(std::vector<Observer> observers);
+  void StartWorkers(const WorkerOptions& options);
+  void StopWorkers();
+  bool WaitIdle(double timeout_seconds);
+  WorkerStats GetWorkerStats() const;
+  std::vector<ObservedColumn> ObservedColumns() const { return store()->ObservedColumns(); }
+
   // The shared store; throws kClosed once this handle is closed.
   std::shared_ptr<Store> store() const;
   StoreStats Stats() const;
@@ -50,6 +63,9 @@ class Env : public std::enable_shared_from_this<Env> {
   mutable std::mutex mu_;
   std::shared_ptr<Store> store_;                               // GUARDED_BY(mu_); null once closed
   std::map<Transaction*, std::weak_ptr<Transaction>> active_;  // GUARDED_BY(mu_)
+  std::vector<Observer> observers_;                            // GUARDED_BY(mu_)
+  std::shared_ptr<Workers> workers_;                           // GUARDED_BY(mu_)
+  std::shared_ptr<Workers> stopped_workers_;  // GUARDED_BY(mu_): counters stay visible
 };
 
 }  // namespace percolite

@@ -24,6 +24,13 @@
 //   writer of the deleted cell still conflicts. A tombstone is collected once
 //   every reader in every process began after the write that made it.
 // - The memory map grows by itself; users never see MDB_MAP_FULL.
+// - Notifications (notifications.h): a commit that sets a strongly observed
+//   column, or carries weak notifications, writes them to the notify table in
+//   the same LMDB write; an observer run's commit validates and writes the
+//   trigger's ack cell and removes the notification unless it was set again
+//   after the run's start_ts. After each batch the writer hands the
+//   notifications it wrote to the listener registered by this process's
+//   workers.
 //
 // Caveats
 // - A Store must not be used in a child created by fork(): every call there
@@ -36,14 +43,17 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "percolite/notifications.h"
 #include "percolite/status.h"
 
 struct MDB_env;
@@ -84,6 +94,7 @@ struct StoreStats {
 };
 
 class Store;
+class Workers;
 
 // A consistent read view: an LMDB read transaction held for its whole life.
 class Snapshot {
@@ -102,6 +113,9 @@ class Snapshot {
   // order, at most `limit` of them. Returns true when the range is exhausted.
   bool Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
             std::vector<std::pair<std::string, std::string>>* out);
+
+  // The stamp of the pending notification of this cell, if there is one.
+  std::optional<uint64_t> NotificationStamp(std::string_view cell_key);
 
   // Releases the LMDB read transaction; later calls throw kClosed.
   void Release();
@@ -133,7 +147,24 @@ class Store : public std::enable_shared_from_this<Store> {
 
   // Blocks until the group commit carrying these mutations has finished.
   // `mutations` must be sorted by key without duplicates.
-  CommitResult Commit(uint64_t start_ts, const std::vector<Mutation>& mutations);
+  CommitResult Commit(uint64_t start_ts, const std::vector<Mutation>& mutations,
+                      const CommitExtras* extras = nullptr);
+
+  // The observed columns stored in the store, and replacing them.
+  std::vector<ObservedColumn> ObservedColumns();
+  void SetObservedColumns(const std::vector<ObservedColumn>& columns);
+
+  // Pending notifications: how many, a chunk in table order starting after
+  // `after` (a notification table key; empty = from the start), and counts
+  // per column. ScanNotifications returns true when it reached the end.
+  uint64_t PendingNotifications();
+  bool ScanNotifications(std::string_view after, size_t limit, std::vector<Notification>* out);
+  std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn();
+
+  // The workers of this process that receive notifications as they are
+  // committed; at most one per store. Throws kInvalidArgument if another is set.
+  void SetNotificationListener(Workers* workers);
+  void ClearNotificationListener(Workers* workers);
 
   StoreStats Stats() const;
 
@@ -156,6 +187,10 @@ class Store : public std::enable_shared_from_this<Store> {
   void CloseEnvironment();
   void WriterLoop();
   void ProcessBatch(std::vector<PendingCommit*>& batch);
+  void RefreshObserved(MDB_txn* txn);
+  // Runs `fn(txn)` in a short read transaction under the map lock.
+  template <typename Fn>
+  auto WithReadTxn(Fn&& fn);
   // Removes tombstones no reader can need any more; returns how many.
   uint64_t CollectTombstones(MDB_txn* txn, uint64_t current_txnid);
   // Grows the map (or adopts another process's larger size); takes the map lock exclusively.
@@ -166,7 +201,14 @@ class Store : public std::enable_shared_from_this<Store> {
   StoreOptions options_;
   uint64_t fork_generation_;
   MDB_env* env_ = nullptr;
-  unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0;
+  unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
+
+  // The writer's cache of the strongly observed columns (from the meta table).
+  std::string observed_raw_;                              // writer thread only
+  std::set<std::pair<std::string, std::string>> strong_;  // writer thread only
+
+  std::mutex listener_mu_;
+  Workers* listener_ = nullptr;  // GUARDED_BY(listener_mu_)
   std::unique_ptr<MapLock> map_lock_;
 
   std::mutex queue_mu_;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "percolite/encoding.h"
+#include "percolite/notifications.h"
 #include "percolite/store.h"
 
 namespace percolite {
@@ -78,6 +79,15 @@ class Transaction {
   void Set(const CellRef& cell, std::string_view value);
   void Delete(const CellRef& cell);
 
+  // Asks for a weak notification of this cell when the transaction commits
+  // (notifications.h). Never causes a conflict.
+  void SetWeakNotification(const CellRef& cell);
+
+  // Workers only: makes this transaction an observer run for the notification
+  // of `cell_key`, and tells whether that notification is pending in its snapshot.
+  void SetTrigger(std::string cell_key);
+  bool NotificationPending(const std::string& cell_key);
+
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
 
@@ -107,6 +117,7 @@ class Transaction {
   bool env_closed_ = false;                      // GUARDED_BY(mu_)
   std::optional<uint64_t> commit_ts_;            // GUARDED_BY(mu_)
   std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
+  CommitExtras extras_;                          // GUARDED_BY(mu_)
 };
 
 }  // namespace percolite

@@ -1,0 +1,148 @@
+// percolite/workers.h: observers and the worker pool that runs them.
+//
+// Thread safety: Start, Stop, WaitIdle and Stats may be called from any
+// thread. Observer functions are called on worker threads, one notification
+// per thread at a time; they must not call Stop or WaitIdle.
+//
+// Contract (design.md section 4; notifications.h has the delivery rules)
+// - Finding work: the process that commits a notification hands it straight
+//   to its own workers (no scan latency). A scanner thread finds the rest
+//   (other processes' commits, work left by a crash or a failure) by scanning
+//   the notify table from a random point. It sleeps on inotify events of the
+//   store's data file, so an idle pool costs no CPU, and wakes at once when
+//   any process commits.
+// - Sharing: worker process `index` of `count` takes the notifications whose
+//   row hash is index mod count. Duplicates across processes are harmless: the
+//   ack cell lets at most one run of a notification commit.
+// - Before running, a worker checks in the run's own snapshot that the
+//   notification is still pending; a notification another run already
+//   removed is skipped, so a run never repeats work that committed.
+// - An observer that fails (returns a non-ok Status, e.g. a Python exception)
+//   has its transaction aborted; the notification stays and is retried with
+//   exponential backoff (retry_initial_seconds doubling to retry_max_seconds,
+//   jittered). Failures are counted per observer with the last error text.
+// - A run that loses a write-write conflict is retried after a short jittered
+//   delay; it re-checks that the notification is still pending.
+// - WaitIdle returns true once the notify table is empty and no observer is
+//   running in this pool; false when the timeout elapses first.
+// - Stop lets running observers finish, runs nothing new, and joins threads.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "percolite/notifications.h"
+#include "percolite/status.h"
+
+namespace percolite {
+
+class Env;
+class Store;
+class Transaction;
+
+// Runs one notification in `transaction`. Returns ok, or an error status
+// (kCallback with the traceback for a raising Python observer).
+using ObserverFn =
+    std::function<Status(const std::shared_ptr<Transaction>& transaction, const Cell& cell)>;
+
+struct Observer {
+  ObservedColumn column;
+  ObserverFn fn;
+};
+
+struct WorkerOptions {
+  int threads = 4;
+  int worker_index = 0;
+  int worker_count = 1;
+  double retry_initial_seconds = 0.05;
+  double retry_max_seconds = 2.0;
+  size_t queue_capacity = 20000;  // notifications held in memory at once
+};
+
+struct ObserverStats {
+  ObservedColumn column;
+  uint64_t runs = 0;       // observer calls
+  uint64_t commits = 0;    // runs that committed
+  uint64_t conflicts = 0;  // runs that lost a write-write conflict
+  uint64_t failures = 0;   // runs that failed (raised)
+  int running = 0;
+  std::string last_error;  // text of the last failure (the Python traceback)
+  double last_failure_unix = 0;
+};
+
+struct WorkerStats {
+  bool running = false;
+  int threads = 0;
+  int queued = 0;  // in memory, ready or waiting for a retry
+  int active = 0;  // observers running now
+  uint64_t scans = 0;
+  std::vector<ObserverStats> observers;
+};
+
+class Workers {
+ public:
+  Workers(std::shared_ptr<Env> env, std::shared_ptr<Store> store, std::vector<Observer> observers,
+          const WorkerOptions& options);
+  ~Workers();
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
+  void Start();
+  void Stop();
+  bool WaitIdle(double timeout_seconds);
+  WorkerStats Stats() const;
+
+  // Called by the store's writer after a commit: the notifications it wrote.
+  void Offer(const std::vector<Notification>& notifications);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  enum class Outcome { kCommitted, kGone, kConflict, kFailed, kNoObserver };
+  struct Entry {
+    Notification notification;
+    int attempts = 0;
+    bool running = false;
+    bool again = false;  // offered again while running
+  };
+
+  bool Mine(uint64_t row_hash) const;
+  void EnqueueLocked(const Notification& notification);  // REQUIRES(mu_)
+  void WorkerLoop();
+  void ScannerLoop();
+  size_t ScanOnce(std::string* position);
+  Outcome RunOne(const Notification& notification, size_t* observer_index, std::string* error);
+  const Observer* Find(const Cell& cell, size_t* index) const;
+
+  std::weak_ptr<Env> env_;
+  std::shared_ptr<Store> store_;
+  const std::vector<Observer> observers_;
+  const WorkerOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;                        // workers wait here
+  std::condition_variable idle_cv_;                        // WaitIdle waits here
+  std::unordered_map<std::string, Entry> entries_;         // GUARDED_BY(mu_), by cell key
+  std::deque<std::string> ready_;                          // GUARDED_BY(mu_)
+  std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
+  std::vector<ObserverStats> stats_;                       // GUARDED_BY(mu_)
+  int active_ = 0;                                         // GUARDED_BY(mu_)
+  bool stopping_ = false;                                  // GUARDED_BY(mu_)
+  bool started_ = false;                                   // GUARDED_BY(mu_)
+  uint64_t scans_ = 0;                                     // GUARDED_BY(mu_)
+
+  int wake_fd_ = -1;  // eventfd: wakes the scanner on Stop
+  std::vector<std::thread> threads_;
+  std::thread scanner_;
+};
+
+}  // namespace percolite

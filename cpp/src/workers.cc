@@ -1,0 +1,360 @@
+#include "percolite/workers.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "percolite/env.h"
+#include "percolite/store.h"
+#include "percolite/transaction.h"
+
+namespace percolite {
+namespace {
+
+constexpr size_t kScanBudget = 4096;
+constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+thread_local std::mt19937_64 t_random{std::random_device{}()};
+
+double Uniform(double lo, double hi) {
+  return std::uniform_real_distribution<double>(lo, hi)(t_random);
+}
+
+void Drain(int fd) {
+  char buf[4096];
+  while (::read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
+}  // namespace
+
+Workers::Workers(std::shared_ptr<Env> env, std::shared_ptr<Store> store,
+                 std::vector<Observer> observers, const WorkerOptions& options)
+    : env_(env), store_(std::move(store)), observers_(std::move(observers)), options_(options) {
+  for (const Observer& o : observers_) {
+    ObserverStats os;
+    os.column = o.column;
+    stats_.push_back(os);
+  }
+}
+
+Workers::~Workers() { Stop(); }
+
+bool Workers::Mine(uint64_t row_hash) const {
+  return options_.worker_count <= 1 || row_hash % static_cast<uint64_t>(options_.worker_count) ==
+                                           static_cast<uint64_t>(options_.worker_index);
+}
+
+void Workers::Start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) throw Error(ErrorCode::kWrongState, "workers were already started");
+    started_ = true;
+  }
+  store_->SetNotificationListener(this);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  scanner_ = std::thread([this] { ScannerLoop(); });
+}
+
+void Workers::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return;
+    stopping_ = true;
+  }
+  store_->ClearNotificationListener(this);
+  work_cv_.notify_all();
+  idle_cv_.notify_all();
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  if (scanner_.joinable()) scanner_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+  ready_.clear();
+  delayed_.clear();
+}
+
+void Workers::EnqueueLocked(const Notification& notification) {
+  if (!Mine(notification.row_hash)) return;
+  auto it = entries_.find(notification.cell_key);
+  if (it != entries_.end()) {
+    Entry& entry = it->second;
+    if (notification.stamp > entry.notification.stamp) {
+      entry.notification.stamp = notification.stamp;
+      if (entry.running) entry.again = true;
+    }
+    return;
+  }
+  if (entries_.size() >= options_.queue_capacity) return;  // the scanner finds it later
+  entries_.emplace(notification.cell_key, Entry{notification});
+  ready_.push_back(notification.cell_key);
+  work_cv_.notify_one();
+}
+
+void Workers::Offer(const std::vector<Notification>& notifications) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return;
+  for (const Notification& n : notifications) EnqueueLocked(n);
+}
+
+const Observer* Workers::Find(const Cell& cell, size_t* index) const {
+  for (size_t i = 0; i < observers_.size(); ++i) {
+    const ObservedColumn& c = observers_[i].column;
+    if (c.family == cell.family && c.qualifier == cell.qualifier) {
+      *index = i;
+      return &observers_[i];
+    }
+  }
+  return nullptr;
+}
+
+Workers::Outcome Workers::RunOne(const Notification& notification, size_t* observer_index,
+                                 std::string* error) {
+  Cell cell;
+  if (!DecodeCellKey(notification.cell_key, &cell)) return Outcome::kNoObserver;
+  const Observer* observer = Find(cell, observer_index);
+  if (observer == nullptr) return Outcome::kNoObserver;
+  std::shared_ptr<Env> env = env_.lock();
+  if (!env) return Outcome::kGone;
+  std::shared_ptr<Transaction> transaction;
+  try {
+    transaction = env->Begin();
+    if (!transaction->NotificationPending(notification.cell_key)) {
+      transaction->Abort();
+      return Outcome::kGone;
+    }
+    transaction->SetTrigger(notification.cell_key);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_[*observer_index].runs;
+      ++stats_[*observer_index].running;
+    }
+    Status status;
+    try {
+      status = observer->fn(transaction, cell);
+    } catch (const std::exception& e) {
+      status = Status::Make(ErrorCode::kCallback, e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --stats_[*observer_index].running;
+    }
+    if (!status.ok()) {
+      transaction->Abort();
+      *error = status.message();
+      return Outcome::kFailed;
+    }
+    transaction->Commit();
+    return Outcome::kCommitted;
+  } catch (const Error& e) {
+    if (transaction) transaction->Abort();
+    if (e.code() == ErrorCode::kConflict) return Outcome::kConflict;
+    if (e.code() == ErrorCode::kClosed) return Outcome::kGone;
+    *error = e.what();
+    return Outcome::kFailed;
+  }
+}
+
+void Workers::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (stopping_) return;
+    const auto now = Clock::now();
+    while (!delayed_.empty() && delayed_.begin()->first <= now) {
+      ready_.push_back(std::move(delayed_.begin()->second));
+      delayed_.erase(delayed_.begin());
+    }
+    if (ready_.empty()) {
+      if (delayed_.empty()) {
+        work_cv_.wait(lock);
+      } else {
+        work_cv_.wait_until(lock, delayed_.begin()->first);
+      }
+      continue;
+    }
+    std::string key = std::move(ready_.front());
+    ready_.pop_front();
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.running) continue;
+    it->second.running = true;
+    it->second.again = false;
+    const Notification notification = it->second.notification;
+    ++active_;
+    lock.unlock();
+
+    size_t observer_index = SIZE_MAX;
+    std::string error;
+    const Outcome outcome = RunOne(notification, &observer_index, &error);
+
+    lock.lock();
+    --active_;
+    it = entries_.find(key);
+    if (it != entries_.end()) {
+      Entry& entry = it->second;
+      entry.running = false;
+      switch (outcome) {
+        case Outcome::kCommitted:
+        case Outcome::kGone:
+          if (outcome == Outcome::kCommitted) ++stats_[observer_index].commits;
+          if (entry.again && !stopping_) {
+            entry.attempts = 0;
+            ready_.push_back(key);
+          } else {
+            entries_.erase(it);
+          }
+          break;
+        case Outcome::kNoObserver:
+          entries_.erase(it);  // left pending for an application that observes it
+          break;
+        case Outcome::kConflict: {
+          ++stats_[observer_index].conflicts;
+          ++entry.attempts;
+          double delay = Uniform(0.001, 0.005) * std::min(entry.attempts, 10);
+          delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(delay)),
+                           key);
+          break;
+        }
+        case Outcome::kFailed: {
+          ObserverStats& s = stats_[observer_index == SIZE_MAX ? 0 : observer_index];
+          ++s.failures;
+          s.last_error = error;
+          s.last_failure_unix = UnixNow();
+          ++entry.attempts;
+          double delay = std::min(
+              options_.retry_max_seconds,
+              options_.retry_initial_seconds * std::pow(2.0, std::min(entry.attempts - 1, 30)));
+          delay *= Uniform(0.5, 1.0);
+          delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(delay)),
+                           key);
+          break;
+        }
+      }
+    }
+    if (!ready_.empty()) work_cv_.notify_one();
+    if (active_ == 0 && ready_.empty()) idle_cv_.notify_all();
+  }
+}
+
+size_t Workers::ScanOnce(std::string* position) {
+  size_t room;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || entries_.size() >= options_.queue_capacity) return 0;
+    room = options_.queue_capacity - entries_.size();
+    ++scans_;
+  }
+  const size_t budget = std::min(kScanBudget, room * 2);
+  std::vector<Notification> found;
+  bool reached_end = store_->ScanNotifications(*position, budget, &found);
+  if (reached_end && !position->empty() && found.size() < budget) {
+    // Wrap around: the part before the random starting point.
+    store_->ScanNotifications("", budget - found.size(), &found);
+    position->clear();
+  } else if (!found.empty()) {
+    *position = NotificationKey(found.back().row_hash, found.back().cell_key);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Notification& n : found) EnqueueLocked(n);
+  return found.size();
+}
+
+void Workers::ScannerLoop() {
+  int inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (inotify_fd >= 0) {
+    std::string data_file = store_->path() + "/data.mdb";
+    if (::inotify_add_watch(inotify_fd, data_file.c_str(), IN_MODIFY) < 0) {
+      ::close(inotify_fd);
+      inotify_fd = -1;
+    }
+  }
+  std::string position;
+  AppendUint64BE(&position, t_random());  // start at a random point
+  // A data-file write wakes us before LMDB publishes the commit to new
+  // readers (the txnid in the lock file is updated after the meta page is
+  // written), so a scan right after a wake can miss it: rescan shortly after.
+  int followups = 0;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    try {
+      ScanOnce(&position);
+    } catch (const Error&) {
+      // The store is closing, or a transient failure: the next wake retries.
+    }
+    struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd, POLLIN, 0}};
+    int nfds = inotify_fd >= 0 ? 2 : 1;
+    int timeout = inotify_fd >= 0 ? kScanSafetyNetMs : 50;
+    if (followups > 0) timeout = followups == 2 ? 1 : 5;
+    int ready = ::poll(fds, nfds, timeout);
+    if (ready > 0) {
+      if (fds[0].revents) Drain(wake_fd_);
+      if (nfds == 2 && fds[1].revents) {
+        Drain(inotify_fd);
+        followups = 2;
+      }
+    } else if (followups > 0) {
+      --followups;
+    }
+    // While the workers are busy, scanning on every commit is wasted work:
+    // local commits are handed over directly. Rescan at most every 20 ms then.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!stopping_ && (!ready_.empty() || active_ >= options_.threads)) {
+      idle_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+  if (inotify_fd >= 0) ::close(inotify_fd);
+}
+
+bool Workers::WaitIdle(double timeout_seconds) {
+  const auto deadline = timeout_seconds < 0
+                            ? Clock::time_point::max()
+                            : Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(timeout_seconds));
+  for (;;) {
+    bool local_idle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      local_idle = active_ == 0 && ready_.empty();
+    }
+    if (local_idle && store_->PendingNotifications() == 0) return true;
+    auto now = Clock::now();
+    if (now >= deadline) return false;
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait_for(lock,
+                      std::min<Clock::duration>(std::chrono::milliseconds(10), deadline - now));
+  }
+}
+
+WorkerStats Workers::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerStats s;
+  s.running = started_ && !stopping_;
+  s.threads = options_.threads;
+  s.queued = static_cast<int>(ready_.size() + delayed_.size());
+  s.active = active_;
+  s.scans = scans_;
+  s.observers = stats_;
+  return s;
+}
+
+}  // namespace percolite

@@ -1,0 +1,175 @@
+"""Applications: observers (and, later, queues) declared in one importable place.
+
+Every worker process imports the same ``App`` object, so every process builds
+the same registry::
+
+    app = percolite.App()
+
+    @app.observer(("doc", "content"), notify=percolite.STRONG)
+    def index(tx, row, column):
+        text = tx.get(row, column).decode()
+        tx.set(row, ("doc", "words"), str(len(text.split())))
+
+    env = percolite.open("my.db", app=app)
+    env.process(threads=4)     # start workers, wait until idle, stop
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import traceback
+import weakref
+from typing import Any, Callable, NamedTuple
+
+from ._cells import Column
+from ._transaction import Transaction
+from .errors import Error
+
+__all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
+
+
+class NotificationType(enum.IntEnum):
+    """How an observer is triggered.
+
+    ``STRONG``: setting (not deleting) the observed column in a committed
+    transaction notifies it; at most one run commits per notification, and sets
+    before a run collapse into one run.
+
+    ``WEAK``: ``tx.set_weak_notification(row, column)`` notifies it; never
+    collides with anything; delivered at least once (runs may repeat).
+    """
+
+    STRONG = 1
+    WEAK = 2
+
+
+STRONG = NotificationType.STRONG
+WEAK = NotificationType.WEAK
+
+
+class ObserverTransaction(Transaction):
+    """The transaction an observer runs in. percolite commits it when the
+    observer returns (together with the notification's acknowledgement) and
+    aborts it when the observer raises, so the observer must not commit or
+    abort it itself."""
+
+    __slots__ = ()
+
+    def commit(self) -> None:
+        raise Error("an observer's transaction is committed by percolite when the observer returns")
+
+    def abort(self) -> None:
+        raise Error("an observer's transaction is aborted by percolite when the observer raises")
+
+    def __enter__(self):
+        raise Error("an observer's transaction is managed by percolite; do not use it in 'with'")
+
+
+class _Observer(NamedTuple):
+    column: Column
+    fn: Callable[[Any, bytes, Column], Any]
+    notify: NotificationType
+    name: str
+
+
+def _check_observer_signature(fn: Callable, name: str) -> None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: trust them
+    try:
+        signature.bind(None, None, None)
+    except TypeError:
+        raise TypeError(
+            f"observer {name} must accept three arguments (tx, row, column); "
+            f"its signature is {signature}"
+        ) from None
+
+
+def _make_runner(fn: Callable) -> Callable:
+    """The function the C++ workers call: wraps the core transaction, calls
+    the observer, and reports a failure as its formatted traceback."""
+    make_column = Column._from_bytes
+
+    def runner(core_tx, row: bytes, family: bytes, qualifier: bytes):
+        try:
+            fn(ObserverTransaction(core_tx), row, make_column(family, qualifier))
+        except BaseException:
+            return traceback.format_exc()
+        return None
+
+    return runner
+
+
+class App:
+    """A registry of observers (and queues) shared by every process of an application."""
+
+    def __init__(self, name: str = "app") -> None:
+        self.name = name
+        self._observers: dict[Column, _Observer] = {}
+        self._envs: weakref.WeakSet = weakref.WeakSet()
+
+    @property
+    def observers(self) -> list[_Observer]:
+        return list(self._observers.values())
+
+    def observer(
+        self, column: Any, notify: NotificationType = STRONG, *, name: str | None = None
+    ) -> Callable[[Callable], Callable]:
+        """Decorator registering ``fn(tx, row, column)`` as the observer of ``column``."""
+
+        def register(fn: Callable) -> Callable:
+            self.add_observer(column, fn, notify=notify, name=name)
+            return fn
+
+        return register
+
+    def add_observer(
+        self,
+        column: Any,
+        fn: Callable,
+        notify: NotificationType = STRONG,
+        *,
+        name: str | None = None,
+    ) -> None:
+        """Register ``fn(tx, row, column)`` for ``column``; see :meth:`observer`."""
+        if not isinstance(column, tuple) or len(column) != 2:
+            raise TypeError(
+                f"column must be a (family, qualifier) tuple or percolite.Column, not {column!r}"
+            )
+        column = Column(*column)
+        if not callable(fn):
+            raise TypeError(f"observer for {column!r} must be callable, not {type(fn).__name__}")
+        try:
+            notify = NotificationType(notify)
+        except ValueError:
+            raise ValueError(
+                f"notify must be percolite.STRONG or percolite.WEAK, not {notify!r}"
+            ) from None
+        label = name or getattr(fn, "__qualname__", None) or repr(fn)
+        _check_observer_signature(fn, label)
+        if column in self._observers:
+            raise ValueError(
+                f"column {column!r} already has an observer ({self._observers[column].name}); "
+                "one column has at most one observer"
+            )
+        for env in list(self._envs):
+            if not env.closed and env.workers_running:
+                raise Error(
+                    f"cannot register observer {label}: workers are running on {env.path}; "
+                    "stop them first (env.stop_workers())"
+                )
+        self._observers[column] = _Observer(column, fn, notify, label)
+        for env in list(self._envs):
+            if not env.closed:
+                env._bind(self)
+
+    def _core_specs(self) -> list[tuple]:
+        return [
+            (o.column.family, o.column.qualifier, int(o.notify), o.name, _make_runner(o.fn))
+            for o in self._observers.values()
+        ]
+
+    def __repr__(self) -> str:
+        return f"<percolite.App {self.name!r} observers={len(self._observers)}>"
