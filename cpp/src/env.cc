@@ -1,6 +1,7 @@
 #include "percolite/env.h"
 
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -82,11 +83,29 @@ void Env::StartWorkers(const WorkerOptions& options) {
   }
 }
 
+namespace {
+
+void RefuseOnWorkerThread(const char* what) {
+  if (Workers::OnWorkerThread()) {
+    throw Error(ErrorCode::kWrongState, std::string(what) +
+                                            " cannot be called from inside an observer: a worker "
+                                            "thread cannot wait for the worker pool it belongs to");
+  }
+}
+
+}  // namespace
+
 void Env::StopWorkers() {
+  RefuseOnWorkerThread("stop_workers()");
   std::shared_ptr<Workers> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     workers = std::move(workers_);
+    if (workers && store_ && store_->ForkedAway()) {
+      // The parent's threads do not exist in a forked child: never join them.
+      new std::shared_ptr<Workers>(std::move(workers));
+      return;
+    }
   }
   if (workers) workers->Stop();
   std::lock_guard<std::mutex> lock(mu_);
@@ -94,6 +113,7 @@ void Env::StopWorkers() {
 }
 
 bool Env::WaitIdle(double timeout_seconds) {
+  RefuseOnWorkerThread("wait()");
   std::shared_ptr<Store> store = this->store();
   std::shared_ptr<Workers> workers;
   {
@@ -129,6 +149,7 @@ WorkerStats Env::GetWorkerStats() const {
 }
 
 void Env::Close() {
+  RefuseOnWorkerThread("close()");
   StopWorkers();
   std::shared_ptr<Store> store;
   std::vector<std::shared_ptr<Transaction>> active;

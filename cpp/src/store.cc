@@ -843,8 +843,9 @@ std::map<std::pair<std::string, std::string>, uint64_t> Store::CountPendingByCol
 void Store::SetNotificationListener(Workers* workers) {
   std::lock_guard<std::mutex> lock(listener_mu_);
   if (listener_ != nullptr && listener_ != workers) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "workers are already running for store '" + path_ + "' in this process");
+    throw Error(ErrorCode::kWrongState,
+                "workers are already running for store '" + path_ +
+                    "' in this process (one worker pool per store and process)");
   }
   listener_ = workers;
 }

@@ -24,6 +24,7 @@ double UnixNow() {
 }
 
 thread_local std::mt19937_64 t_random{std::random_device{}()};
+thread_local bool t_on_worker_thread = false;
 
 double Uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(t_random);
@@ -171,7 +172,10 @@ Workers::Outcome Workers::RunOne(const Notification& notification, size_t* obser
   }
 }
 
+bool Workers::OnWorkerThread() { return t_on_worker_thread; }
+
 void Workers::WorkerLoop() {
+  t_on_worker_thread = true;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (stopping_) return;

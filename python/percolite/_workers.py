@@ -104,14 +104,22 @@ def run_worker_processes(
     if until_idle:
         command.append("--until-idle")
     children = [subprocess.Popen(command + ["--worker-index", str(i)]) for i in range(processes)]
+
+    def stop_children(signum=signal.SIGTERM, frame=None):  # noqa: ARG001
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, stop_children)
     try:
         return max(child.wait() for child in children)
     except KeyboardInterrupt:
-        for child in children:
-            child.send_signal(signal.SIGTERM)
+        stop_children()
         for child in children:
             child.wait()
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_workers(

@@ -195,6 +195,7 @@ class Store : public std::enable_shared_from_this<Store> {
   uint64_t CollectTombstones(MDB_txn* txn, uint64_t current_txnid);
   // Grows the map (or adopts another process's larger size); takes the map lock exclusively.
   void GrowMap(bool adopt_only);
+  friend class Env;
   bool ForkedAway() const;
 
   std::string path_;

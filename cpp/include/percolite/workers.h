@@ -2,7 +2,8 @@
 //
 // Thread safety: Start, Stop, WaitIdle and Stats may be called from any
 // thread. Observer functions are called on worker threads, one notification
-// per thread at a time; they must not call Stop or WaitIdle.
+// per thread at a time; Env refuses StopWorkers, Close and WaitIdle from them
+// (kWrongState), since a worker cannot wait for itself.
 //
 // Contract (design.md section 4; notifications.h has the delivery rules)
 // - Finding work: the process that commits a notification hands it straight
@@ -104,6 +105,9 @@ class Workers {
 
   // Called by the store's writer after a commit: the notifications it wrote.
   void Offer(const std::vector<Notification>& notifications);
+
+  // True on a thread of any worker pool (an observer is running on it).
+  static bool OnWorkerThread();
 
  private:
   using Clock = std::chrono::steady_clock;

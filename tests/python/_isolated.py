@@ -1,0 +1,118 @@
+"""Run test code in a child interpreter, so that a deadlock fails fast.
+
+Tests of workers, threads and close-while-running can hang the interpreter
+that runs them. ``run_isolated`` runs such code in ``python -c`` with a
+timeout: a nonzero exit or a timeout fails the calling test with the child's
+output. Shortly before the timeout the child dumps the stacks of all its
+Python threads (faulthandler) to stderr, which names the place it hangs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+__all__ = ["run_isolated", "run_isolated_json", "run_command"]
+
+_PRELUDE = """\
+import faulthandler as _faulthandler
+_faulthandler.dump_traceback_later({dump_after!r}, exit=True)
+"""
+
+
+def _describe(code: str, out: str, err: str) -> str:
+    numbered = "\n".join(f"{n:4}  {line}" for n, line in enumerate(code.splitlines(), 1))
+    return f"--- code ---\n{numbered}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
+
+
+def run_isolated(code: str, timeout: float = 60, cwd: Any = None) -> str:
+    """Run ``code`` with ``[sys.executable, "-c", code]``; return its stdout.
+
+    Fails the test when the child exits nonzero or runs longer than
+    ``timeout`` seconds (then the child and anything it started are killed).
+    """
+    code = textwrap.dedent(code)
+    dump_after = max(1.0, timeout - 2.0) if timeout > 3 else timeout * 0.8
+    full = _PRELUDE.format(dump_after=dump_after) + code
+    with subprocess.Popen(
+        [sys.executable, "-c", full],
+        cwd=None if cwd is None else os.fspath(cwd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a timeout kills grandchildren too
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+            pytest.fail(
+                f"child process timed out after {timeout} s (deadlock?)\n"
+                + _describe(code, out, err),
+                pytrace=False,
+            )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"child process exited with status {proc.returncode}\n" + _describe(code, out, err),
+            pytrace=False,
+        )
+    return out
+
+
+def run_isolated_json(code: str, timeout: float = 60, cwd: Any = None, **params: Any) -> Any:
+    """Like :func:`run_isolated`, with ``params`` defined as globals of the
+    code (by ``repr``), returning the JSON the code printed on its last line."""
+    header = "".join(
+        f"{name} = {os.fspath(value) if isinstance(value, os.PathLike) else value!r}\n"
+        for name, value in params.items()
+    )
+    out = run_isolated(header + textwrap.dedent(code), timeout=timeout, cwd=cwd)
+    lines = out.strip().splitlines()
+    if not lines:
+        pytest.fail("child process printed nothing; expected JSON on its last line", pytrace=False)
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        pytest.fail(f"child's last line is not JSON:\n{out}", pytrace=False)
+
+
+def run_command(
+    argv: list, *, timeout: float = 60, cwd: Any = None, env: Any = None
+) -> subprocess.CompletedProcess:
+    """Run ``argv`` and return its result (text output, any exit status);
+    fail the test if it runs longer than ``timeout`` seconds, killing it and
+    every process it started."""
+    with subprocess.Popen(
+        [os.fspath(a) for a in argv],
+        cwd=None if cwd is None else os.fspath(cwd),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+            pytest.fail(
+                f"{' '.join(map(str, argv))} timed out after {timeout} s\n"
+                f"--- stdout ---\n{out}\n--- stderr ---\n{err}",
+                pytrace=False,
+            )
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -1,0 +1,301 @@
+"""Bad input around observers and workers: the errors users get, and that
+nothing is lost or left broken after them (design.md sections 4 and 9)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import percolite
+import pytest
+from _isolated import run_isolated_json
+
+CONTENT = ("doc", "content")
+
+
+def _noop(tx, row, column):  # pragma: no cover - never run
+    pass
+
+
+# -- registering observers ---------------------------------------------------
+
+
+def test_registering_an_observer_while_workers_run_raises(tmp_path):
+    result = run_isolated_json(
+        """
+        import json
+        import percolite
+
+        app = percolite.App()
+
+        @app.observer(("doc", "content"))
+        def first(tx, row, column):
+            tx.set(row, ("doc", "first"), "1")
+
+        env = percolite.open(DB, app=app, sync="none")
+        env.start_workers(2)
+        try:
+            @app.observer(("doc", "other"))
+            def late(tx, row, column):
+                tx.set(row, ("doc", "late"), "1")
+        except Exception as e:
+            refused = [type(e).__name__, isinstance(e, percolite.Error), str(e)]
+        else:
+            refused = None
+        observers_while_running = [o.name for o in app.observers]
+        env.stop_workers()
+
+        # Once the workers are stopped, registering works and the new observer runs.
+        @app.observer(("doc", "other"))
+        def late(tx, row, column):
+            tx.set(row, ("doc", "late"), "1")
+
+        with env.transaction() as tx:
+            tx.set("doc:1", ("doc", "content"), "x")
+            tx.set("doc:1", ("doc", "other"), "y")
+        totals = env.process(threads=2, timeout=20)
+        with env.transaction() as tx:
+            outputs = [tx.get("doc:1", ("doc", "first")), tx.get("doc:1", ("doc", "late"))]
+        print(json.dumps({
+            "refused": refused, "observers_while_running": observers_while_running,
+            "observers": [o.name for o in app.observers], "idle": totals["idle"],
+            "outputs": [None if v is None else v.decode() for v in outputs],
+        }))
+        env.close()
+        """,
+        DB=tmp_path / "db",
+    )
+    assert result["refused"] is not None, "registering while workers run must raise"
+    name, is_percolite_error, message = result["refused"]
+    assert is_percolite_error, f"expected percolite.Error, got {name}: {message}"
+    assert "late" in message, "the message names the refused observer"
+    assert len(result["observers_while_running"]) == 1, "the refused observer is not registered"
+    assert len(result["observers"]) == 2
+    assert result["idle"] is True
+    assert result["outputs"] == ["1", "1"]
+
+
+@pytest.mark.parametrize(
+    "second",
+    [("doc", "content"), percolite.Column("doc", "content"), (b"doc", b"content")],
+    ids=["tuple", "Column", "bytes"],
+)
+def test_a_second_observer_for_the_same_column_raises_value_error(second):
+    app = percolite.App()
+    app.add_observer(CONTENT, _noop, name="first")
+
+    def other(tx, row, column):  # pragma: no cover - never run
+        pass
+
+    with pytest.raises(ValueError, match="first"):
+        app.add_observer(second, other)
+    with pytest.raises(ValueError):
+        app.observer(second, notify=percolite.WEAK)(other)
+    assert [o.name for o in app.observers] == ["first"]
+
+
+@pytest.mark.parametrize("fn", [42, "index", None, object()], ids=repr)
+def test_a_non_callable_observer_raises_type_error(fn):
+    app = percolite.App()
+    with pytest.raises(TypeError, match="callable"):
+        app.add_observer(CONTENT, fn)
+    with pytest.raises(TypeError, match="callable"):
+        app.observer(CONTENT)(fn)
+    assert app.observers == []
+
+
+def test_an_observer_with_the_wrong_arity_raises_type_error_naming_it():
+    app = percolite.App()
+
+    def takes_only_tx(tx):  # pragma: no cover - never run
+        pass
+
+    def takes_four(tx, row, column, extra):  # pragma: no cover - never run
+        pass
+
+    with pytest.raises(TypeError, match="takes_only_tx"):
+        app.observer(CONTENT)(takes_only_tx)
+    with pytest.raises(TypeError, match="takes_four"):
+        app.add_observer(CONTENT, takes_four)
+    with pytest.raises(TypeError, match="named_one"):
+        app.add_observer(CONTENT, lambda tx: None, name="named_one")
+    assert app.observers == []
+
+    # Signatures that accept three positional arguments are fine.
+    class Callable:
+        def __call__(self, tx, row, column):  # pragma: no cover - never run
+            pass
+
+    app.add_observer(("a", "1"), lambda *args: None)
+    app.add_observer(("a", "2"), lambda tx, row, column, extra=None: None)
+    app.add_observer(("a", "3"), Callable())
+    assert len(app.observers) == 3
+
+
+def test_bad_column_and_notify_arguments():
+    app = percolite.App()
+    with pytest.raises(TypeError):
+        app.add_observer("doc:content", _noop)
+    with pytest.raises(TypeError):
+        app.add_observer(("doc", "content", "extra"), _noop)
+    with pytest.raises(ValueError):
+        app.add_observer(("", "content"), _noop)
+    with pytest.raises(ValueError, match="notify"):
+        app.add_observer(CONTENT, _noop, notify=3)
+    assert app.observers == []
+
+
+# -- the environment -----------------------------------------------------------
+
+
+def test_open_with_an_app_that_is_not_an_app_raises_type_error(tmp_path):
+    with pytest.raises(TypeError, match="App"):
+        percolite.open(tmp_path / "db", app=object())
+    with pytest.raises(TypeError):
+        percolite.open(tmp_path / "db", app=[_noop])
+
+
+def test_wait_on_a_closed_env_raises_closed_error(tmp_path):
+    app = percolite.App()
+    app.add_observer(CONTENT, _noop)
+    env = percolite.open(tmp_path / "db", app=app, sync="none")
+    with env.transaction() as tx:
+        tx.set("doc:1", CONTENT, "pending")
+    env.close()
+    with pytest.raises(percolite.ClosedError):
+        env.wait()
+    with pytest.raises(percolite.ClosedError):
+        env.wait(timeout=0.1)
+    with pytest.raises(percolite.ClosedError):
+        env.status()
+    env.stop_workers()  # idempotent, even closed
+    env.close()  # idempotent
+
+
+def test_start_workers_on_a_closed_env_raises_closed_error(tmp_path):
+    app = percolite.App()
+    app.add_observer(CONTENT, _noop)
+    env = percolite.open(tmp_path / "db", app=app, sync="none")
+    env.close()
+    with pytest.raises(percolite.ClosedError):
+        env.start_workers(1)
+    assert env.workers_running is False
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"threads": 0}, ValueError),
+        ({"threads": -3}, ValueError),
+        ({"threads": 2.0}, TypeError),
+        ({"threads": True}, TypeError),
+        ({"worker_index": 2, "worker_count": 2}, ValueError),
+        ({"worker_index": -1, "worker_count": 2}, ValueError),
+        ({"worker_count": 0}, ValueError),
+        ({"retry_initial": 0.0}, ValueError),
+        ({"retry_initial": 1.0, "retry_max": 0.5}, ValueError),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, dict) else v.__name__,
+)
+def test_start_workers_with_bad_arguments_raises(tmp_path, kwargs, error):
+    app = percolite.App()
+    app.add_observer(CONTENT, _noop)
+    with percolite.open(tmp_path / "db", app=app, sync="none") as env:
+        try:
+            with pytest.raises(error):
+                env.start_workers(**kwargs)
+            assert env.workers_running is False
+            assert env.status()["workers"]["running"] is False
+        finally:
+            env.stop_workers()
+
+
+def test_starting_workers_twice_raises(tmp_path):
+    result = run_isolated_json(
+        """
+        import json
+        import percolite
+
+        app = percolite.App()
+        app.add_observer(("doc", "content"), lambda tx, row, column: None)
+        env = percolite.open(DB, app=app, sync="none")
+        env.start_workers(1)
+        try:
+            env.start_workers(1)
+        except percolite.Error as e:
+            second = type(e).__name__
+        else:
+            second = None
+        running = env.status()["workers"]["running"]
+        env.close()
+        print(json.dumps({"second": second, "running": running}))
+        """,
+        DB=tmp_path / "db",
+    )
+    assert result["second"] is not None, "a second start_workers must raise"
+    assert result["running"] is True, "the first workers keep running"
+
+
+# -- an observer that misuses its transaction ---------------------------------
+
+MISUSE = """
+import json, threading, time
+import percolite
+
+app = percolite.App()
+misbehave = threading.Event()
+misbehave.set()
+
+@app.observer(("doc", "content"))
+def index(tx, row, column):
+    tx.set(row, ("doc", "words"), str(len(tx.get(row, column).split())))
+    if misbehave.is_set():
+        MISUSE(tx)
+
+env = percolite.open(DB, app=app, sync="none")
+with env.transaction() as tx:
+    tx.set("doc:1", ("doc", "content"), "three little words")
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+deadline = time.monotonic() + 20
+while env.status()["observers"][0]["failures"] < 3 and time.monotonic() < deadline:
+    time.sleep(0.01)
+failing = env.status()
+with env.transaction() as tx:
+    words_while_failing = tx.get("doc:1", ("doc", "words"))
+misbehave.clear()
+idle = env.wait(timeout=20)
+env.stop_workers()
+with env.transaction() as tx:
+    words = tx.get("doc:1", ("doc", "words"))
+final = env.status()
+print(json.dumps({
+    "failures": failing["observers"][0]["failures"],
+    "last_error": failing["observers"][0]["last_error"],
+    "pending_while_failing": failing["pending"],
+    "words_while_failing": words_while_failing is not None,
+    "idle": idle, "words": None if words is None else words.decode(),
+    "commits": final["observers"][0]["commits"], "pending": final["pending"],
+}))
+env.close()
+"""
+
+
+@pytest.mark.parametrize(
+    "misuse",
+    [
+        "lambda tx: tx.commit()",
+        "lambda tx: tx.abort()",
+        "lambda tx: tx.__enter__()",
+    ],
+    ids=["commit", "abort", "with"],
+)
+def test_an_observer_that_commits_its_own_transaction_is_a_counted_failure(tmp_path, misuse):
+    result = run_isolated_json(f"MISUSE = {misuse}\n" + textwrap.dedent(MISUSE), DB=tmp_path / "db")
+    assert result["failures"] >= 3
+    assert "Traceback" in result["last_error"]
+    assert "percolite" in result["last_error"]
+    assert result["pending_while_failing"] == 1, "the notification is not lost"
+    assert result["words_while_failing"] is False, "the failed run's writes are not committed"
+    assert result["idle"] is True
+    assert result["words"] == "3"
+    assert result["commits"] == 1
+    assert result["pending"] == 0
