@@ -17,7 +17,7 @@ bench: install
 
 lint:
 	$(PY) -m ruff check python tests bench
-	clang-format --dry-run --Werror cpp/include/percolite/*.h cpp/src/* cpp/bindings/*.cc tests/cpp/*.cc
+	clang-format --dry-run --Werror cpp/include/percolite/*.h cpp/src/* cpp/bindings/*.cc tests/cpp/*
 
 clean:
 	rm -rf build .venv

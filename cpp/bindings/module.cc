@@ -69,7 +69,14 @@ std::string ToBytes(py::handle h, const char* what) {
     return std::string(PyByteArray_AS_STRING(h.ptr()), PyByteArray_GET_SIZE(h.ptr()));
   }
   if (PyMemoryView_Check(h.ptr())) {
-    return std::string(py::bytes(py::reinterpret_borrow<py::object>(h)));
+    Py_buffer view;
+    if (PyObject_GetBuffer(h.ptr(), &view, PyBUF_CONTIG_RO) != 0) {
+      PyErr_Clear();
+      throw py::type_error(std::string(what) + " must be a contiguous memoryview");
+    }
+    std::string out(static_cast<const char*>(view.buf), view.len);
+    PyBuffer_Release(&view);
+    return out;
   }
   std::string message = std::string(what) + " must be bytes or str, not " + TypeName(h);
   if (h.is_none() && std::string(what) == "value") {

@@ -355,12 +355,14 @@ void Store::Close() {
   queue_cv_.notify_all();
   if (writer_ && writer_->joinable()) writer_->join();
   closed_ = true;
-  if (live_snapshots_.load() == 0) CloseEnvironment();
+  CloseEnvironment();
 }
 
 void Store::CloseEnvironment() {
   MapLock::Exclusive lock(*map_lock_);
-  if (env_ == nullptr) return;
+  // Snapshots are counted under the shared lock, so this check cannot race
+  // with one being created: the last one to be released closes LMDB instead.
+  if (env_ == nullptr || live_snapshots_.load() > 0) return;
   mdb_env_close(env_);
   env_ = nullptr;
 }
@@ -394,7 +396,9 @@ std::unique_ptr<Snapshot> Store::BeginSnapshot() {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
-    if (env_ == nullptr) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+    if (env_ == nullptr || closed_.load()) {
+      throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+    }
     MDB_txn* txn = nullptr;
     int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
     if (rc == MDB_MAP_RESIZED) {
@@ -439,7 +443,7 @@ void Snapshot::Release() {
     txn_ = nullptr;
   }
   if (store_->live_snapshots_.fetch_sub(1) == 1 && store_->closed_.load()) {
-    store_->CloseEnvironment();
+    store_->CloseEnvironment();  // the store closed while this snapshot was open
   }
 }
 

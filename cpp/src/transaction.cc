@@ -145,7 +145,12 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
     return range.end.empty() || key < range.end;
   };
   size_t i = 0;
+  bool stopped_early = false;
   for (;;) {
+    if (chunk.items.size() == limit) {
+      stopped_early = true;
+      break;
+    }
     const bool have_snap = i < snap.size();
     const bool have_own = it != writes_.end() && in_window(it->first);
     if (!have_snap && !have_own) break;
@@ -160,7 +165,7 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
       ++i;
     }
   }
-  chunk.done = snap_done;
+  chunk.done = snap_done && !stopped_early;
   return chunk;
 }
 

@@ -81,7 +81,12 @@ class Transaction:
         if prefix is not None and (start is not None or end is not None):
             raise ValueError("scan takes either prefix or start/end, not both")
         if columns is not None:
-            columns = [tuple(c) for c in columns]
+            if isinstance(columns, (bytes, str)) or not hasattr(columns, "__iter__"):
+                raise TypeError(
+                    "columns must be a list of (family, qualifier) tuples, "
+                    f"not {type(columns).__name__}"
+                )
+            columns = list(columns)  # each item is checked by the core
         resume = None
         make_column = Column._from_bytes
         while True:

@@ -1,0 +1,148 @@
+// Shared helpers of the Catch2 tests of the percolite core.
+#pragma once
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "percolite/env.h"
+#include "percolite/status.h"
+#include "percolite/transaction.h"
+
+namespace Catch {
+template <>
+struct StringMaker<percolite::ErrorCode> {
+  static std::string convert(percolite::ErrorCode code) {
+    switch (code) {
+      case percolite::ErrorCode::kOk:
+        return "kOk";
+      case percolite::ErrorCode::kConflict:
+        return "kConflict";
+      case percolite::ErrorCode::kClosed:
+        return "kClosed";
+      case percolite::ErrorCode::kCorruption:
+        return "kCorruption";
+      case percolite::ErrorCode::kStorage:
+        return "kStorage";
+      case percolite::ErrorCode::kCallback:
+        return "kCallback";
+      case percolite::ErrorCode::kInvalidArgument:
+        return "kInvalidArgument";
+      case percolite::ErrorCode::kWrongState:
+        return "kWrongState";
+    }
+    return "ErrorCode(" + std::to_string(static_cast<int>(code)) + ")";
+  }
+};
+}  // namespace Catch
+
+namespace percolite_test {
+
+// A fresh directory under /tmp, removed with everything in it on destruction.
+// Declare it before the Env that lives in it, so the Env closes first.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/percolite-test-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Options for tests that do not measure durability: no fsync, so they run fast.
+inline percolite::StoreOptions FastOptions() {
+  percolite::StoreOptions options;
+  options.sync = percolite::SyncMode::kNone;
+  return options;
+}
+
+// The code of the percolite::Error that `body` throws, or kOk when it throws none.
+inline percolite::ErrorCode ErrorCodeOf(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const percolite::Error& e) {
+    return e.code();
+  }
+  return percolite::ErrorCode::kOk;
+}
+
+inline percolite::CellRef Ref(const percolite::Cell& cell) {
+  return percolite::CellRef{cell.row, cell.family, cell.qualifier};
+}
+
+// Reads one cell in a fresh transaction of `env`.
+inline std::optional<std::string> ReadCommitted(percolite::Env& env, const percolite::Cell& cell) {
+  auto tx = env.Begin();
+  std::optional<std::string> value = tx->Get(Ref(cell));
+  tx->Abort();
+  return value;
+}
+
+// Sets one cell in its own transaction and returns that transaction's commit_ts.
+inline uint64_t CommitSet(percolite::Env& env, const percolite::Cell& cell,
+                          const std::string& value) {
+  auto tx = env.Begin();
+  tx->Set(Ref(cell), value);
+  tx->Commit();
+  return tx->commit_ts().value();
+}
+
+// Every item of `range`, gathered chunk by chunk with at most `limit` cells per chunk.
+inline std::vector<percolite::ScanItem> ScanAll(percolite::Transaction& tx,
+                                                const percolite::ScanRange& range, size_t limit) {
+  std::vector<percolite::ScanItem> items;
+  std::string resume;
+  bool first = true;
+  for (;;) {
+    percolite::ScanChunk chunk = tx.Scan(range, first ? nullptr : &resume, limit);
+    first = false;
+    for (auto& item : chunk.items) items.push_back(std::move(item));
+    if (chunk.done) return items;
+    REQUIRE_FALSE(chunk.resume_after.empty());
+    resume = chunk.resume_after;
+  }
+}
+
+// A printable form of a cell for failure messages (bytes outside ASCII as \xNN).
+inline std::string Describe(const percolite::Cell& cell) {
+  auto repr = [](const std::string& s) {
+    std::string out;
+    for (unsigned char c : s) {
+      if (c >= 32 && c < 127) {
+        out += static_cast<char>(c);
+      } else {
+        static const char kHex[] = "0123456789abcdef";
+        out += "\\x";
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+      }
+    }
+    return out;
+  };
+  return "(" + repr(cell.row) + ", " + repr(cell.family) + ", " + repr(cell.qualifier) + ")";
+}
+
+inline bool SameCell(const percolite::Cell& a, const percolite::Cell& b) {
+  return a.row == b.row && a.family == b.family && a.qualifier == b.qualifier;
+}
+
+}  // namespace percolite_test

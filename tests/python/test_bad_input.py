@@ -1,0 +1,471 @@
+"""Misuse and bad input: each raises one specific exception whose message names
+what was wrong, and nothing is written (design.md sections 8 and 9)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+
+import percolite
+import pytest
+from conftest import COL, committed_cells
+
+# -- bad arguments to a transaction ----------------------------------------------
+
+BAD_CALLS = [
+    # (id, call, exception, message pattern)
+    (
+        "int-row-set",
+        lambda tx: tx.set(1, COL, b"v"),
+        TypeError,
+        r"row must be bytes or str, not int",
+    ),
+    ("int-row-get", lambda tx: tx.get(1, COL), TypeError, r"row must be bytes or str, not int"),
+    (
+        "int-row-delete",
+        lambda tx: tx.delete(7, COL),
+        TypeError,
+        r"row must be bytes or str, not int",
+    ),
+    (
+        "none-row",
+        lambda tx: tx.set(None, COL, b"v"),
+        TypeError,
+        r"row must be bytes or str, not NoneType",
+    ),
+    (
+        "none-value",
+        lambda tx: tx.set(b"r", COL, None),
+        TypeError,
+        r"value must be bytes or str, not NoneType",
+    ),
+    (
+        "int-value",
+        lambda tx: tx.set(b"r", COL, 5),
+        TypeError,
+        r"value must be bytes or str, not int",
+    ),
+    ("empty-row-set", lambda tx: tx.set(b"", COL, b"v"), ValueError, r"row must not be empty"),
+    ("empty-str-row-set", lambda tx: tx.set("", COL, b"v"), ValueError, r"row must not be empty"),
+    ("empty-row-get", lambda tx: tx.get(b"", COL), ValueError, r"row must not be empty"),
+    ("empty-row-delete", lambda tx: tx.delete(b"", COL), ValueError, r"row must not be empty"),
+    (
+        "empty-family-set",
+        lambda tx: tx.set(b"r", (b"", b"q"), b"v"),
+        ValueError,
+        r"column family must not be empty",
+    ),
+    (
+        "empty-family-delete",
+        lambda tx: tx.delete(b"r", ("", "q")),
+        ValueError,
+        r"column family must not be empty",
+    ),
+    (
+        "empty-family-get",
+        lambda tx: tx.get(b"r", ("", "")),
+        ValueError,
+        r"column family must not be empty",
+    ),
+    (
+        "column-1-tuple",
+        lambda tx: tx.set(b"r", ("f",), b"v"),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple.*1 item",
+    ),
+    (
+        "column-3-tuple",
+        lambda tx: tx.set(b"r", ("f", "q", "x"), b"v"),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple.*3 item",
+    ),
+    (
+        "column-str",
+        lambda tx: tx.set(b"r", "fq", b"v"),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple.*str",
+    ),
+    (
+        "column-list",
+        lambda tx: tx.set(b"r", ["f", "q"], b"v"),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple.*list",
+    ),
+    (
+        "column-none",
+        lambda tx: tx.delete(b"r", None),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple.*NoneType",
+    ),
+    (
+        "family-int",
+        lambda tx: tx.set(b"r", (1, b"q"), b"v"),
+        TypeError,
+        r"column family must be bytes or str, not int",
+    ),
+    (
+        "qualifier-none",
+        lambda tx: tx.set(b"r", (b"f", None), b"v"),
+        TypeError,
+        r"column qualifier must be bytes or str, not NoneType",
+    ),
+    (
+        "scan-prefix-int",
+        lambda tx: list(tx.scan(5)),
+        TypeError,
+        r"prefix must be bytes or str, not int",
+    ),
+    (
+        "scan-start-int",
+        lambda tx: list(tx.scan(start=5)),
+        TypeError,
+        r"start must be bytes or str, not int",
+    ),
+    (
+        "scan-end-int",
+        lambda tx: list(tx.scan(end=5.0)),
+        TypeError,
+        r"end must be bytes or str, not float",
+    ),
+    (
+        "scan-bad-column",
+        lambda tx: list(tx.scan(columns=["fq"])),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple",
+    ),
+    (
+        "scan-columns-bare-tuple",
+        lambda tx: list(tx.scan(columns=("f", "q"))),
+        TypeError,
+        r"column must be a \(family, qualifier\) tuple",
+    ),
+    (
+        "scan-prefix-and-range",
+        lambda tx: list(tx.scan(b"a", start=b"b")),
+        ValueError,
+        r"either prefix or start/end",
+    ),
+    (
+        "get-many-not-pairs",
+        lambda tx: tx.get_many([b"r"]),
+        TypeError,
+        r"get_many takes \(row, column\) pairs",
+    ),
+    (
+        "get-many-int-row",
+        lambda tx: tx.get_many([(3, COL)]),
+        TypeError,
+        r"row must be bytes or str, not int",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "call, exc, message", [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
+)
+def test_bad_argument_raises_and_writes_nothing(env, call, exc, message):
+    tx = env.transaction()
+    with pytest.raises(exc, match=message) as info:
+        call(tx)
+    assert not isinstance(info.value, percolite.Error)
+    # The transaction is still usable, and nothing was buffered by the bad call.
+    assert tx.state == "active"
+    assert list(tx.scan()) == []
+    tx.commit()
+    assert tx.commit_ts is None  # it wrote nothing
+    assert committed_cells(env) == []
+
+
+def test_bad_argument_leaves_earlier_writes_of_the_transaction_alone(env):
+    tx = env.transaction()
+    tx.set(b"good", COL, b"v")
+    with pytest.raises(TypeError, match="value"):
+        tx.set(b"bad", COL, None)
+    with pytest.raises(ValueError, match="row"):
+        tx.set(b"", COL, b"v")
+    tx.commit()
+    assert committed_cells(env) == [(b"good", (b"f", b"q"), b"v")]
+
+
+def test_column_constructor_validates():
+    with pytest.raises(ValueError, match="column family must not be empty"):
+        percolite.Column("", "q")
+    with pytest.raises(TypeError, match="column family must be bytes or str, not int"):
+        percolite.Column(1, "q")
+    with pytest.raises(TypeError, match="column qualifier must be bytes or str, not NoneType"):
+        percolite.Column("f", None)
+    assert percolite.Column("f") == (b"f", b"")
+
+
+# -- ended transactions -------------------------------------------------------------
+
+
+def _ended_uses(tx):
+    return [
+        lambda: tx.get(b"r", COL),
+        lambda: tx.get_many([(b"r", COL)]),
+        lambda: tx.set(b"r", COL, b"v"),
+        lambda: tx.delete(b"r", COL),
+        lambda: list(tx.scan()),
+        lambda: tx.commit(),
+    ]
+
+
+@pytest.mark.parametrize("ending", ["committed", "aborted", "conflicted"])
+def test_using_an_ended_transaction_raises(env, ending):
+    tx = env.transaction()
+    tx.set(b"mine", COL, b"v")
+    if ending == "committed":
+        tx.commit()
+    elif ending == "aborted":
+        tx.abort()
+    else:
+        with env.transaction() as other:
+            other.set(b"mine", COL, b"theirs")
+        with pytest.raises(percolite.CommitConflict):
+            tx.commit()
+    before = committed_cells(env)
+    word = "committed" if ending == "committed" else "aborted"
+    for use in _ended_uses(tx):
+        with pytest.raises(percolite.Error, match=f"already {word}") as info:
+            use()
+        assert not isinstance(info.value, percolite.ClosedError)
+    tx.abort()  # idempotent, never raises
+    assert tx.state == ("committed" if ending == "committed" else "aborted")
+    assert committed_cells(env) == before
+
+
+def test_context_manager_on_an_ended_transaction_does_not_commit_again(env):
+    tx = env.transaction()
+    tx.set(b"r", COL, b"v")
+    tx.commit()
+    ts = tx.commit_ts
+    with tx:
+        pass
+    assert tx.commit_ts == ts
+
+
+# -- closed stores --------------------------------------------------------------
+
+
+def test_env_transaction_after_close_raises_closed_error(store_path):
+    env = percolite.open(store_path, sync="none")
+    env.close()
+    env.close()  # idempotent
+    assert env.closed
+    with pytest.raises(percolite.ClosedError, match="closed") as info:
+        env.transaction()
+    assert env.path in str(info.value)
+    with pytest.raises(percolite.ClosedError, match="closed"):
+        env.stats()
+    with pytest.raises(percolite.ClosedError):
+        env.run(lambda tx: None)
+    assert isinstance(percolite.ClosedError("x"), percolite.Error)
+
+
+def test_transaction_begun_before_close_raises_closed_error(store_path):
+    env = percolite.open(store_path, sync="none")
+    with env.transaction() as tx:
+        tx.set(b"kept", COL, b"v")
+    reader = env.transaction()
+    writer = env.transaction()
+    writer.set(b"lost", COL, b"v")
+    env.close()
+    assert writer.state == "aborted"  # close aborts unfinished transactions
+    for tx in (reader, writer):
+        for use in _ended_uses(tx):
+            with pytest.raises(percolite.ClosedError, match="closed"):
+                use()
+        tx.abort()  # still never raises
+    with percolite.open(store_path, sync="none") as env2:
+        assert committed_cells(env2) == [(b"kept", (b"f", b"q"), b"v")]
+
+
+def test_context_manager_closes_the_env(store_path):
+    with percolite.open(store_path, sync="none") as env:
+        assert not env.closed
+    assert env.closed
+    with pytest.raises(percolite.ClosedError):
+        env.transaction()
+
+
+# -- opening ------------------------------------------------------------------
+
+
+def test_second_open_of_the_same_path_shares_the_store(store_path):
+    first = percolite.open(store_path, sync="none")
+    second = percolite.open(str(store_path) + "/", sync="none")  # another spelling
+    assert second is not first
+    assert first.path == second.path == os.path.realpath(store_path)
+    with first.transaction() as tx:
+        tx.set(b"from-first", COL, b"1")
+    with second.transaction() as tx:
+        assert tx.get(b"from-first", COL) == b"1"
+        tx.set(b"from-second", COL, b"2")
+    # Conflicts are detected across the two handles.
+    t1, t2 = first.transaction(), second.transaction()
+    t1.set(b"x", COL, b"1")
+    t2.set(b"x", COL, b"2")
+    t1.commit()
+    with pytest.raises(percolite.CommitConflict):
+        t2.commit()
+    # Closing one handle leaves the other working.
+    first.close()
+    assert second.transaction().get(b"from-second", COL) == b"2"
+    with second.transaction() as tx:
+        tx.set(b"after", COL, b"3")
+    assert [c[0] for c in committed_cells(second)] == [
+        b"after",
+        b"from-first",
+        b"from-second",
+        b"x",
+    ]
+    second.close()
+
+
+def test_second_open_with_a_different_sync_raises_value_error(store_path):
+    with percolite.open(store_path, sync="none") as env:
+        with pytest.raises(
+            ValueError, match=r"already open in this process with sync='none'.*sync='full'"
+        ):
+            percolite.open(store_path)
+        with pytest.raises(ValueError, match="sync='meta'"):
+            percolite.open(store_path, sync="meta")
+        with env.transaction() as tx:  # the refused open did not disturb it
+            tx.set(b"r", COL, b"v")
+    # Once every handle is closed, another sync mode is fine.
+    with percolite.open(store_path, sync="meta") as env:
+        assert committed_cells(env) == [(b"r", (b"f", b"q"), b"v")]
+
+
+@pytest.mark.parametrize("sync", ["fast", "", "FULL", None, 1])
+def test_bad_sync_value_raises_value_error(store_path, sync):
+    with pytest.raises(ValueError, match="sync must be one of 'full', 'meta', 'none'"):
+        percolite.open(store_path, sync=sync)
+    assert not store_path.exists()
+
+
+def test_other_bad_open_arguments(store_path):
+    with pytest.raises(TypeError, match="path must be str or os.PathLike, not int"):
+        percolite.open(3)
+    with pytest.raises(ValueError, match="mode"):
+        percolite.open(store_path, mode=0o1777)
+    with pytest.raises(ValueError, match="map_size"):
+        percolite.open(store_path, map_size=1000)
+    with pytest.raises(ValueError, match="max_readers"):
+        percolite.open(store_path, max_readers=0)
+    with pytest.raises(TypeError, match="mode must be an int"):
+        percolite.open(store_path, mode="0600")
+    assert not store_path.exists()
+
+
+def test_bad_run_arguments(env):
+    with pytest.raises(ValueError, match="retries must be >= 0 or None"):
+        env.run(lambda tx: None, retries=-1)
+    with pytest.raises(TypeError, match="fn must be callable, not str"):
+        env.run("not callable")
+    assert committed_cells(env) == []
+
+
+def test_open_with_create_false_on_missing_path_raises_storage_error(store_path):
+    with pytest.raises(percolite.StorageError, match=r"no such directory") as info:
+        percolite.open(store_path, create=False)
+    assert str(store_path) in str(info.value)
+    assert not store_path.exists()
+
+
+def test_open_of_a_file_raises_storage_error(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_bytes(b"not a store")
+    with pytest.raises(percolite.StorageError, match=r"is a file, not a directory") as info:
+        percolite.open(path)
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == b"not a store"
+
+
+def test_open_with_a_missing_parent_raises_storage_error(tmp_path):
+    with pytest.raises(percolite.StorageError, match="creating store directory"):
+        percolite.open(tmp_path / "no" / "such" / "parent")
+
+
+def test_store_directory_and_files_are_private_by_default(store_path):
+    old = os.umask(0)  # the modes must not rely on the umask to be private
+    try:
+        env = percolite.open(store_path, sync="none")
+    finally:
+        os.umask(old)
+    try:
+        with env.transaction() as tx:
+            tx.set(b"r", COL, b"v")
+        assert stat.S_IMODE(os.stat(store_path).st_mode) == 0o700
+        files = sorted(os.listdir(store_path))
+        assert files  # the data and lock files
+        for name in files:
+            assert stat.S_IMODE(os.stat(store_path / name).st_mode) == 0o600, name
+    finally:
+        env.close()
+
+
+def test_store_mode_argument_sets_directory_and_file_modes(store_path):
+    old = os.umask(0)
+    try:
+        env = percolite.open(store_path, sync="none", mode=0o640)
+    finally:
+        os.umask(old)
+    env.close()
+    assert stat.S_IMODE(os.stat(store_path).st_mode) == 0o750
+    for name in os.listdir(store_path):
+        assert stat.S_IMODE(os.stat(store_path / name).st_mode) == 0o640, name
+
+
+# -- read-only directories (as an unprivileged user) --------------------------------
+
+# Runs as an unprivileged user: root ignores directory permissions.
+_READ_ONLY_CHILD = """
+import os, sys
+import percolite
+
+parent_dir, target = sys.argv[1], sys.argv[2]
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+assert not os.access(parent_dir, os.W_OK), "the directory is writable: the test proves nothing"
+try:
+    percolite.open(target, sync="none")
+except percolite.StorageError as e:
+    print("StorageError:", e)
+else:
+    sys.exit("opened a store in a read-only directory")
+"""
+
+
+@pytest.fixture
+def read_only_dir():
+    """A fresh directory under /tmp that others may traverse, holding a 0o555
+    subdirectory (not under tmp_path: pytest makes that 0o700)."""
+    top = tempfile.mkdtemp(prefix="percolite-ro-", dir="/tmp")
+    os.chmod(top, 0o755)
+    ro = os.path.join(top, "ro")
+    os.mkdir(ro)
+    os.chmod(ro, 0o555)
+    yield ro
+    os.chmod(ro, 0o755)
+    shutil.rmtree(top)
+
+
+def test_open_inside_a_read_only_directory_raises_storage_error(read_only_dir, run_isolated):
+    target = os.path.join(read_only_dir, "store")
+    out = run_isolated(_READ_ONLY_CHILD, read_only_dir, target, timeout=30)
+    assert "StorageError:" in out
+    assert target in out and "permission denied" in out.lower()
+    assert not os.path.exists(target)
+
+
+def test_open_of_a_read_only_directory_raises_storage_error(read_only_dir, run_isolated):
+    out = run_isolated(_READ_ONLY_CHILD, read_only_dir, read_only_dir, timeout=30)
+    assert "StorageError:" in out
+    assert read_only_dir in out and "permission denied" in out.lower()
+    assert os.listdir(read_only_dir) == []
