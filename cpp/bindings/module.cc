@@ -390,6 +390,8 @@ PYBIND11_MODULE(_core, m) {
                                    return "committed";
                                  case Tx::State::kAborted:
                                    return "aborted";
+                                 case Tx::State::kClosed:
+                                   return "closed";
                                }
                                return "?";
                              })

@@ -202,7 +202,7 @@ void Transaction::Abort() {
 void Transaction::AbortFromEnvClose() {
   std::lock_guard<std::mutex> lock(mu_);
   env_closed_ = true;
-  if (state_ == State::kActive) ReleaseLocked(State::kAborted);
+  if (state_ == State::kActive) ReleaseLocked(State::kClosed);
 }
 
 }  // namespace percolite

@@ -172,8 +172,8 @@ class Env:
             tx = self.transaction()
             try:
                 result = fn(tx)
-                if tx.state == "active":
-                    tx.commit()
+                if tx.state in ("active", "closed"):
+                    tx.commit()  # raises ClosedError if the store closed meanwhile
                 return result
             except CommitConflict:
                 if retries is not None and attempt >= retries:

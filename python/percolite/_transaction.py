@@ -137,7 +137,8 @@ class Transaction:
 
     @property
     def state(self) -> str:
-        """``"active"``, ``"committed"`` or ``"aborted"``."""
+        """``"active"``, ``"committed"``, ``"aborted"``, or ``"closed"``
+        (aborted because its store was closed)."""
         return self._tx.state
 
     def __enter__(self) -> Transaction:
@@ -146,8 +147,8 @@ class Transaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self._tx.abort()
-        elif self._tx.state == "active":
-            self._tx.commit()
+        elif self._tx.state in ("active", "closed"):
+            self._tx.commit()  # raises ClosedError if the store closed meanwhile
 
     def __repr__(self) -> str:
         return f"<percolite.Transaction start_ts={self.start_ts} {self.state}>"

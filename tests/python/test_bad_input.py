@@ -273,7 +273,7 @@ def test_transaction_begun_before_close_raises_closed_error(store_path):
     writer = env.transaction()
     writer.set(b"lost", COL, b"v")
     env.close()
-    assert writer.state == "aborted"  # close aborts unfinished transactions
+    assert writer.state == "closed"  # close aborts unfinished transactions
     for tx in (reader, writer):
         for use in _ended_uses(tx):
             with pytest.raises(percolite.ClosedError, match="closed"):

@@ -457,3 +457,32 @@ def test_reopen_in_another_process_sees_commits(store_path, run_isolated):
         timeout=30,
     )
     assert out.strip() == "b'yes'"
+
+
+def test_run_raises_closed_error_when_store_closes_during_fn(tmp_path):
+    """Regression: env.run returned fn's result without committing when the
+    store was closed while fn ran, so a caller counted a commit that never
+    happened."""
+    path = tmp_path / "db"
+    env = percolite.open(path, sync="none")
+
+    def fn(tx):
+        tx.set("r", COL, "v")
+        env.close()
+        return "result"
+
+    with pytest.raises(percolite.ClosedError):
+        env.run(fn)
+    with percolite.open(path, sync="none") as again, again.transaction() as tx:
+        assert tx.get("r", COL) is None
+
+
+def test_with_block_raises_closed_error_when_store_closes_inside(tmp_path):
+    """Regression: leaving a `with env.transaction()` block whose store was
+    closed inside it silently committed nothing."""
+    env = percolite.open(tmp_path / "db", sync="none")
+    with pytest.raises(percolite.ClosedError):
+        with env.transaction() as tx:
+            tx.set("r", COL, "v")
+            env.close()
+    assert tx.state == "closed"

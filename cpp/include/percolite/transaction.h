@@ -65,7 +65,8 @@ struct ScanChunk {
 
 class Transaction {
  public:
-  enum class State { kActive, kCommitted, kAborted };
+  // kClosed: aborted because its Env was closed (Commit then throws kClosed).
+  enum class State { kActive, kCommitted, kAborted, kClosed };
 
   ~Transaction();
   Transaction(const Transaction&) = delete;

@@ -1,0 +1,287 @@
+"""Helpers shared by the benchmarks in ``bench/``.
+
+Every benchmark module (``bench_*.py``) exposes the same small interface so that
+``bench/run.py`` can run them all:
+
+* ``NAME``: short name; the report is written to ``<out>/<NAME>.json``;
+* ``add_arguments(parser)``: options of its own (the common ones are added by
+  :func:`add_common_arguments`);
+* ``run(args) -> dict``: measure, and return a JSON-serialisable report;
+* ``format_report(report) -> str``: the human-readable table of that report.
+
+This module holds what they share: a multi-threaded timing loop
+(:func:`run_threads`), scratch store directories on the repository's filesystem
+(:func:`scratch_dir`), medians, tables, JSON output and a description of the
+machine the numbers come from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+DEFAULT_THREADS = (1, 4, 16)
+DEFAULT_SECONDS = 2.0
+DEFAULT_REPEAT = 3
+QUICK_SECONDS = 0.2
+QUICK_REPEAT = 1
+
+
+class OptionGroup(Protocol):
+    """Where a benchmark adds its options: a parser or an argument group."""
+
+    def add_argument(self, *names: str, **settings: Any) -> Any: ...
+
+
+# One operation of a worker thread; it gets its own iteration number, which
+# makes unique keys cheap to build.
+Operation = Callable[[int], None]
+
+
+# -- command line ----------------------------------------------------------
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options every benchmark understands. ``--out`` is left to the
+    caller: a file for one benchmark, a directory for ``run.py``."""
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"tiny run ({QUICK_SECONDS} s per run, {QUICK_REPEAT} repetition) for smoke tests",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_THREADS),
+        metavar="N",
+        help=f"thread counts to measure (default: {' '.join(map(str, DEFAULT_THREADS))})",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help=f"duration of each timed run (default: {DEFAULT_SECONDS}, --quick: {QUICK_SECONDS})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help=f"repetitions of each configuration (default: {DEFAULT_REPEAT}, "
+        f"--quick: {QUICK_REPEAT})",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="parent directory of the scratch stores, removed afterwards; keep it on the "
+        "filesystem you want to measure (default: %(default)s)",
+    )
+
+
+def finish_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fill in the defaults that depend on ``--quick`` and check ranges."""
+    if args.seconds is None:
+        args.seconds = QUICK_SECONDS if args.quick else DEFAULT_SECONDS
+    if args.repeat is None:
+        args.repeat = QUICK_REPEAT if args.quick else DEFAULT_REPEAT
+    if args.seconds <= 0:
+        parser.error("--seconds must be positive")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if any(n < 1 for n in args.threads):
+        parser.error("--threads must be positive")
+
+
+# -- timing ----------------------------------------------------------------
+@dataclass
+class RunResult:
+    """What one timed run did: ``ops`` operations completed in ``seconds``."""
+
+    ops: int
+    seconds: float
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_threads(
+    make_operation: Callable[[int], Operation],
+    threads: int,
+    seconds: float,
+    *,
+    record_latency: bool = False,
+) -> RunResult:
+    """Run ``threads`` threads that each repeat one operation for ``seconds``.
+
+    ``make_operation(thread_index)`` is called up front, outside the timed
+    window, and returns the thread's operation, which is then called with
+    ``0, 1, 2, ...``. All threads start together; when the time is up each
+    finishes the operation it is in. The run lasts from the common start until
+    the last thread stops, so operations that straddle the deadline are counted
+    along with the time they took. With ``record_latency`` the duration of every
+    operation (seconds) is kept too. An exception in a worker stops the run and
+    is raised here.
+    """
+    operations = [make_operation(index) for index in range(threads)]
+    start_line = threading.Barrier(threads + 1)
+    stop = threading.Event()
+    counts = [0] * threads
+    start_times = [0.0] * threads
+    end_times = [0.0] * threads
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    clock = time.perf_counter
+
+    def worker(index: int) -> None:
+        operation = operations[index]
+        own_latencies = latencies[index]
+        done = 0
+        start_times[index] = clock()
+        try:
+            start_line.wait()
+            start_times[index] = clock()
+            while not stop.is_set():
+                if record_latency:
+                    began = clock()
+                    operation(done)
+                    own_latencies.append(clock() - began)
+                else:
+                    operation(done)
+                done += 1
+        except BaseException as error:  # re-raised by the main thread
+            errors.append(error)
+            stop.set()
+        finally:
+            counts[index] = done
+            end_times[index] = clock()
+
+    workers = [
+        threading.Thread(target=worker, args=(index,), name=f"bench-worker-{index}", daemon=True)
+        for index in range(threads)
+    ]
+    for thread in workers:
+        thread.start()
+    released = False
+    try:
+        start_line.wait()
+        released = True
+        stop.wait(seconds)
+    finally:
+        # Also on Ctrl-C: release the workers and wait for them, so that no
+        # store is closed or removed under a running operation.
+        if not released:
+            start_line.abort()
+        stop.set()
+        for thread in workers:
+            thread.join()
+    if errors:
+        raise errors[0]
+    return RunResult(
+        ops=sum(counts),
+        seconds=max(end_times) - min(start_times),
+        latencies=[value for own in latencies for value in own],
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    """The median; benchmarks report it because it ignores a stray slow run."""
+    return float(statistics.median(values))
+
+
+# -- scratch stores --------------------------------------------------------
+@contextlib.contextmanager
+def scratch_dir(parent: Path, prefix: str) -> Iterator[Path]:
+    """A fresh directory under ``parent`` (created if needed), removed with
+    everything in it on exit. The name ends in ``.tmp`` so that git ignores
+    it under ``bench/results/``."""
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def same_filesystem(a: Path, b: Path) -> bool:
+    """Whether two existing paths are on one filesystem (fsync costs differ
+    between filesystems, so stores being compared must share one)."""
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+# -- reporting -------------------------------------------------------------
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right."""
+    cells = [[str(h) for h in headers]] + [[str(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        parts = [
+            value.ljust(width) if i == 0 else value.rjust(width)
+            for i, (value, width) in enumerate(zip(row, widths))
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON, creating the folder; a reader never
+    sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so stdout keeps only the report."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _git_revision() -> str | None:
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return described.stdout.strip() or None
+
+
+def machine_info() -> dict[str, Any]:
+    """Where and when the numbers were taken, for the JSON reports."""
+    return {
+        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git": _git_revision(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        # Other work on the machine skews the numbers; this says how busy it was.
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
