@@ -16,21 +16,27 @@ CLOCK_MONOTONIC is system-wide on Linux, so times compare across processes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from statistics import median
 
+import notify_app
 import percolite
+from common import (
+    RESULTS_DIR,
+    add_common_arguments,
+    finish_arguments,
+    format_table,
+    machine_info,
+    scratch_dir,
+    write_json,
+)
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import notify_app  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -106,45 +112,67 @@ def measure_idle_cpu(db: str, seconds: float) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> dict:
-    base = Path(args.dir or HERE / "results" / "tmp")
-    base.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base) as scratch:
-        results = {
-            "local": measure_latency(os.path.join(scratch, "local"), args.commits, remote=False),
-            "two_processes": measure_latency(
-                os.path.join(scratch, "remote"), args.commits, remote=True
-            ),
-            "idle": measure_idle_cpu(os.path.join(scratch, "idle"), args.idle_seconds),
-        }
-    return results
+NAME = "notify"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commits", type=int, default=300)
-    parser.add_argument("--idle-seconds", type=float, default=5.0)
-    parser.add_argument("--dir", help="where to put the stores (default bench/results/tmp)")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results" / "notify.json"))
-    args = parser.parse_args()
-    if args.quick:
-        args.commits, args.idle_seconds = 20, 0.5
-    results = run(args)
-    print(f"{'setting':<16}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'commit p50':>12}")
-    for name in ("local", "two_processes"):
-        r = results[name]
-        print(
-            f"{name:<16}{r['p50_ms']:>10}{r['p99_ms']:>10}{r['max_ms']:>10}{r['commit_p50_ms']:>12}"
-        )
-    idle = results["idle"]
-    print(
-        f"idle pool: {idle['cpu_percent_of_one_core']}% of one core "
-        f"({idle['cpu_seconds']} s CPU in {idle['seconds']} s)"
+def add_arguments(parser) -> None:
+    """Options of this benchmark only."""
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=300,
+        help="spaced-out commits per latency measurement (default: %(default)s)",
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=5.0,
+        help="how long the idle pool is watched (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> dict:
+    commits = 20 if args.quick else args.commits
+    idle_seconds = 0.5 if args.quick else args.idle_seconds
+    with scratch_dir(args.dir, f"{NAME}-") as scratch:
+        return {
+            "settings": {"commits": commits, "idle_seconds": idle_seconds, "sync": "full"},
+            "machine": machine_info(),
+            "local": measure_latency(os.path.join(scratch, "local"), commits, remote=False),
+            "two_processes": measure_latency(os.path.join(scratch, "remote"), commits, remote=True),
+            "idle": measure_idle_cpu(os.path.join(scratch, "idle"), idle_seconds),
+        }
+
+
+def format_report(report: dict) -> str:
+    rows = [
+        [name, r["p50_ms"], r["p99_ms"], r["max_ms"], r["commit_p50_ms"]]
+        for name, r in (
+            ("one process", report["local"]),
+            ("two processes", report["two_processes"]),
+        )
+    ]
+    idle = report["idle"]
+    return (
+        "Commit -> observer start latency, ms (sync=full; from the commit() call)\n\n"
+        + format_table(["workers in", "p50", "p99", "max", "commit p50"], rows)
+        + f"\n\nidle worker pool (4 threads): {idle['cpu_percent_of_one_core']}% of one core"
+        f" ({idle['cpu_seconds']} s CPU in {idle['seconds']} s)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
+    add_arguments(parser)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / f"{NAME}.json")
+    args = parser.parse_args(argv)
+    finish_arguments(parser, args)
+    report = run(args)
+    print(format_report(report))
+    write_json(args.out, report)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,9 +17,10 @@ from pathlib import Path
 from types import ModuleType
 
 import bench_commit
+import bench_notify
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
 
-BENCHMARKS: tuple[ModuleType, ...] = (bench_commit,)
+BENCHMARKS: tuple[ModuleType, ...] = (bench_commit, bench_notify)
 
 
 def main(argv: list[str] | None = None) -> int:
