@@ -1,0 +1,36 @@
+"""The examples users copy first must work as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+@pytest.mark.parametrize(
+    "document, index",
+    [("README.md", 0), ("docs/notifications.md", 0), ("docs/transactions.md", 0)],
+)
+def test_example_runs(tmp_path, document, index):
+    code = python_blocks(ROOT / document)[index]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_readme_example_prints_the_word_count(tmp_path):
+    code = python_blocks(ROOT / "README.md")[0]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "b'6'"
