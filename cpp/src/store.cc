@@ -150,45 +150,6 @@ struct TxnAborter {
 
 }  // namespace
 
-// Readers hold the map lock shared for the length of one LMDB call sequence;
-// growing the map takes it exclusively, so no thread is inside the map while
-// it moves. Writer-preferring so a resize is not starved by a stream of reads.
-class Store::MapLock {
- public:
-  MapLock() {
-    pthread_rwlockattr_t attr;
-    pthread_rwlockattr_init(&attr);
-    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&lock_, &attr);
-    pthread_rwlockattr_destroy(&attr);
-  }
-  ~MapLock() { pthread_rwlock_destroy(&lock_); }
-
-  class Shared {
-   public:
-    explicit Shared(MapLock& l) : l_(&l) { pthread_rwlock_rdlock(&l_->lock_); }
-    ~Shared() { unlock(); }
-    void unlock() {
-      if (l_) pthread_rwlock_unlock(&l_->lock_);
-      l_ = nullptr;
-    }
-
-   private:
-    MapLock* l_;
-  };
-  class Exclusive {
-   public:
-    explicit Exclusive(MapLock& l) : l_(l) { pthread_rwlock_wrlock(&l_.lock_); }
-    ~Exclusive() { pthread_rwlock_unlock(&l_.lock_); }
-
-   private:
-    MapLock& l_;
-  };
-
- private:
-  pthread_rwlock_t lock_;
-};
-
 struct Store::PendingCommit {
   uint64_t start_ts;
   const std::vector<Mutation>* mutations;
@@ -392,28 +353,34 @@ void Store::GrowMap(bool adopt_only) {
 // ---------------------------------------------------------------------------
 // Snapshots
 
+MDB_txn* Store::TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* what) {
+  if (env_ == nullptr || closed_.load()) {
+    throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+  }
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_, nullptr, flags, &txn);
+  if (rc == MDB_MAP_RESIZED) {  // another process grew the map: adopt its size
+    lock.unlock();
+    GrowMap(/*adopt_only=*/true);
+    return nullptr;
+  }
+  if (rc == MDB_READERS_FULL) {
+    throw Error(ErrorCode::kStorage,
+                std::string(what) + " on '" + path_ + "': all " +
+                    std::to_string(options_.max_readers) +
+                    " reader slots are in use; finish open transactions or open the store "
+                    "with a larger max_readers");
+  }
+  CheckLmdb(rc, what);
+  return txn;
+}
+
 std::unique_ptr<Snapshot> Store::BeginSnapshot() {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
-    if (env_ == nullptr || closed_.load()) {
-      throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
-    }
-    MDB_txn* txn = nullptr;
-    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
-    if (rc == MDB_MAP_RESIZED) {
-      lock.unlock();
-      GrowMap(/*adopt_only=*/true);
-      continue;
-    }
-    if (rc == MDB_READERS_FULL) {
-      throw Error(ErrorCode::kStorage,
-                  "beginning a transaction on '" + path_ + "': all " +
-                      std::to_string(options_.max_readers) +
-                      " reader slots are in use; finish open transactions or open the store "
-                      "with a larger max_readers");
-    }
-    CheckLmdb(rc, "beginning a transaction");
+    MDB_txn* txn = TryBeginTxn(lock, MDB_RDONLY, "beginning a transaction");
+    if (txn == nullptr) continue;
     uint64_t start_ts;
     try {
       start_ts = ReadCounter(txn, meta_dbi_);
@@ -581,14 +548,8 @@ void Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
     written.clear();
     try {
       MapLock::Shared lock(*map_lock_);
-      MDB_txn* txn = nullptr;
-      int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
-      if (rc == MDB_MAP_RESIZED) {
-        lock.unlock();
-        GrowMap(/*adopt_only=*/true);
-        continue;
-      }
-      CheckLmdb(rc, "beginning a group commit");
+      MDB_txn* txn = TryBeginTxn(lock, 0, "beginning a group commit");
+      if (txn == nullptr) continue;
       TxnAborter aborter{txn};
       const uint64_t txnid = mdb_txn_id(txn);
       uint64_t ts = ReadCounter(txn, meta_dbi_);
@@ -751,15 +712,8 @@ auto Store::WithReadTxn(Fn&& fn) {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
-    if (env_ == nullptr) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
-    MDB_txn* txn = nullptr;
-    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
-    if (rc == MDB_MAP_RESIZED) {
-      lock.unlock();
-      GrowMap(/*adopt_only=*/true);
-      continue;
-    }
-    CheckLmdb(rc, "beginning a read");
+    MDB_txn* txn = TryBeginTxn(lock, MDB_RDONLY, "beginning a read");
+    if (txn == nullptr) continue;
     TxnAborter aborter{txn};
     return fn(txn);
   }
@@ -785,14 +739,8 @@ void Store::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
   for (;;) {
     try {
       MapLock::Shared lock(*map_lock_);
-      MDB_txn* txn = nullptr;
-      int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
-      if (rc == MDB_MAP_RESIZED) {
-        lock.unlock();
-        GrowMap(/*adopt_only=*/true);
-        continue;
-      }
-      CheckLmdb(rc, "storing the observed columns");
+      MDB_txn* txn = TryBeginTxn(lock, 0, "storing the observed columns");
+      if (txn == nullptr) continue;
       TxnAborter aborter{txn};
       MDB_val key = ToVal(kObservedKey), value = ToVal(encoded);
       CheckLmdb(mdb_put(txn, meta_dbi_, &key, &value, 0), "storing the observed columns");

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["run_isolated", "run_isolated_json", "run_command"]
+__all__ = ["start_isolated", "finish_isolated", "run_isolated", "run_isolated_json", "run_command"]
 
 _PRELUDE = """\
 import faulthandler as _faulthandler
@@ -32,42 +32,67 @@ def _describe(code: str, out: str, err: str) -> str:
     return f"--- code ---\n{numbered}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
 
 
-def run_isolated(code: str, timeout: float = 60, cwd: Any = None) -> str:
-    """Run ``code`` with ``[sys.executable, "-c", code]``; return its stdout.
+def _communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, str, bool]:
+    """Wait up to ``timeout`` seconds; on a timeout kill the child's whole
+    process group. Returns (stdout, stderr, timed_out)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        return out, err, True
 
-    Fails the test when the child exits nonzero or runs longer than
-    ``timeout`` seconds (then the child and anything it started are killed).
-    """
+
+def start_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> subprocess.Popen:
+    """Start ``code`` (dedented) in a fresh interpreter, in its own process
+    group, with ``sys.argv[1:] == args``; pass the result to
+    :func:`finish_isolated`. Shortly before ``timeout`` the child dumps every
+    thread's stack, so a hang shows where it is stuck."""
     code = textwrap.dedent(code)
     dump_after = max(1.0, timeout - 2.0) if timeout > 3 else timeout * 0.8
-    full = _PRELUDE.format(dump_after=dump_after) + code
-    with subprocess.Popen(
-        [sys.executable, "-c", full],
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PRELUDE.format(dump_after=dump_after) + code, *map(str, args)],
         cwd=None if cwd is None else os.fspath(cwd),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group: a timeout kills grandchildren too
-    ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
-            pytest.fail(
-                f"child process timed out after {timeout} s (deadlock?)\n"
-                + _describe(code, out, err),
-                pytrace=False,
-            )
-    if proc.returncode != 0:
+    )
+    proc.isolated_code = code
+    return proc
+
+
+def finish_isolated(proc: subprocess.Popen, timeout: float = 60) -> str:
+    """Wait for a child from :func:`start_isolated` and return its stdout; fail
+    the test (with the numbered code and both outputs) when it exits nonzero,
+    is killed by a signal, or runs longer than ``timeout`` seconds."""
+    code = getattr(proc, "isolated_code", "")
+    out, err, timed_out = _communicate_or_kill(proc, timeout)
+    if timed_out:
         pytest.fail(
-            f"child process exited with status {proc.returncode}\n" + _describe(code, out, err),
+            f"child process timed out after {timeout} s (hang or deadlock?)\n"
+            + _describe(code, out, err),
+            pytrace=False,
+        )
+    if proc.returncode != 0:
+        status = proc.returncode
+        if status < 0:
+            status = f"{status} (killed by {signal.Signals(-status).name})"
+        pytest.fail(
+            f"child process exited with status {status}\n" + _describe(code, out, err),
             pytrace=False,
         )
     return out
+
+
+def run_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> str:
+    """Run ``code`` in a fresh interpreter (see :func:`start_isolated`) and
+    return its stdout; fails the test on a nonzero exit or a timeout."""
+    return finish_isolated(start_isolated(code, *args, timeout=timeout, cwd=cwd), timeout)
 
 
 def run_isolated_json(code: str, timeout: float = 60, cwd: Any = None, **params: Any) -> Any:
@@ -102,17 +127,11 @@ def run_command(
         text=True,
         start_new_session=True,
     ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
-            pytest.fail(
-                f"{' '.join(map(str, argv))} timed out after {timeout} s\n"
-                f"--- stdout ---\n{out}\n--- stderr ---\n{err}",
-                pytrace=False,
-            )
+        out, err, timed_out = _communicate_or_kill(proc, timeout)
+    if timed_out:
+        pytest.fail(
+            f"{' '.join(map(str, argv))} timed out after {timeout} s\n"
+            f"--- stdout ---\n{out}\n--- stderr ---\n{err}",
+            pytrace=False,
+        )
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

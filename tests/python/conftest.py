@@ -7,14 +7,11 @@ deadlock fails that one test after a timeout instead of freezing the suite.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-
 import percolite
 import pytest
+from _isolated import finish_isolated, run_isolated, start_isolated
+
+__all__ = ["COL", "as_tuples", "committed_cells", "finish_isolated", "start_isolated"]
 
 # A column most tests write to.
 COL = ("f", "q")
@@ -48,58 +45,7 @@ def committed_cells(env):
         tx.abort()
 
 
-def _kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def start_isolated(code, *args):
-    """Start ``code`` (dedented) in a fresh interpreter with ``sys.argv[1:] == args``;
-    pass the result to ``finish_isolated``."""
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: a timeout kills grandchildren too
-    )
-
-
-def finish_isolated(proc, timeout=60):
-    """Wait for a child from ``start_isolated``; assert that it exits with status 0
-    within ``timeout`` seconds (otherwise its whole process group is killed and
-    the test fails with its output) and return its stdout."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        pytest.fail(
-            f"isolated child timed out after {timeout}s (hang or deadlock)\n"
-            f"--- stdout ---\n{out}\n--- stderr ---\n{err}"
-        )
-    finally:
-        if proc.poll() is None:
-            _kill_group(proc)
-            proc.wait()
-    status = proc.returncode
-    if status < 0:
-        status = f"{status} (killed by {signal.Signals(-status).name})"
-    assert proc.returncode == 0, (
-        f"isolated child exited with {status}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
-    )
-    return out
-
-
-def _run_isolated(code, *args, timeout=60):
-    """Run ``code`` in a fresh interpreter and return its stdout; see
-    ``start_isolated`` and ``finish_isolated``."""
-    return finish_isolated(start_isolated(code, *args), timeout=timeout)
-
-
-@pytest.fixture
-def run_isolated():
-    """``run_isolated(code, *args, timeout=60) -> stdout``; see ``_run_isolated``."""
-    return _run_isolated
+@pytest.fixture(name="run_isolated")
+def run_isolated_fixture():
+    """``run_isolated(code, *args, timeout=60) -> stdout``: ``_isolated.run_isolated``."""
+    return run_isolated

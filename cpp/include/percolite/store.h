@@ -39,6 +39,8 @@
 //   released first by their owners (see env.h), never by another thread.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -180,7 +182,44 @@ class Store : public std::enable_shared_from_this<Store> {
  private:
   friend class Snapshot;
   struct PendingCommit;
-  class MapLock;
+  // Readers hold the map lock shared for the length of one LMDB call sequence;
+  // growing the map takes it exclusively, so no thread is inside the map while
+  // it moves. Writer-preferring so a resize is not starved by a stream of reads.
+  class MapLock {
+   public:
+    MapLock() {
+      pthread_rwlockattr_t attr;
+      pthread_rwlockattr_init(&attr);
+      pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+      pthread_rwlock_init(&lock_, &attr);
+      pthread_rwlockattr_destroy(&attr);
+    }
+    ~MapLock() { pthread_rwlock_destroy(&lock_); }
+
+    class Shared {
+     public:
+      explicit Shared(MapLock& l) : l_(&l) { pthread_rwlock_rdlock(&l_->lock_); }
+      ~Shared() { unlock(); }
+      void unlock() {
+        if (l_) pthread_rwlock_unlock(&l_->lock_);
+        l_ = nullptr;
+      }
+
+     private:
+      MapLock* l_;
+    };
+    class Exclusive {
+     public:
+      explicit Exclusive(MapLock& l) : l_(l) { pthread_rwlock_wrlock(&l_.lock_); }
+      ~Exclusive() { pthread_rwlock_unlock(&l_.lock_); }
+
+     private:
+      MapLock& l_;
+    };
+
+   private:
+    pthread_rwlock_t lock_;
+  };
 
   Store(std::string path, const StoreOptions& options);
   void OpenEnvironment();
@@ -188,6 +227,10 @@ class Store : public std::enable_shared_from_this<Store> {
   void WriterLoop();
   void ProcessBatch(std::vector<PendingCommit*>& batch);
   void RefreshObserved(MDB_txn* txn);
+  // Begins an LMDB transaction under `lock` (held shared). Returns nullptr when
+  // another process had grown the map: the lock was dropped to adopt the new
+  // size, and the caller retries with a fresh lock.
+  MDB_txn* TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* what);
   // Runs `fn(txn)` in a short read transaction under the map lock.
   template <typename Fn>
   auto WithReadTxn(Fn&& fn);
