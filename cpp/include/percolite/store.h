@@ -19,7 +19,8 @@
 //   the same group-commit batch. commit_ts values are unique and increasing.
 // - Group commit: one writer thread drains every pending request into one LMDB
 //   write transaction, validating members in arrival order, and commits LMDB
-//   once (one sync for the batch, under the configured SyncMode).
+//   once. With SyncMode::kFull, Commit returns only once the batch is durable;
+//   under load, one sync per batch achieves that (see WriterLoop).
 // - Deletes leave tombstones carrying their commit_ts, so a concurrent
 //   writer of the deleted cell still conflicts. A tombstone is collected once
 //   every reader in every process began after the write that made it.
@@ -225,7 +226,10 @@ class Store : public std::enable_shared_from_this<Store> {
   void OpenEnvironment();
   void CloseEnvironment();
   void WriterLoop();
-  void ProcessBatch(std::vector<PendingCommit*>& batch);
+  // Returns true when it committed an LMDB write (which synced the data file).
+  bool ProcessBatch(std::vector<PendingCommit*>& batch);
+  // Syncs the data file (making the last meta page durable).
+  Status SyncMeta();
   void RefreshObserved(MDB_txn* txn);
   // Begins an LMDB transaction under `lock` (held shared). Returns nullptr when
   // another process had grown the map: the lock was dropped to adopt the new
