@@ -17,10 +17,11 @@ from pathlib import Path
 from types import ModuleType
 
 import bench_commit
+import bench_hotkeys
 import bench_notify
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
 
-BENCHMARKS: tuple[ModuleType, ...] = (bench_commit, bench_notify)
+BENCHMARKS: tuple[ModuleType, ...] = (bench_commit, bench_notify, bench_hotkeys)
 
 
 def main(argv: list[str] | None = None) -> int:

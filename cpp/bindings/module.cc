@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "percolite/combine_queue.h"
 #include "percolite/env.h"
 #include "percolite/transaction.h"
 
@@ -188,6 +189,80 @@ percolite::ObserverFn MakeObserverFn(py::object runner) {
   };
 }
 
+// Python runners (python/percolite/_combine.py) report a failure by returning
+// (False, traceback) instead of raising, so the traceback is formatted once, in Python.
+percolite::Status RunnerStatus(const py::object& outcome) {
+  auto pair = outcome.cast<py::tuple>();
+  if (pair[0].cast<bool>()) return percolite::Status::Ok();
+  return percolite::Status::Make(ErrorCode::kCallback, py::str(pair[1]));
+}
+
+percolite::CombineFn MakeCombineFn(py::object runner) {
+  auto holder = std::make_shared<PyCallable>(std::move(runner));
+  return [holder](const std::string& key, const std::vector<std::string>& values,
+                  std::optional<std::string>* result) {
+    if (!Py_IsInitialized() || InterpreterFinalizing()) {
+      return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
+    }
+    py::gil_scoped_acquire gil;
+    try {
+      py::list py_values(values.size());
+      for (size_t i = 0; i < values.size(); ++i) py_values[i] = py::bytes(values[i]);
+      py::tuple outcome = holder->fn(py::bytes(key), py_values);
+      percolite::Status status = RunnerStatus(outcome);
+      if (status.ok()) {
+        py::object value = outcome[1];
+        if (value.is_none()) {
+          result->reset();
+        } else {
+          *result = value.cast<std::string>();
+        }
+      }
+      return status;
+    } catch (py::error_already_set& e) {
+      return percolite::Status::Make(ErrorCode::kCallback, e.what());
+    }
+  };
+}
+
+percolite::ChangeFn MakeChangeFn(py::object runner) {
+  auto holder = std::make_shared<PyCallable>(std::move(runner));
+  return [holder](const std::shared_ptr<Tx>& tx, const std::vector<percolite::Change>& changes) {
+    if (!Py_IsInitialized() || InterpreterFinalizing()) {
+      return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
+    }
+    py::gil_scoped_acquire gil;
+    try {
+      py::list items(changes.size());
+      for (size_t i = 0; i < changes.size(); ++i) {
+        const auto& c = changes[i];
+        items[i] = py::make_tuple(py::bytes(c.key),
+                                  c.old_value ? py::object(py::bytes(*c.old_value)) : py::none(),
+                                  c.new_value ? py::object(py::bytes(*c.new_value)) : py::none());
+      }
+      return RunnerStatus(holder->fn(tx, items));
+    } catch (py::error_already_set& e) {
+      return percolite::Status::Make(ErrorCode::kCallback, e.what());
+    }
+  };
+}
+
+percolite::NativeCombiner ParseCombiner(const std::string& name) {
+  if (name == "sum") return percolite::NativeCombiner::kSum;
+  if (name == "max") return percolite::NativeCombiner::kMax;
+  if (name == "min") return percolite::NativeCombiner::kMin;
+  if (name == "last") return percolite::NativeCombiner::kLast;
+  throw py::value_error("combiner must be 'sum', 'max', 'min', 'last' or a callable, not '" + name +
+                        "'");
+}
+
+percolite::ValueType ParseValueType(const std::string& name) {
+  if (name == "int64") return percolite::ValueType::kInt64;
+  if (name == "float64") return percolite::ValueType::kFloat64;
+  if (name == "int64s") return percolite::ValueType::kInt64Tuple;
+  return percolite::ValueType::kBytes;
+}
+
 py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
   py::dict d;
   d["name"] = s.column.observer;
@@ -258,7 +333,11 @@ PYBIND11_MODULE(_core, m) {
                o.column.qualifier = ToBytes(t[1], "column qualifier");
                o.column.kind = static_cast<percolite::NotifyKind>(t[2].cast<int>());
                o.column.observer = t[3].cast<std::string>();
-               o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
+               if (py::isinstance<percolite::CombineQueue>(t[4])) {
+                 o.fn = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->Processor();
+               } else {
+                 o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
+               }
                observers.push_back(std::move(o));
              }
              py::gil_scoped_release release;
@@ -374,6 +453,58 @@ PYBIND11_MODULE(_core, m) {
         d["map_size"] = s.map_size;
         d["map_growths"] = s.map_growths;
         return d;
+      });
+
+  py::class_<percolite::CombineQueue, std::shared_ptr<percolite::CombineQueue>>(m, "CombineQueue")
+      .def_static(
+          "create",
+          [](const std::string& id, uint32_t buckets, size_t buffer_size, py::object combiner,
+             const std::string& value_type, size_t tuple_length, py::object on_change) {
+            percolite::CombineQueueOptions options;
+            options.id = id;
+            options.buckets = buckets;
+            options.buffer_size = buffer_size;
+            options.value_type = ParseValueType(value_type);
+            options.tuple_length = tuple_length;
+            if (py::isinstance<py::str>(combiner)) {
+              options.native = ParseCombiner(combiner.cast<std::string>());
+            } else {
+              options.native = percolite::NativeCombiner::kNone;
+              options.combiner = MakeCombineFn(combiner);
+            }
+            if (!on_change.is_none()) options.on_change = MakeChangeFn(on_change);
+            return percolite::CombineQueue::Create(std::move(options));
+          },
+          py::arg("id"), py::arg("buckets"), py::arg("buffer_size"), py::arg("combiner"),
+          py::arg("value_type"), py::arg("tuple_length"), py::arg("on_change"))
+      .def("add",
+           [](percolite::CombineQueue& self, Tx& tx, py::list updates) {
+             std::vector<std::pair<std::string, std::string>> pairs;
+             pairs.reserve(updates.size());
+             for (py::handle item : updates) {
+               auto t = py::reinterpret_borrow<py::tuple>(item);
+               pairs.emplace_back(ToBytes(t[0], "key"), ToBytes(t[1], "value"));
+             }
+             self.Add(tx, pairs);  // buffers in memory only: keeps the GIL
+           })
+      .def("get",
+           [](percolite::CombineQueue& self, Tx& tx, py::bytes key) {
+             std::string k = key;
+             std::optional<std::string> value;
+             {
+               py::gil_scoped_release release;
+               value = self.Get(tx, k);
+             }
+             return OptionalBytes(value);
+           })
+      .def("bucket_of", [](percolite::CombineQueue& self,
+                           py::bytes key) { return self.BucketOf(std::string(key)); })
+      .def_property_readonly(
+          "data_row_prefix",
+          [](percolite::CombineQueue& self) { return py::bytes(self.DataRowPrefix()); })
+      .def_property_readonly("notify_column", [](percolite::CombineQueue& self) {
+        auto c = self.NotifyColumn();
+        return py::make_tuple(py::bytes(c.family), py::bytes(c.qualifier), c.observer);
       });
 
   py::class_<Tx, std::shared_ptr<Tx>>(m, "Transaction")

@@ -67,6 +67,16 @@ std::string EncodeCellKey(const CellRef& cell) {
   return out;
 }
 
+void AppendEscapedPart(std::string* out, std::string_view part) {
+  AppendEscaped(out, part);
+  out->push_back(kEscape);
+  out->push_back(kTerminator);
+}
+
+bool ReadEscapedPart(std::string_view bytes, size_t* pos, std::string* out) {
+  return ReadPart(bytes, pos, out);
+}
+
 bool DecodeCellKey(std::string_view key, Cell* out) {
   size_t pos = 0;
   return ReadPart(key, &pos, &out->row) && ReadPart(key, &pos, &out->family) &&

@@ -567,6 +567,17 @@ Status Store::SyncMeta() {
   return Status::Ok();
 }
 
+std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_t seq) {
+  Cell cell;
+  if (!DecodeCellKey(encoded_key, &cell)) {
+    throw Error(ErrorCode::kInvalidArgument, "a stamped write needs a cell key");
+  }
+  AppendUint64BE(&cell.qualifier, commit_ts);
+  for (int shift = 24; shift >= 0; shift -= 8)
+    cell.qualifier.push_back(static_cast<char>(seq >> shift));
+  return EncodeCellKey({cell.row, cell.family, cell.qualifier});
+}
+
 namespace {
 
 void PutRecordAt(MDB_txn* txn, MDB_dbi dbi, std::string_view full_key, uint64_t ts) {
@@ -619,7 +630,7 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
         p->result = CommitResult{};
         // Validate every write before applying any: a refused member writes nothing.
         for (const Mutation& m : *p->mutations) {
-          if (!ReadRecord(txn, data_dbi_, m.key, &raw)) continue;
+          if (m.stamped || !ReadRecord(txn, data_dbi_, m.key, &raw)) continue;
           uint64_t written_ts = ReadUint64BE(raw);
           if (written_ts > p->start_ts) {
             p->result.status = Status::Make(
@@ -644,8 +655,11 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
         }
         const uint64_t commit_ts = ++ts;
         for (const Mutation& m : *p->mutations) {
-          std::string stored = StoredKeyFor(m.key);
-          std::string_view full = IsHashedStoredKey(stored) ? std::string_view(m.key) : "";
+          const std::string stamped_key =
+              m.stamped ? StampedKey(m.key, commit_ts, m.stamp_seq) : std::string();
+          const std::string& key = m.stamped ? stamped_key : m.key;
+          std::string stored = StoredKeyFor(key);
+          std::string_view full = IsHashedStoredKey(stored) ? std::string_view(key) : "";
           std::string record = EncodeRecord(commit_ts, m.is_delete, full, m.value);
           MDB_val k = ToVal(stored), v = ToVal(record);
           CheckLmdb(mdb_put(txn, data_dbi_, &k, &v, 0), "writing a cell");
@@ -659,8 +673,8 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
             CheckLmdb(mdb_put(txn, tombstone_dbi_, &tk, &tv, 0), "indexing a tombstone");
           } else if (!strong_.empty()) {
             Cell cell;
-            if (DecodeCellKey(m.key, &cell) && strong_.count({cell.family, cell.qualifier})) {
-              notify(m.key, cell.row, commit_ts);
+            if (DecodeCellKey(key, &cell) && strong_.count({cell.family, cell.qualifier})) {
+              notify(key, cell.row, commit_ts);
             }
           }
         }

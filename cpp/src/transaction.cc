@@ -61,6 +61,7 @@ void Transaction::CheckActive() const {
 void Transaction::ReleaseLocked(State s) {
   state_ = s;
   writes_.clear();
+  stamped_.clear();
   extras_ = CommitExtras();
   if (snapshot_) snapshot_->Release();
   snapshot_.reset();
@@ -93,6 +94,19 @@ void Transaction::Delete(const CellRef& cell) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   writes_[std::move(key)] = BufferedWrite{true, std::string()};
+}
+
+void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
+  ValidateCell(cell);
+  std::string key = EncodeCellKey(cell);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  Mutation m;
+  m.key = std::move(key);
+  m.value.assign(value);
+  m.stamped = true;
+  m.stamp_seq = static_cast<uint32_t>(stamped_.size());
+  stamped_.push_back(std::move(m));
 }
 
 void Transaction::SetWeakNotification(const CellRef& cell) {
@@ -173,7 +187,7 @@ void Transaction::Commit() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   const bool has_extras = extras_.trigger || !extras_.weak_notifications.empty();
-  if (writes_.empty() && !has_extras) {
+  if (writes_.empty() && stamped_.empty() && !has_extras) {
     ReleaseLocked(State::kCommitted);
     return;
   }
@@ -185,6 +199,7 @@ void Transaction::Commit() {
   for (auto& [key, write] : writes_) {
     mutations.push_back(Mutation{key, write.is_delete, std::move(write.value)});
   }
+  for (Mutation& m : stamped_) mutations.push_back(std::move(m));
   CommitResult result = store->Commit(start_ts_, mutations, has_extras ? &extras_ : nullptr);
   if (!result.status.ok()) {
     ReleaseLocked(State::kAborted);

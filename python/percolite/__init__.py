@@ -12,8 +12,10 @@ LMDB, from Python. Start with :func:`open`::
 
 from __future__ import annotations
 
+from . import codecs
 from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
 from ._cells import Cell, Column
+from ._combine import Change, CombineQueue
 from ._env import SYNC_MODES, Env, open
 from ._transaction import Transaction
 from ._workers import run_workers
@@ -35,6 +37,9 @@ __all__ = [
     "STRONG",
     "WEAK",
     "ObserverTransaction",
+    "CombineQueue",
+    "Change",
+    "codecs",
     "Env",
     "Transaction",
     "Column",

@@ -108,6 +108,7 @@ class App:
     def __init__(self, name: str = "app") -> None:
         self.name = name
         self._observers: dict[Column, _Observer] = {}
+        self._queues: dict[str, Any] = {}
         self._envs: weakref.WeakSet = weakref.WeakSet()
 
     @property
@@ -154,22 +155,68 @@ class App:
                 f"column {column!r} already has an observer ({self._observers[column].name}); "
                 "one column has at most one observer"
             )
+        self._before_change(f"observer {label}")
+        self._observers[column] = _Observer(column, fn, notify, label)
+        self._rebind()
+
+    def combine_queue(
+        self,
+        queue_id: str,
+        *,
+        buckets: int = 64,
+        combiner: Any = "sum",
+        key_codec: Any = "str",
+        value_codec: Any = "int64",
+        buffer_size: int = 4096,
+    ):
+        """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
+
+        ``combiner`` is ``"sum"``, ``"max"``, ``"min"``, ``"last"`` (native,
+        run in C++ without the GIL) or a callable ``(key, values) -> value |
+        None`` where ``values`` holds the current value (when there is one)
+        followed by the queued updates in commit order; ``None`` deletes the
+        key. Codecs: see :mod:`percolite.codecs`. ``buffer_size`` bounds the
+        updates one processing transaction reads (a key's updates are never
+        split across transactions).
+        """
+        from ._combine import CombineQueue
+
+        if queue_id in self._queues:
+            raise ValueError(f"app {self.name!r} already has a queue named {queue_id!r}")
+        queue = CombineQueue(
+            self,
+            queue_id,
+            buckets=buckets,
+            combiner=combiner,
+            key_codec=key_codec,
+            value_codec=value_codec,
+            buffer_size=buffer_size,
+        )
+        self._before_change(f"combine queue {queue_id!r}")
+        self._queues[queue_id] = queue
+        self._rebind()
+        return queue
+
+    def _before_change(self, what: str = "a change") -> None:
         for env in list(self._envs):
             if not env.closed and env.workers_running:
                 raise Error(
-                    f"cannot register observer {label}: workers are running on {env.path}; "
+                    f"cannot register {what}: workers are running on {env.path}; "
                     "stop them first (env.stop_workers())"
                 )
-        self._observers[column] = _Observer(column, fn, notify, label)
+
+    def _rebind(self) -> None:
         for env in list(self._envs):
             if not env.closed:
                 env._bind(self)
 
     def _core_specs(self) -> list[tuple]:
-        return [
+        specs = [
             (o.column.family, o.column.qualifier, int(o.notify), o.name, _make_runner(o.fn))
             for o in self._observers.values()
         ]
+        specs += [queue._core_spec() for queue in self._queues.values()]
+        return specs
 
     def __repr__(self) -> str:
         return f"<percolite.App {self.name!r} observers={len(self._observers)}>"

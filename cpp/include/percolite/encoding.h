@@ -46,6 +46,11 @@ std::string EncodeRowStart(std::string_view row);
 // empty when there is none (prefix is all 0xFF).
 std::string PrefixSuccessor(std::string_view prefix);
 
+// One part as EncodeCellKey writes it (escaped, then terminated by 0x00 0x01),
+// and reading it back from `bytes` at *pos (advanced past the terminator).
+void AppendEscapedPart(std::string* out, std::string_view part);
+bool ReadEscapedPart(std::string_view bytes, size_t* pos, std::string* out);
+
 // Long-key handling.
 constexpr size_t kMaxInlineKey = 480;
 constexpr size_t kHashedKeySize = kMaxInlineKey + 16;

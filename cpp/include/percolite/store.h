@@ -76,11 +76,20 @@ struct StoreOptions {
 };
 
 // One write of a transaction. `key` is an encoded cell key (encoding.h).
+// A stamped write gets the transaction's commit_ts (8 bytes, big-endian) and
+// stamp_seq (4 bytes) appended to its qualifier by the writer: a key unique to
+// the transaction, so stamped writes are never validated and never conflict
+// (queue entries use them).
 struct Mutation {
   std::string key;
   bool is_delete = false;
   std::string value;
+  bool stamped = false;
+  uint32_t stamp_seq = 0;
 };
+
+// The encoded key a stamped write lands on.
+std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_t seq);
 
 struct CommitResult {
   Status status;

@@ -80,6 +80,11 @@ class Transaction {
   void Set(const CellRef& cell, std::string_view value);
   void Delete(const CellRef& cell);
 
+  // Buffers a stamped write (store.h): the qualifier gets the commit_ts and a
+  // sequence number appended, so adders of queue entries never collide. Not
+  // visible to this transaction's own reads.
+  void AddStamped(const CellRef& cell, std::string_view value);
+
   // Asks for a weak notification of this cell when the transaction commits
   // (notifications.h). Never causes a conflict.
   void SetWeakNotification(const CellRef& cell);
@@ -119,6 +124,7 @@ class Transaction {
   std::optional<uint64_t> commit_ts_;            // GUARDED_BY(mu_)
   std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
   CommitExtras extras_;                          // GUARDED_BY(mu_)
+  std::vector<Mutation> stamped_;                // GUARDED_BY(mu_)
 };
 
 }  // namespace percolite

@@ -1,0 +1,130 @@
+// percolite/combine_queue.h: the combine queue (Fluo Recipes' CombineQueue,
+// first named collision-free map; shared/seeds 000-002, design.md section 5).
+//
+// Thread safety: a CombineQueue is immutable after construction; Add, Get and
+// the processor may run on any threads at once.
+//
+// Contract
+// - Add(tx, updates) queues (key, update) pairs in `tx` without reading or
+//   writing current values: each update is a stamped write (store.h) in the
+//   key's bucket, unique to its transaction, plus a weak notification of the
+//   bucket. Adders never collide with each other or with the processor.
+// - The processor of a bucket (a WEAK observer of NotifyColumn(), run by the
+//   workers) reads, in one transaction: the bucket's queued updates in its
+//   snapshot, at least buffer_size of them unless fewer are queued, never
+//   splitting one key's updates across runs; the current values of those keys;
+//   combines per key the current value followed by the updates in commit
+//   order; writes each new value (nullopt deletes the key); deletes the
+//   consumed updates; and calls on_change once with every Change(key, old,
+//   new) whose value changed. When updates remain, it records where it stopped
+//   in the bucket's cursor cell and notifies the bucket again.
+// - Every run writes the bucket's cursor cell, so two runs of one bucket never
+//   both commit.
+// - Guarantees, as in the seeds: (1) the new value reported for a key combines
+//   every update of that key committed before the processing transaction
+//   started; (2) the old value reported for a key is the new value of the
+//   previous report for that key (the first report's old value is absent).
+// - on_change runs inside the processing transaction: what it writes (for
+//   instance adds to an export queue or another combine queue) commits
+//   atomically with the new values. It must not write the queue's own rows.
+//
+// Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
+//   <id>:u:<bucket>   family "u", qualifier escaped(key) 0x00 0x01 stamp   queued update
+//   <id>:b:<bucket>   family "cq:<id>", qualifiers "notify" and "cursor"   bucket state
+//   <id>:d:<key>      family "cq", qualifier "v"                            current value
+// where <bucket> is the bucket number in 6 decimal digits.
+//
+// Native combiners (no Python, no GIL): "sum", "max", "min" over int64,
+// float64 and fixed-length int64 tuples (elementwise), and "last" over any
+// bytes. Numbers are stored big-endian (int64 two's complement, float64
+// IEEE-754). "sum" deletes a key whose sum is zero (all-zero for tuples) and
+// fails on int64 overflow rather than wrapping.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "percolite/notifications.h"
+#include "percolite/status.h"
+#include "percolite/workers.h"
+
+namespace percolite {
+
+class Transaction;
+
+enum class ValueType { kBytes, kInt64, kFloat64, kInt64Tuple };
+enum class NativeCombiner { kNone, kSum, kMax, kMin, kLast };
+
+struct Change {
+  std::string key;
+  std::optional<std::string> old_value;
+  std::optional<std::string> new_value;
+};
+
+// A combiner given from outside the core (Python): `values` holds the current
+// value (when there is one) followed by the updates in commit order.
+using CombineFn =
+    std::function<Status(const std::string& key, const std::vector<std::string>& values,
+                         std::optional<std::string>* result)>;
+using ChangeFn = std::function<Status(const std::shared_ptr<Transaction>& transaction,
+                                      const std::vector<Change>& changes)>;
+
+struct CombineQueueOptions {
+  std::string id;
+  uint32_t buckets = 64;
+  size_t buffer_size = 4096;
+  NativeCombiner native = NativeCombiner::kSum;  // kNone: use `combiner`
+  ValueType value_type = ValueType::kInt64;
+  size_t tuple_length = 0;  // for kInt64Tuple
+  CombineFn combiner;
+  ChangeFn on_change;  // optional
+};
+
+class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
+ public:
+  // Throws kInvalidArgument naming the bad option.
+  static std::shared_ptr<CombineQueue> Create(CombineQueueOptions options);
+
+  const CombineQueueOptions& options() const { return options_; }
+  uint32_t BucketOf(std::string_view key) const;
+
+  // Queues updates; throws kInvalidArgument (nothing queued) when a value does
+  // not fit the queue's value type.
+  void Add(Transaction& transaction,
+           const std::vector<std::pair<std::string, std::string>>& updates) const;
+
+  std::optional<std::string> Get(Transaction& transaction, std::string_view key) const;
+
+  // The observer processing one bucket; register it WEAK for NotifyColumn().
+  ObservedColumn NotifyColumn() const;
+  ObserverFn Processor() const;
+
+  std::string DataRow(std::string_view key) const;
+  std::string DataRowPrefix() const { return options_.id + ":d:"; }
+  static constexpr std::string_view kDataFamily = "cq";
+  static constexpr std::string_view kDataQualifier = "v";
+
+ private:
+  explicit CombineQueue(CombineQueueOptions options);
+  Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
+  Status Combine(const std::string& key, const std::vector<std::string>& values,
+                 std::optional<std::string>* result) const;
+  void CheckValue(std::string_view key, std::string_view value) const;
+  size_t ValueSize() const;  // 0 for kBytes
+  std::string BucketName(uint32_t bucket) const;
+
+  const CombineQueueOptions options_;
+  const std::string family_;  // "cq:<id>"
+};
+
+// Runs a native combiner over encoded values (exposed for tests).
+Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_length,
+                     const std::vector<std::string>& values, std::optional<std::string>* result);
+
+}  // namespace percolite

@@ -1,0 +1,324 @@
+#include "percolite/combine_queue.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "percolite/encoding.h"
+#include "percolite/transaction.h"
+
+namespace percolite {
+namespace {
+
+constexpr std::string_view kUpdateFamily = "u";
+constexpr std::string_view kNotifyQualifier = "notify";
+constexpr std::string_view kCursorQualifier = "cursor";
+constexpr size_t kStampSize = 12;  // commit_ts (8) + sequence (4), appended by the writer
+
+int64_t ReadInt64(const char* p) {
+  uint64_t u = ReadUint64BE(std::string_view(p, 8));
+  int64_t v;
+  std::memcpy(&v, &u, 8);
+  return v;
+}
+
+void AppendInt64(std::string* out, int64_t v) {
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  AppendUint64BE(out, u);
+}
+
+double ReadFloat64(const char* p) {
+  uint64_t u = ReadUint64BE(std::string_view(p, 8));
+  double v;
+  std::memcpy(&v, &u, 8);
+  return v;
+}
+
+void AppendFloat64(std::string* out, double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  AppendUint64BE(out, u);
+}
+
+Status Invalid(const std::string& message) {
+  return Status::Make(ErrorCode::kInvalidArgument, message);
+}
+
+}  // namespace
+
+Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_length,
+                     const std::vector<std::string>& values, std::optional<std::string>* result) {
+  if (values.empty()) {
+    result->reset();
+    return Status::Ok();
+  }
+  if (combiner == NativeCombiner::kLast) {
+    *result = values.back();
+    return Status::Ok();
+  }
+  const size_t width = type == ValueType::kInt64Tuple ? tuple_length : 1;
+  for (const std::string& v : values) {
+    if (type == ValueType::kBytes || v.size() != 8 * width) {
+      return Invalid("combining: a stored value has " + std::to_string(v.size()) +
+                     " bytes, expected " + std::to_string(8 * width));
+    }
+  }
+  std::string out;
+  if (type == ValueType::kFloat64) {
+    double acc = ReadFloat64(values[0].data());
+    for (size_t i = 1; i < values.size(); ++i) {
+      double x = ReadFloat64(values[i].data());
+      if (combiner == NativeCombiner::kSum) acc += x;
+      if (combiner == NativeCombiner::kMax) acc = std::fmax(acc, x);
+      if (combiner == NativeCombiner::kMin) acc = std::fmin(acc, x);
+    }
+    if (combiner == NativeCombiner::kSum && acc == 0.0) {
+      result->reset();
+      return Status::Ok();
+    }
+    AppendFloat64(&out, acc);
+    *result = std::move(out);
+    return Status::Ok();
+  }
+  // int64 and int64 tuples, elementwise.
+  bool all_zero = true;
+  for (size_t e = 0; e < width; ++e) {
+    int64_t acc = ReadInt64(values[0].data() + 8 * e);
+    for (size_t i = 1; i < values.size(); ++i) {
+      int64_t x = ReadInt64(values[i].data() + 8 * e);
+      if (combiner == NativeCombiner::kSum) {
+        if (__builtin_add_overflow(acc, x, &acc)) {
+          return Invalid("combining: the int64 sum overflows");
+        }
+      } else if (combiner == NativeCombiner::kMax) {
+        acc = std::max(acc, x);
+      } else if (combiner == NativeCombiner::kMin) {
+        acc = std::min(acc, x);
+      }
+    }
+    all_zero = all_zero && acc == 0;
+    AppendInt64(&out, acc);
+  }
+  if (combiner == NativeCombiner::kSum && all_zero) {
+    result->reset();
+    return Status::Ok();
+  }
+  *result = std::move(out);
+  return Status::Ok();
+}
+
+std::shared_ptr<CombineQueue> CombineQueue::Create(CombineQueueOptions options) {
+  if (options.id.empty()) throw Error(ErrorCode::kInvalidArgument, "a queue id must not be empty");
+  for (unsigned char c : options.id) {
+    if (c == ':' || c < 0x20 || c == 0x7F) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "queue id '" + options.id +
+                      "' contains a character the layout reserves (':' or a control character)");
+    }
+  }
+  if (options.buckets < 1 || options.buckets > 999999) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "buckets must be between 1 and 999999, not " + std::to_string(options.buckets));
+  }
+  if (options.buffer_size < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "buffer_size must be at least 1");
+  }
+  if (options.native == NativeCombiner::kNone && !options.combiner) {
+    throw Error(ErrorCode::kInvalidArgument, "a combine queue needs a combiner");
+  }
+  if (options.value_type == ValueType::kInt64Tuple && options.tuple_length < 1) {
+    throw Error(ErrorCode::kInvalidArgument, "an int64 tuple value needs a length >= 1");
+  }
+  if (options.native != NativeCombiner::kNone && options.native != NativeCombiner::kLast &&
+      options.value_type == ValueType::kBytes) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the native sum, max and min need int64, float64 or int64 tuple values");
+  }
+  return std::shared_ptr<CombineQueue>(new CombineQueue(std::move(options)));
+}
+
+CombineQueue::CombineQueue(CombineQueueOptions options)
+    : options_(std::move(options)), family_("cq:" + options_.id) {}
+
+uint32_t CombineQueue::BucketOf(std::string_view key) const {
+  return static_cast<uint32_t>(StableHash64(key, 11) % options_.buckets);
+}
+
+std::string CombineQueue::BucketName(uint32_t bucket) const {
+  char digits[8];
+  std::snprintf(digits, sizeof digits, "%06u", bucket);
+  return digits;
+}
+
+std::string CombineQueue::DataRow(std::string_view key) const {
+  std::string row = DataRowPrefix();
+  row.append(key);
+  return row;
+}
+
+size_t CombineQueue::ValueSize() const {
+  switch (options_.value_type) {
+    case ValueType::kInt64:
+    case ValueType::kFloat64:
+      return 8;
+    case ValueType::kInt64Tuple:
+      return 8 * options_.tuple_length;
+    case ValueType::kBytes:
+      return 0;
+  }
+  return 0;
+}
+
+void CombineQueue::CheckValue(std::string_view key, std::string_view value) const {
+  const size_t size = ValueSize();
+  if (size != 0 && value.size() != size) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "combine queue '" + options_.id + "': the value for key of " +
+                    std::to_string(key.size()) + " bytes has " + std::to_string(value.size()) +
+                    " bytes, expected " + std::to_string(size));
+  }
+}
+
+void CombineQueue::Add(Transaction& transaction,
+                       const std::vector<std::pair<std::string, std::string>>& updates) const {
+  for (const auto& [key, value] : updates) CheckValue(key, value);  // all or nothing
+  std::vector<bool> notified(options_.buckets, false);
+  for (const auto& [key, value] : updates) {
+    const uint32_t bucket = BucketOf(key);
+    const std::string name = BucketName(bucket);
+    std::string qualifier;
+    AppendEscapedPart(&qualifier, key);
+    transaction.AddStamped({options_.id + ":u:" + name, kUpdateFamily, qualifier}, value);
+    if (!notified[bucket]) {
+      transaction.SetWeakNotification({options_.id + ":b:" + name, family_, kNotifyQualifier});
+      notified[bucket] = true;
+    }
+  }
+}
+
+std::optional<std::string> CombineQueue::Get(Transaction& transaction, std::string_view key) const {
+  return transaction.Get({DataRow(key), kDataFamily, kDataQualifier});
+}
+
+ObservedColumn CombineQueue::NotifyColumn() const {
+  ObservedColumn column;
+  column.family = family_;
+  column.qualifier = std::string(kNotifyQualifier);
+  column.kind = NotifyKind::kWeak;
+  column.observer = "combine queue " + options_.id;
+  return column;
+}
+
+ObserverFn CombineQueue::Processor() const {
+  std::shared_ptr<const CombineQueue> self = shared_from_this();
+  return [self](const std::shared_ptr<Transaction>& transaction, const Cell& cell) {
+    try {
+      return self->Process(transaction, cell);
+    } catch (const Error& e) {
+      return e.ToStatus();
+    }
+  };
+}
+
+Status CombineQueue::Combine(const std::string& key, const std::vector<std::string>& values,
+                             std::optional<std::string>* result) const {
+  if (options_.native != NativeCombiner::kNone) {
+    return CombineNative(options_.native, options_.value_type, options_.tuple_length, values,
+                         result);
+  }
+  Status status = options_.combiner(key, values, result);
+  if (status.ok() && *result) CheckValue(key, **result);
+  return status;
+}
+
+Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
+                             const Cell& cell) const {
+  const std::string prefix_b = options_.id + ":b:";
+  if (cell.row.compare(0, prefix_b.size(), prefix_b) != 0) {
+    return Invalid("combine queue '" + options_.id + "': notified on a row of another queue");
+  }
+  const std::string& bucket_row = cell.row;
+  const std::string update_row = options_.id + ":u:" + bucket_row.substr(prefix_b.size());
+  const CellRef cursor_cell{bucket_row, family_, kCursorQualifier};
+  const std::string cursor = transaction->Get(cursor_cell).value_or("");
+
+  // Read queued updates in qualifier order (key, then commit order), at least
+  // buffer_size of them, finishing the last key.
+  struct Group {
+    std::string key;
+    std::vector<std::string> values;  // current value inserted in front below
+    std::vector<std::string> qualifiers;
+  };
+  std::vector<Group> groups;
+  size_t taken = 0;
+  bool more = false;
+  std::string last_qualifier;
+  ScanRange range = ScanRange::Rows(update_row, update_row + std::string(1, '\0'));
+  std::string resume;
+  if (!cursor.empty()) resume = EncodeCellKey({update_row, kUpdateFamily, cursor});
+  bool have_resume = !cursor.empty();
+  for (bool done = false; !done && !more;) {
+    ScanChunk chunk = transaction->Scan(range, have_resume ? &resume : nullptr, 1024);
+    for (ScanItem& item : chunk.items) {
+      if (item.cell.family != kUpdateFamily) continue;
+      size_t pos = 0;
+      std::string key;
+      if (!ReadEscapedPart(item.cell.qualifier, &pos, &key) ||
+          item.cell.qualifier.size() != pos + kStampSize) {
+        return Status::Make(ErrorCode::kCorruption,
+                            "combine queue '" + options_.id + "': malformed queued update");
+      }
+      if (groups.empty() || groups.back().key != key) {
+        if (taken >= options_.buffer_size) {
+          more = true;
+          break;
+        }
+        groups.push_back(Group{std::move(key), {}, {}});
+      }
+      groups.back().values.push_back(std::move(item.value));
+      groups.back().qualifiers.push_back(item.cell.qualifier);
+      last_qualifier = item.cell.qualifier;
+      ++taken;
+    }
+    if (!more) {
+      done = chunk.done;
+      resume = std::move(chunk.resume_after);
+      have_resume = true;
+    }
+  }
+
+  std::vector<Change> changes;
+  for (Group& group : groups) {
+    const std::string data_row = DataRow(group.key);
+    const CellRef data_cell{data_row, kDataFamily, kDataQualifier};
+    std::optional<std::string> current = transaction->Get(data_cell);
+    if (current) group.values.insert(group.values.begin(), *current);
+    std::optional<std::string> combined;
+    Status status = Combine(group.key, group.values, &combined);
+    if (!status.ok()) return status;
+    if (combined != current) {
+      if (combined) {
+        transaction->Set(data_cell, *combined);
+      } else {
+        transaction->Delete(data_cell);
+      }
+      changes.push_back(Change{group.key, current, combined});
+    }
+    for (const std::string& qualifier : group.qualifiers) {
+      transaction->Delete({update_row, kUpdateFamily, qualifier});
+    }
+  }
+  // Every run writes the cursor, so two runs of one bucket cannot both commit.
+  transaction->Set(cursor_cell, more ? last_qualifier : std::string());
+  // Run again: to continue after the cursor, or, when this run began at a
+  // cursor, to pick up updates queued before it (this commit removes the
+  // bucket's notification, and those adders' notifications with it).
+  if (more || !cursor.empty()) {
+    transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
+  }
+  if (!changes.empty() && options_.on_change) return options_.on_change(transaction, changes);
+  return Status::Ok();
+}
+
+}  // namespace percolite

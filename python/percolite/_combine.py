@@ -1,0 +1,211 @@
+"""The combine queue: many transactions update hot keys without colliding.
+
+Contract: ``cpp/include/percolite/combine_queue.h`` (from Fluo Recipes'
+CombineQueue, shared/seeds 000-002). In short:
+
+* ``cq.add(tx, {key: update})`` queues updates; adders never collide with each
+  other or with the processor;
+* one transaction per bucket folds the queued updates into the current values
+  with the combiner, and calls the change observer with every
+  ``Change(key, old, new)`` of the batch, inside that transaction;
+* guarantee 1: the new value reported for a key combines every update of that
+  key committed before the processing transaction started;
+* guarantee 2: the old value reported for a key is the new value of the
+  previous report for that key (``None`` the first time);
+* a combiner result of ``None`` deletes the key (the native ``"sum"`` deletes a
+  key that sums to zero).
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+from . import _core
+from .codecs import Codec, get_codec
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._transaction import Transaction
+
+__all__ = ["CombineQueue", "Change", "NATIVE_COMBINERS"]
+
+NATIVE_COMBINERS = ("sum", "max", "min", "last")
+
+
+class Change(NamedTuple):
+    """One key's change in a processed batch; ``old``/``new`` are ``None`` when absent."""
+
+    key: Any
+    old: Any
+    new: Any
+
+
+def _accepts(fn: Callable, n: int) -> bool:
+    try:
+        inspect.signature(fn).bind(*([None] * n))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
+
+class CombineQueue:
+    """Create it with :meth:`percolite.App.combine_queue`."""
+
+    def __init__(
+        self,
+        app: App,
+        queue_id: str,
+        *,
+        buckets: int,
+        combiner: Any,
+        key_codec: Any,
+        value_codec: Any,
+        buffer_size: int,
+    ) -> None:
+        if not isinstance(queue_id, str):
+            raise TypeError(f"queue id must be a str, not {type(queue_id).__name__}")
+        for name, value in (("buckets", buckets), ("buffer_size", buffer_size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        if buckets < 1:
+            raise ValueError(f"buckets must be at least 1, not {buckets}")
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be at least 1, not {buffer_size}")
+        if isinstance(combiner, str):
+            if combiner not in NATIVE_COMBINERS:
+                raise ValueError(
+                    f"combiner must be one of {', '.join(map(repr, NATIVE_COMBINERS))} "
+                    f"or a callable, not {combiner!r}"
+                )
+        elif not callable(combiner):
+            raise TypeError(f"combiner must be a name or a callable, not {type(combiner).__name__}")
+        elif not _accepts(combiner, 2):
+            raise TypeError(f"combiner {combiner!r} must accept (key, values)")
+        self.app = app
+        self.id = queue_id
+        self.buckets = buckets
+        self.buffer_size = buffer_size
+        self.combiner = combiner
+        self.key_codec: Codec = get_codec(key_codec, "key_codec")
+        self.value_codec: Codec = get_codec(value_codec, "value_codec")
+        self._on_change: Callable | None = None
+        self._core = None
+        self._core = self._make_core()  # validates id and value type now
+
+    # -- declaration ------------------------------------------------------
+    def on_change(self, fn: Callable) -> Callable:
+        """Decorator registering ``fn(tx, changes)``, called once per processed
+        batch, inside the processing transaction, with a list of
+        :class:`Change`. It may add to an export queue or another combine
+        queue (atomically with the new values); it must not write this queue."""
+        if not callable(fn):
+            raise TypeError(f"on_change needs a callable, not {type(fn).__name__}")
+        if not _accepts(fn, 2):
+            raise TypeError(f"change observer {fn!r} must accept (tx, changes)")
+        if self._on_change is not None:
+            raise ValueError(f"combine queue {self.id!r} already has a change observer")
+        self.app._before_change()
+        self._on_change = fn
+        self._core = self._make_core()
+        self.app._rebind()
+        return fn
+
+    def _make_core(self):
+        kc, vc = self.key_codec, self.value_codec
+        combiner = self.combiner
+        if not isinstance(combiner, str):
+            fn = combiner
+
+            def combiner(key_bytes: bytes, values: list) -> tuple:
+                try:
+                    result = fn(kc.decode(key_bytes), [vc.decode(v) for v in values])
+                    return (True, None if result is None else vc.encode(result))
+                except BaseException:
+                    return (False, traceback.format_exc())
+
+        on_change = None
+        if self._on_change is not None:
+            user_fn = self._on_change
+            from ._app import ObserverTransaction
+
+            def on_change(core_tx, items: list) -> tuple:
+                try:
+                    changes = [
+                        Change(
+                            kc.decode(k),
+                            None if o is None else vc.decode(o),
+                            None if n is None else vc.decode(n),
+                        )
+                        for k, o, n in items
+                    ]
+                    user_fn(ObserverTransaction(core_tx), changes)
+                    return (True, None)
+                except BaseException:
+                    return (False, traceback.format_exc())
+
+        return _core.CombineQueue.create(
+            self.id,
+            self.buckets,
+            self.buffer_size,
+            combiner,
+            vc.native,
+            vc.length,
+            on_change,
+        )
+
+    def _core_spec(self) -> tuple:
+        family, qualifier, name = self._core.notify_column
+        from ._app import WEAK
+
+        return (family, qualifier, int(WEAK), name, self._core)
+
+    # -- use ----------------------------------------------------------------
+    def add(self, tx: Transaction, updates: Mapping | Iterable[tuple]) -> None:
+        """Queue ``{key: update}`` (or ``(key, update)`` pairs) in ``tx``.
+        Every key and update is encoded first: if one cannot be, nothing is
+        queued and the error names it."""
+        items = updates.items() if isinstance(updates, Mapping) else updates
+        encoded = []
+        kc, vc = self.key_codec, self.value_codec
+        for key, value in items:
+            try:
+                k = kc.encode(key)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"combine queue {self.id!r}: key {key!r}: {e}") from None
+            try:
+                v = vc.encode(value)
+            except (TypeError, ValueError) as e:
+                raise type(e)(
+                    f"combine queue {self.id!r}: value {value!r} for key {key!r}: {e}"
+                ) from None
+            encoded.append((k, v))
+        self._core.add(tx._tx, encoded)
+
+    def get(self, tx: Transaction, key: Any, default: Any = None) -> Any:
+        """The current value of ``key`` in ``tx``'s view, or ``default``."""
+        data = self._core.get(tx._tx, self.key_codec.encode(key))
+        return default if data is None else self.value_codec.decode(data)
+
+    def scan(self, tx: Transaction, prefix: Any = None) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` pairs of current values, in key order (of the
+        encoded keys); ``prefix`` keeps the keys whose encoding starts with
+        the encoding of ``prefix``."""
+        row_prefix = self._core.data_row_prefix
+        if prefix is not None:
+            row_prefix += self.key_codec.encode(prefix)
+        skip = len(self._core.data_row_prefix)
+        kc, vc = self.key_codec, self.value_codec
+        for row, _column, value in tx.scan(prefix=row_prefix, columns=[(b"cq", b"v")]):
+            yield kc.decode(row[skip:]), vc.decode(value)
+
+    def bucket_of(self, key: Any) -> int:
+        return self._core.bucket_of(self.key_codec.encode(key))
+
+    def __repr__(self) -> str:
+        combiner = self.combiner if isinstance(self.combiner, str) else "python"
+        return f"<percolite.CombineQueue {self.id!r} buckets={self.buckets} combiner={combiner!r}>"

@@ -1,0 +1,172 @@
+"""Codecs: how queue keys and values become bytes and back.
+
+By name: ``"str"`` (UTF-8), ``"bytes"``, ``"int64"`` (8 bytes, big-endian),
+``"float64"`` (IEEE-754, big-endian), ``"int64s:N"`` (a tuple of N int64s,
+e.g. ``"int64s:2"``), ``"json"``; ``"pickle"`` only when asked for by name
+(unpickling runs code: use it for data you trust). Or pass a :class:`Codec`.
+
+The native combiners of the combine queue read ``int64``, ``float64`` and
+``int64s:N`` values directly in C++, so these encodings are part of the store's
+format.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from typing import Any
+
+__all__ = ["Codec", "get_codec", "int64s"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Codec:
+    """Encodes one kind of Python value to bytes. ``native`` names the layout
+    the C++ core understands (``"int64"``, ``"float64"``, ``"int64s"`` or
+    ``"bytes"``); ``length`` is the tuple length for ``"int64s"``."""
+
+    name = "codec"
+    native = "bytes"
+    length = 0
+
+    def encode(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def decode(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<percolite codec {self.name!r}>"
+
+
+class _Str(Codec):
+    name = "str"
+
+    def encode(self, value: Any) -> bytes:
+        if not isinstance(value, str):
+            raise TypeError(f"expected str, not {type(value).__name__}")
+        return value.encode("utf-8")
+
+    def decode(self, data: bytes) -> str:
+        return data.decode("utf-8")
+
+
+class _Bytes(Codec):
+    name = "bytes"
+
+    def encode(self, value: Any) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, (bytearray, memoryview)):
+            return bytes(value)
+        raise TypeError(f"expected bytes, not {type(value).__name__}")
+
+    def decode(self, data: bytes) -> bytes:
+        return data
+
+
+def _check_int64(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected int, not {type(value).__name__}")
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{value} does not fit in a signed 64-bit integer")
+    return value
+
+
+class _Int64(Codec):
+    name = "int64"
+    native = "int64"
+    _struct = struct.Struct(">q")
+
+    def encode(self, value: Any) -> bytes:
+        return self._struct.pack(_check_int64(value))
+
+    def decode(self, data: bytes) -> int:
+        return self._struct.unpack(data)[0]
+
+
+class _Float64(Codec):
+    name = "float64"
+    native = "float64"
+    _struct = struct.Struct(">d")
+
+    def encode(self, value: Any) -> bytes:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected float, not {type(value).__name__}")
+        return self._struct.pack(float(value))
+
+    def decode(self, data: bytes) -> float:
+        return self._struct.unpack(data)[0]
+
+
+class int64s(Codec):  # noqa: N801 - reads like the codec's name
+    """A tuple of ``length`` int64s, summed elementwise by the native "sum"."""
+
+    native = "int64s"
+
+    def __init__(self, length: int) -> None:
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"int64s needs a tuple length >= 1, not {length!r}")
+        self.length = length
+        self.name = f"int64s:{length}"
+        self._struct = struct.Struct(f">{length}q")
+
+    def encode(self, value: Any) -> bytes:
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"expected a tuple of {self.length} ints, not {type(value).__name__}")
+        if len(value) != self.length:
+            raise ValueError(f"expected a tuple of {self.length} ints, not {len(value)}")
+        return self._struct.pack(*(_check_int64(v) for v in value))
+
+    def decode(self, data: bytes) -> tuple:
+        return self._struct.unpack(data)
+
+
+class _Json(Codec):
+    name = "json"
+
+    def encode(self, value: Any) -> bytes:
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    def decode(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+class _Pickle(Codec):
+    name = "pickle"
+
+    def encode(self, value: Any) -> bytes:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def decode(self, data: bytes) -> Any:
+        return pickle.loads(data)  # noqa: S301 - only when the user named "pickle"
+
+
+_BY_NAME = {
+    "str": _Str(),
+    "bytes": _Bytes(),
+    "int64": _Int64(),
+    "float64": _Float64(),
+    "json": _Json(),
+    "pickle": _Pickle(),
+}
+
+
+def get_codec(spec: Any, role: str = "codec") -> Codec:
+    """The codec named by ``spec`` (a name or a :class:`Codec`)."""
+    if isinstance(spec, Codec):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"{role} must be a codec name or a percolite.codecs.Codec, not {spec!r}")
+    if spec.startswith("int64s"):
+        _, _, length = spec.partition(":")
+        if not length.isdigit():
+            raise ValueError(f"{role} 'int64s' needs a tuple length, e.g. 'int64s:2', not {spec!r}")
+        return int64s(int(length))
+    try:
+        return _BY_NAME[spec]
+    except KeyError:
+        names = ", ".join(repr(n) for n in [*_BY_NAME, "int64s:N"])
+        raise ValueError(f"{role} must be one of {names}, not {spec!r}") from None
