@@ -152,6 +152,12 @@ def add_arguments(parser) -> None:
         help="adder threads (default: %(default)s)",
     )
     parser.add_argument(
+        "--hot-buckets",
+        type=int,
+        default=16,
+        help="combine queue buckets (default: %(default)s)",
+    )
+    parser.add_argument(
         "--sync",
         default="full",
         choices=percolite.SYNC_MODES,
