@@ -208,6 +208,7 @@ def run(args: argparse.Namespace) -> dict:
             "seconds": args.seconds,
             "repeat": args.repeat,
             "sync": args.sync,
+            "buckets": args.hot_buckets,
         },
         "machine": machine_info(),
         "results": results,
