@@ -1,5 +1,6 @@
 # Type stub of the private extension module percolite._core (cpp/bindings/module.cc).
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 _Bytes = bytes | str | bytearray | memoryview
 _Column = tuple[_Bytes, _Bytes]
@@ -39,3 +40,25 @@ class Transaction:
     ) -> tuple[list[tuple[bytes, bytes, bytes, bytes]], bytes, bool]: ...
     def commit(self) -> None: ...
     def abort(self) -> None: ...
+
+class CombineQueue:
+    @staticmethod
+    def create(
+        id: str,
+        buckets: int,
+        buffer_size: int,
+        combiner: str | Callable[[bytes, list[bytes]], tuple[bool, Any]],
+        value_type: str,
+        tuple_length: int,
+        on_change: Callable[
+            [Transaction, list[tuple[bytes, bytes | None, bytes | None]]], tuple[bool, Any]
+        ]
+        | None,
+    ) -> CombineQueue: ...
+    def add(self, tx: Transaction, updates: list[tuple[bytes, bytes]]) -> None: ...
+    def get(self, tx: Transaction, key: bytes) -> bytes | None: ...
+    def bucket_of(self, key: bytes) -> int: ...
+    @property
+    def data_row_prefix(self) -> bytes: ...
+    @property
+    def notify_column(self) -> tuple[bytes, bytes, str]: ...

@@ -18,7 +18,12 @@ def python_blocks(path: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     "document, index",
-    [("README.md", 0), ("docs/notifications.md", 0), ("docs/transactions.md", 0)],
+    [
+        ("README.md", 0),
+        ("docs/notifications.md", 0),
+        ("docs/transactions.md", 0),
+        ("docs/combine_queue.md", 0),
+    ],
 )
 def test_example_runs(tmp_path, document, index):
     code = python_blocks(ROOT / document)[index]
