@@ -1,6 +1,7 @@
 #include "percolite/combine_queue.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -81,21 +82,27 @@ Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_lengt
     *result = std::move(out);
     return Status::Ok();
   }
-  // int64 and int64 tuples, elementwise.
+  // int64 and int64 tuples, elementwise. Sums accumulate in 128 bits and only
+  // the result must fit, so a compensating update can bring a key back in range.
   bool all_zero = true;
   for (size_t e = 0; e < width; ++e) {
     int64_t acc = ReadInt64(values[0].data() + 8 * e);
+    __int128 sum = acc;
     for (size_t i = 1; i < values.size(); ++i) {
       int64_t x = ReadInt64(values[i].data() + 8 * e);
       if (combiner == NativeCombiner::kSum) {
-        if (__builtin_add_overflow(acc, x, &acc)) {
-          return Invalid("combining: the int64 sum overflows");
-        }
+        sum += x;
       } else if (combiner == NativeCombiner::kMax) {
         acc = std::max(acc, x);
       } else if (combiner == NativeCombiner::kMin) {
         acc = std::min(acc, x);
       }
+    }
+    if (combiner == NativeCombiner::kSum) {
+      if (sum > INT64_MAX || sum < INT64_MIN) {
+        return Invalid("combining: the int64 sum overflows");
+      }
+      acc = static_cast<int64_t>(sum);
     }
     all_zero = all_zero && acc == 0;
     AppendInt64(&out, acc);

@@ -72,10 +72,17 @@ class CombineQueue:
         for name, value in (("buckets", buckets), ("buffer_size", buffer_size)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-        if buckets < 1:
-            raise ValueError(f"buckets must be at least 1, not {buckets}")
-        if buffer_size < 1:
-            raise ValueError(f"buffer_size must be at least 1, not {buffer_size}")
+        if not queue_id:
+            raise ValueError("queue id must not be empty")
+        if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):
+            raise ValueError(
+                f"queue id {queue_id!r} contains a character the layout reserves "
+                "(':' or a control character)"
+            )
+        if not 1 <= buckets <= 999_999:
+            raise ValueError(f"buckets must be between 1 and 999999, not {buckets}")
+        if not 1 <= buffer_size <= 1 << 30:
+            raise ValueError(f"buffer_size must be between 1 and 2**30, not {buffer_size}")
         if isinstance(combiner, str):
             if combiner not in NATIVE_COMBINERS:
                 raise ValueError(
@@ -176,11 +183,13 @@ class CombineQueue:
             try:
                 k = kc.encode(key)
             except (TypeError, ValueError) as e:
-                raise type(e)(f"combine queue {self.id!r}: key {key!r}: {e}") from None
+                kind = TypeError if isinstance(e, TypeError) else ValueError
+                raise kind(f"combine queue {self.id!r}: key {key!r}: {e}") from None
             try:
                 v = vc.encode(value)
             except (TypeError, ValueError) as e:
-                raise type(e)(
+                kind = TypeError if isinstance(e, TypeError) else ValueError
+                raise kind(
                     f"combine queue {self.id!r}: value {value!r} for key {key!r}: {e}"
                 ) from None
             encoded.append((k, v))

@@ -38,7 +38,8 @@
 // float64 and fixed-length int64 tuples (elementwise), and "last" over any
 // bytes. Numbers are stored big-endian (int64 two's complement, float64
 // IEEE-754). "sum" deletes a key whose sum is zero (all-zero for tuples) and
-// fails on int64 overflow rather than wrapping.
+// fails when the result of a run does not fit in int64 (it never wraps; the
+// sum is taken in 128 bits, so a later compensating update unsticks a key).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,1276 @@
+"""The combine queue (design.md section 5; seeds 000-002; contract in
+cpp/include/percolite/combine_queue.h).
+
+Anything that runs workers runs in a child interpreter with a timeout
+(``_isolated.run_isolated_json``): a hang fails one test instead of the suite.
+The children print JSON; the checks run here, in the test process.
+
+How the guarantees are observed. Every change observer in these tests records
+each reported ``Change`` as a cell written *inside the processing transaction*
+(row ``log:<tag>:<json key>``, qualifier = the processing transaction's
+``start_ts``, value = ``[old, new]``). So exactly the reports of committed
+processing runs are kept (a run that conflicts or fails leaves no record), and
+the reports of one key sort by the start of the run that made them. Committed
+runs of one bucket never overlap (each writes the bucket's cursor cell, so of
+two overlapping runs at most one commits), hence sorting by ``start_ts`` is
+sorting by commit order. Adders record the ``commit_ts`` of each transaction
+with its updates. A snapshot that starts at ``start_ts`` S sees exactly the
+transactions with ``commit_ts <= S`` (store.h: start_ts is the timestamp
+counter of the snapshot).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import textwrap
+from collections import Counter, defaultdict
+
+import percolite
+import pytest
+from _isolated import run_isolated_json
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# Code shared by the children (prepended to each).
+CHILD = r'''
+import collections, json, os, random, sys, threading, time
+import percolite
+
+K = json.dumps  # how a key is named in the JSON a child prints
+
+
+def record(tx, changes, tag="r"):
+    """Change observer body: one cell per reported change, committed with the
+    new values (so only committed runs leave a report)."""
+    for c in changes:
+        tx.set("log:%s:%s" % (tag, K(c.key)), ("r", "%020d" % tx.start_ts),
+               json.dumps([c.old, c.new]))
+
+
+def reports(env, tag="r"):
+    """{key name: [[start_ts, old, new], ...]} in start_ts order."""
+    out = {}
+    prefix = ("log:%s:" % tag).encode()
+    with env.transaction() as tx:
+        for row, column, value in tx.scan(prefix=prefix):
+            out.setdefault(row[len(prefix):].decode(), []).append(
+                [int(column.qualifier), *json.loads(value)])
+    return out
+
+
+def values(env, cq):
+    with env.transaction() as tx:
+        return {K(k): v for k, v in cq.scan(tx)}
+
+
+def queued(env, queue_id):
+    """How many queued (not yet consumed) update cells the queue has."""
+    with env.transaction() as tx:
+        return sum(1 for _ in tx.scan(prefix=queue_id + ":u:"))
+
+
+def observer(env, queue_id):
+    for o in env.status()["observers"]:
+        if o["name"] == "combine queue " + queue_id:
+            return o
+    raise KeyError(queue_id)
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in %s s" % timeout)
+        time.sleep(0.005)
+
+
+def emit(**result):
+    print(json.dumps(result))
+'''
+
+
+def child(code: str, timeout: float = 60, **params):
+    return run_isolated_json(CHILD + textwrap.dedent(code), timeout=timeout, **params)
+
+
+# -- checks of the two guarantees ------------------------------------------------
+
+
+def guarantee_1_violations(adds, reports, zero_deletes=True):
+    """Reports whose new value is not the combination (here: the sum) of every
+    update of that key committed before the processing transaction started.
+
+    ``adds`` is ``[[commit_ts, key, delta], ...]`` from the adders,
+    ``reports`` is ``{key: [[start_ts, old, new], ...]}``. A run that started
+    at S sees the transactions with ``commit_ts <= S``, so the reported new
+    value must be exactly the sum of the deltas with ``commit_ts <= S`` (and
+    ``None`` when that sum is 0: the native sum deletes zero). Missing an
+    update committed before S (a key's updates split across runs, an update
+    skipped behind a cursor, a lost update) or counting one twice shows up as
+    a difference. Keys are only checked when reported: the guarantee is about
+    reported values."""
+    by_key = defaultdict(list)
+    for commit_ts, key, delta in adds:
+        by_key[key].append((commit_ts, delta))
+    violations = []
+    for key, key_reports in reports.items():
+        entries = sorted(by_key.get(key, []))
+        stamps = [ts for ts, _ in entries]
+        sums = list(itertools.accumulate(d for _, d in entries))
+        for start_ts, _old, new in key_reports:
+            n = bisect.bisect_right(stamps, start_ts)
+            expected = sums[n - 1] if n else 0
+            if zero_deletes and expected == 0:
+                expected = None
+            if new != expected:
+                violations.append(
+                    f"{key}: run at start_ts {start_ts} reported new={new!r}, but the "
+                    f"{n} updates committed before it sum to {expected!r}"
+                )
+    return violations
+
+
+def chain_violations(reports, final):
+    """Guarantee 2: per key, in run order, each reported ``old`` is the ``new``
+    of the previous report (``None`` before the first report), each report is
+    a change (old != new), and the last ``new`` is the key's final value
+    (``None`` when absent). A key with a final value but no report is a change
+    that was never reported."""
+    violations = []
+    for key in sorted(set(reports) | set(final)):
+        previous = None
+        for start_ts, old, new in reports.get(key, []):
+            if old != previous:
+                violations.append(
+                    f"{key}: run at {start_ts} reported old={old!r}, previous new={previous!r}"
+                )
+            if old == new:
+                violations.append(f"{key}: run at {start_ts} reported a non-change {old!r}")
+            previous = new
+        if previous != final.get(key):
+            violations.append(
+                f"{key}: last reported new={previous!r} but final value={final.get(key)!r}"
+            )
+    return violations
+
+
+def reference_sums(adds):
+    totals = Counter()
+    for _, key, delta in adds:
+        totals[key] += delta
+    return {key: total for key, total in totals.items() if total != 0}
+
+
+# -- guarantees under concurrent adders and workers -------------------------------
+
+CONCURRENT = r"""
+app = percolite.App()
+cq = app.combine_queue("g", buckets=BUCKETS, buffer_size=BUFFER)
+
+@cq.on_change
+def changed(tx, changes):
+    record(tx, changes)
+
+env = percolite.open(DB, app=app, sync="none")
+keys = ["k%03d" % i for i in range(NKEYS)]
+adds, lock, conflicts = [], threading.Lock(), [0]
+
+def adder(seed):
+    rng = random.Random(seed)
+    mine = []
+    for i in range(TXS):
+        pairs = [(rng.choice(keys), rng.choice((-2, -1, -1, 1, 1, 2, 3)))
+                 for _ in range(rng.randint(1, 6))]
+        tx = env.transaction()
+        cq.add(tx, pairs)
+        try:
+            tx.commit()
+        except percolite.CommitConflict:
+            conflicts[0] += 1
+            continue
+        mine.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+        if i % 40 == 39:
+            time.sleep(0.003)  # let processing runs interleave with the adds
+    with lock:
+        adds.extend(mine)
+
+adder(-1) if PRELOAD else None  # some updates queued before the workers start
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(ADDERS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+idle = env.wait(timeout=40)
+o = observer(env, "g")
+env.stop_workers()
+emit(adds=adds, reports=reports(env), final=values(env, cq), conflicts=conflicts[0],
+     idle=idle, queued=queued(env, "g"), pending=env.status()["pending"],
+     failures=o["failures"], commits=o["commits"], last_error=o["last_error"])
+env.close()
+"""
+
+
+@pytest.fixture(scope="module")
+def concurrent_run(tmp_path_factory):
+    """One run of 3 adder threads (plus a preload) against 2 worker threads on
+    a queue with a small buffer, shared by the guarantee tests."""
+    db = tmp_path_factory.mktemp("concurrent") / "db"
+    return child(CONCURRENT, DB=db, BUCKETS=3, BUFFER=4, NKEYS=40, TXS=400, ADDERS=3, PRELOAD=True)
+
+
+def test_guarantee_1_new_value_combines_every_update_committed_before_the_run(concurrent_run):
+    """For every reported change, the new value equals the sum of that key's
+    updates with commit_ts <= the processing transaction's start_ts (see
+    ``guarantee_1_violations``)."""
+    r = concurrent_run
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    n_reports = sum(len(v) for v in r["reports"].values())
+    runs = {ts for v in r["reports"].values() for ts, _, _ in v}
+    assert n_reports > 200 and len(runs) > 50, "the check must cover many runs"
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+
+
+def test_guarantee_2_old_value_is_the_previous_new_value(concurrent_run):
+    r = concurrent_run
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    # Sums go through zero (deleted) and back: the chain passes through None.
+    assert any(
+        old is None and i > 0 for v in r["reports"].values() for i, (_, old, _) in enumerate(v)
+    ), "some key must be deleted and come back"
+    assert chain_violations(r["reports"], r["final"]) == []
+
+
+def test_concurrent_run_ends_exact_with_nothing_left(concurrent_run):
+    r = concurrent_run
+    assert r["conflicts"] == 0, "adders never collide"
+    assert r["final"] == reference_sums(r["adds"])
+    assert r["queued"] == 0 and r["pending"] == 0
+
+
+HAMMER = r"""
+app = percolite.App()
+cq = app.combine_queue("h", buckets=16, buffer_size=512)
+
+@cq.on_change
+def changed(tx, changes):
+    record(tx, changes)
+
+env = percolite.open(DB, app=app, sync="none")
+keys = ["w%04d" % i for i in range(NKEYS)]
+cum, total = [], 0.0
+for rank in range(1, NKEYS + 1):
+    total += 1.0 / rank ** 1.1
+    cum.append(total)
+adds, lock, conflicts, errors = [], threading.Lock(), [0], []
+
+def adder(seed):
+    rng = random.Random(seed)
+    mine = []
+    try:
+        for _ in range(TXS):
+            # 20 keys per transaction, Zipf-distributed; a key may repeat.
+            pairs = [(k, rng.choice((1, -1))) for k in rng.choices(keys, cum_weights=cum, k=20)]
+            tx = env.transaction()
+            cq.add(tx, pairs)
+            try:
+                tx.commit()
+            except percolite.CommitConflict:
+                conflicts[0] += 1
+                continue
+            mine.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+    except BaseException as e:
+        errors.append(repr(e))
+    with lock:
+        adds.extend(mine)
+
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(4)]
+started = time.monotonic()
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+adding = time.monotonic() - started
+commits_while_adding = observer(env, "h")["commits"]
+idle = env.wait(timeout=40)
+o = observer(env, "h")
+env.stop_workers()
+emit(adds=adds, reports=reports(env), final=values(env, cq), conflicts=conflicts[0],
+     errors=errors, idle=idle, queued=queued(env, "h"), pending=env.status()["pending"],
+     failures=o["failures"], commits=o["commits"], last_error=o["last_error"], adding=adding,
+     commits_while_adding=commits_while_adding)
+env.close()
+"""
+
+
+def test_hammer_zipf_adders_with_workers_running(tmp_path):
+    """4 adder threads x 1000 transactions x 20 Zipf-chosen +1/-1 updates over
+    3000 keys while two worker threads process: no adder ever conflicts, and
+    at the end every value equals a Counter of the updates (zero sums absent),
+    every report satisfies guarantee 1, and every key's chain holds."""
+    r = child(HAMMER, DB=tmp_path / "db", NKEYS=3000, TXS=1000, timeout=90)
+    assert r["errors"] == []
+    assert r["conflicts"] == 0, "adders collided"
+    assert len(r["adds"]) == 4 * 1000 * 20
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    reference = Counter()
+    for _, key, delta in r["adds"]:
+        reference[key] += delta
+    expected = {key: n for key, n in reference.items() if n != 0}
+    assert r["final"] == expected
+    assert len(expected) > 500 and any(n == 0 for n in reference.values())
+    assert r["queued"] == 0 and r["pending"] == 0
+    assert chain_violations(r["reports"], r["final"]) == []
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert r["commits_while_adding"] > 10, "processing ran while the adders added"
+
+
+# -- buffer size, continuation and the cursor -----------------------------------
+
+
+@pytest.mark.parametrize("buffer_size", [1, 3])
+def test_tiny_buffer_continues_over_many_runs_and_stays_exact(tmp_path, buffer_size):
+    r = child(
+        CONCURRENT,
+        DB=tmp_path / "db",
+        BUCKETS=2,
+        BUFFER=buffer_size,
+        NKEYS=60,
+        TXS=250,
+        ADDERS=2,
+        PRELOAD=True,
+    )
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    assert r["final"] == reference_sums(r["adds"])
+    assert r["queued"] == 0 and r["pending"] == 0
+    runs = {ts for v in r["reports"].values() for ts, _, _ in v}
+    assert len(runs) >= 60 // 2, "a tiny buffer makes many runs"
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert chain_violations(r["reports"], r["final"]) == []
+
+
+NEVER_SPLIT = r"""
+app = percolite.App()
+cq = app.combine_queue("s", buckets=1, buffer_size=5)
+
+@cq.on_change
+def changed(tx, changes):
+    record(tx, changes)
+
+env = percolite.open(DB, app=app, sync="none")
+adds = []
+def add(pairs):
+    tx = env.transaction()
+    cq.add(tx, pairs)
+    tx.commit()
+    adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+
+# Phase 1, all before the workers start: 50 updates of "hot" in 50
+# transactions, interleaved with 3 updates each of 20 other keys.
+others = ["o%02d" % i for i in range(20)]
+for i in range(1, 51):
+    add([("hot", i)])
+    if i <= 20:
+        add([(others[i - 1], 1)])
+for k in others:
+    add([(k, 2)])
+    add([(k, 4)])
+phase1 = {"result": env.process(2)}
+phase1["reports"] = reports(env)
+phase1["final"] = values(env, cq)
+
+# Phase 2: the same while workers run (a slow change observer stretches runs).
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+rng = random.Random(5)
+for i in range(300):
+    add([("hot", rng.choice((1, 2, 3)))] + [(rng.choice(others), 1)])
+idle = env.wait(timeout=40)
+o = observer(env, "s")
+env.stop_workers()
+emit(phase1=phase1, adds=adds, reports=reports(env), final=values(env, cq), idle=idle,
+     failures=o["failures"], last_error=o["last_error"], queued=queued(env, "s"))
+env.close()
+"""
+
+
+def test_a_keys_updates_are_never_split_across_runs(tmp_path):
+    """buffer_size=5 and one key with 50 updates: the run that takes the key
+    takes all its queued updates. With everything committed before the
+    workers start, the key is reported once, with the full sum; later, with
+    adds racing the workers, every report of it includes every update
+    committed before its run started (guarantee 1)."""
+    r = child(NEVER_SPLIT, DB=tmp_path / "db")
+    p1 = r["phase1"]
+    assert p1["result"]["idle"] and p1["result"]["failures"] == 0
+    assert p1["reports"]['"hot"'][0][1:] == [None, sum(range(1, 51))]
+    assert len(p1["reports"]['"hot"']) == 1, p1["reports"]['"hot"']
+    assert p1["final"]['"hot"'] == 1275
+    for i in range(20):
+        assert p1["reports"][f'"o{i:02}"'] == [[p1["reports"][f'"o{i:02}"'][0][0], None, 7]]
+    runs = {ts for v in p1["reports"].values() for ts, _, _ in v}
+    assert len(runs) >= 5, "buffer_size=5 continued over several runs"
+    assert p1["result"]["commits"] >= 5
+
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    assert r["final"] == reference_sums(r["adds"])
+    assert r["queued"] == 0
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert chain_violations(r["reports"], r["final"]) == []
+
+
+RESUMED_CURSOR = r"""
+app = percolite.App()
+cq = app.combine_queue("c", buckets=1, buffer_size=2)
+
+@cq.on_change
+def changed(tx, changes):
+    record(tx, changes)
+    time.sleep(0.004)  # slow runs: the cursor walks the bucket while adders add
+
+env = percolite.open(DB, app=app, sync="none")
+keys = ["k%03d" % i for i in range(200)]
+adds = []
+def add(pairs):
+    tx = env.transaction()
+    cq.add(tx, pairs)
+    tx.commit()
+    adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+
+for start in range(0, 200, 20):
+    add([(k, 1) for k in keys[start:start + 20]])
+
+def cursor_key():
+    with env.transaction() as tx:
+        value = tx.get("c:b:000000", ("cq:c", "cursor"), b"")
+    return value.split(b"\x00")[0].decode() if value else None
+
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+behind = 0
+rng = random.Random(3)
+for i in range(150):
+    early = keys[i % 10]
+    position = cursor_key()
+    add([(early, rng.choice((1, 2, -1)))])
+    if position is not None and position > early:
+        behind += 1
+    time.sleep(0.002)
+idle = env.wait(timeout=40)
+o = observer(env, "c")
+env.stop_workers()
+emit(adds=adds, reports=reports(env), final=values(env, cq), idle=idle, behind=behind,
+     failures=o["failures"], last_error=o["last_error"], queued=queued(env, "c"),
+     commits=o["commits"])
+env.close()
+"""
+
+
+def test_updates_behind_a_resumed_cursor_are_not_lost(tmp_path):
+    """One bucket, buffer_size=2, 200 keys: processing walks the bucket with
+    its cursor over ~100 runs. Meanwhile updates of the first keys (behind
+    the cursor) keep arriving; they must be picked up by a later pass."""
+    r = child(RESUMED_CURSOR, DB=tmp_path / "db")
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    assert r["behind"] >= 20, "the scenario must add behind a resumed cursor"
+    assert r["final"] == reference_sums(r["adds"])
+    assert r["queued"] == 0
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert chain_violations(r["reports"], r["final"]) == []
+
+
+TRICKY_KEYS = r"""
+app = percolite.App()
+cq = app.combine_queue("b", buckets=1, buffer_size=1, key_codec="bytes")
+
+@cq.on_change
+def changed(tx, changes):
+    tx.set("log", ("r", "%020d" % tx.start_ts), json.dumps(len(changes)))
+
+env = percolite.open(DB, app=app, sync="none")
+keys = [b"", b"\x00", b"\x00\x00", b"\x00\x01", b"\x01", b"a", b"a\x00", b"a\x00\x01",
+        b"a\x01", b"ab", b"\xff", b"\xff\xff", b"\x00\xff", b"a\xff\x00"]
+totals = collections.Counter()
+rng = random.Random(11)
+for round_ in range(3):
+    for _ in range(30):
+        pairs = [(rng.choice(keys), rng.randint(1, 9)) for _ in range(3)]
+        with env.transaction() as tx:
+            cq.add(tx, pairs)
+        for k, d in pairs:
+            totals[k] += d
+    result = env.process(2)
+with env.transaction() as tx:
+    final = {k.hex(): v for k, v in cq.scan(tx)}
+    got = {k.hex(): cq.get(tx, k) for k in keys}
+    batches = [json.loads(c.value) for c in tx.scan(prefix="log")]
+emit(final=final, got=got, expected={k.hex(): v for k, v in totals.items()},
+     result=result, batches=batches, queued=queued(env, "b"))
+env.close()
+"""
+
+
+def test_bytes_keys_that_prefix_each_other_with_a_one_update_buffer(tmp_path):
+    """Keys with NUL bytes, 0xff and prefixes of each other (the escaping of
+    the update qualifier must keep each key's updates together and apart)."""
+    r = child(TRICKY_KEYS, DB=tmp_path / "db")
+    assert r["result"]["idle"] and r["result"]["failures"] == 0
+    assert r["final"] == r["expected"]
+    assert r["got"] == r["expected"]
+    assert r["queued"] == 0
+    assert max(r["batches"]) == 1, "buffer_size=1: each run takes one key"
+
+
+# -- two-level aggregation ------------------------------------------------------
+
+TWO_LEVEL = r"""
+app = percolite.App()
+words = app.combine_queue("w", buckets=4, buffer_size=3)
+hist = app.combine_queue("hist", buckets=2, buffer_size=2, key_codec="int64")
+
+@words.on_change
+def word_changed(tx, changes):
+    record(tx, changes, "w")
+    update = collections.Counter()
+    for c in changes:
+        if c.old is not None:
+            update[c.old] -= 1
+        if c.new is not None:
+            update[c.new] += 1
+    hist.add(tx, {count: n for count, n in update.items() if n})
+
+@hist.on_change
+def hist_changed(tx, changes):
+    record(tx, changes, "h")
+
+env = percolite.open(DB, app=app, sync="none")
+vocabulary = ["v%02d" % i for i in range(40)]
+adds, lock = [], threading.Lock()
+
+def adder(seed):
+    rng = random.Random(seed)
+    docs, mine = [], []
+    for _ in range(150):
+        if docs and rng.random() < 0.3:
+            doc = docs.pop(rng.randrange(len(docs)))   # remove a document
+            update = {w: -n for w, n in doc.items()}
+        else:
+            doc = collections.Counter(rng.choices(vocabulary, k=rng.randint(1, 8)))
+            docs.append(doc)
+            update = dict(doc)
+        tx = env.transaction()
+        words.add(tx, update)
+        tx.commit()
+        mine.extend([tx.commit_ts, K(w), n] for w, n in update.items())
+    with lock:
+        adds.extend(mine)
+
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+idle = env.wait(timeout=40)
+status = {q: observer(env, q) for q in ("w", "hist")}
+env.stop_workers()
+emit(adds=adds, words=values(env, words), hist=values(env, hist),
+     word_reports=reports(env, "w"), hist_reports=reports(env, "h"), idle=idle,
+     failures={q: o["failures"] for q, o in status.items()},
+     errors={q: o["last_error"] for q, o in status.items()},
+     queued=queued(env, "w") + queued(env, "hist"))
+env.close()
+"""
+
+
+def test_change_observer_feeding_a_second_queue_ends_exact(tmp_path):
+    """Word counts -> histogram of counts (the seeds' count -> index example):
+    the first queue's change observer adds -1 for the old count and +1 for the
+    new count to the second queue, in the processing transaction."""
+    r = child(TWO_LEVEL, DB=tmp_path / "db")
+    assert r["idle"] and r["failures"] == {"w": 0, "hist": 0}, r["errors"]
+    assert r["words"] == reference_sums(r["adds"])
+    histogram = Counter(r["words"].values())
+    assert r["hist"] == {str(count): n for count, n in histogram.items()}
+    assert sum(r["hist"].values()) == len(r["words"])
+    assert r["queued"] == 0
+    assert chain_violations(r["word_reports"], r["words"]) == []
+    assert chain_violations(r["hist_reports"], r["hist"]) == []
+    assert guarantee_1_violations(r["adds"], r["word_reports"]) == []
+
+
+# -- combiners ---------------------------------------------------------------------
+
+NATIVE = r'''
+app = percolite.App()
+queues = {
+    "isum": app.combine_queue("isum", buckets=4, buffer_size=2),
+    "fsum": app.combine_queue("fsum", buckets=4, value_codec="float64"),
+    "tsum": app.combine_queue("tsum", buckets=4, value_codec="int64s:2"),
+    "imax": app.combine_queue("imax", combiner="max"),
+    "imin": app.combine_queue("imin", combiner="min"),
+    "fmax": app.combine_queue("fmax", combiner="max", value_codec="float64"),
+    "fmin": app.combine_queue("fmin", combiner="min", value_codec="float64"),
+    "tmax": app.combine_queue("tmax", combiner="max", value_codec="int64s:2"),
+    "tmin": app.combine_queue("tmin", combiner="min", value_codec="int64s:2"),
+    "ilast": app.combine_queue("ilast", combiner="last", buckets=2, buffer_size=1),
+    "slast": app.combine_queue("slast", combiner="last", value_codec="str"),
+    "jlast": app.combine_queue("jlast", combiner="last", value_codec="json"),
+}
+for name, q in queues.items():
+    q.on_change(lambda tx, changes, name=name: record(tx, changes, name))
+
+env = percolite.open(DB, app=app, sync="none")
+
+def phase(adds):
+    """adds: [(queue, [(key, value), ...]), ...], one transaction each."""
+    for name, pairs in adds:
+        with env.transaction() as tx:
+            queues[name].add(tx, pairs)
+    result = env.process(2)
+    with env.transaction() as tx:
+        state = {name: {K(k): v for k, v in q.scan(tx)} for name, q in queues.items()}
+    return {"result": result, "values": state}
+
+out = {}
+for i, adds in enumerate(PHASES):
+    out["phase%d" % i] = phase([(n, [tuple(p) for p in pairs]) for n, pairs in adds])
+out["reports"] = {name: reports(env, name) for name in queues}
+emit(**out)
+env.close()
+'''
+
+BIG = 1 << 40
+NATIVE_PHASES = [
+    [
+        ("isum", [("a", 1), ("a", 2), ("b", BIG + 3), ("z", 5)]),
+        ("isum", [("a", -10), ("b", -(1 << 50)), ("z", -5), ("c", 1)]),
+        ("isum", [("d", INT64_MAX), ("e", INT64_MIN)]),
+        ("fsum", [("a", 0.5), ("b", -1.25), ("z", 0.75)]),
+        ("fsum", [("a", 0.25), ("b", 2**-20), ("z", -0.5), ("z", -0.25)]),
+        ("tsum", [("a", (1, -1)), ("b", (1, 2)), ("c", (1, 0))]),
+        ("tsum", [("a", (2, 3)), ("b", (-1, -2)), ("c", (-1, 5))]),
+        ("imax", [("a", -5), ("a", 3), ("b", -7), ("c", INT64_MIN)]),
+        ("imax", [("a", -1), ("b", -9)]),
+        ("imin", [("a", -5), ("a", 3), ("b", 7), ("c", INT64_MAX)]),
+        ("imin", [("a", -1), ("b", 9)]),
+        ("fmax", [("a", -2.5), ("a", 1.5), ("b", -1e300)]),
+        ("fmin", [("a", -2.5), ("a", 1.5), ("b", 1e300)]),
+        ("tmax", [("a", (1, -5))]),
+        ("tmax", [("a", (-1, 7))]),
+        ("tmin", [("a", (1, -5))]),
+        ("tmin", [("a", (-1, 7))]),
+        ("ilast", [("a", 1), ("b", 10)]),
+        ("ilast", [("a", -2)]),
+        ("ilast", [("a", 0), ("c", 0)]),
+        ("slast", [("a", "first")]),
+        ("slast", [("a", "second"), ("b", "")]),
+        ("jlast", [("a", {"x": [1]})]),
+        ("jlast", [("a", [None, "two"])]),
+    ],
+    [
+        # Phase 2 combines with the current values.
+        ("isum", [("a", 7), ("b", 1 << 50), ("c", -1), ("d", -1), ("e", 1)]),
+        ("isum", [("b", -BIG - 3)]),
+        ("fsum", [("a", -0.75), ("b", 1.0)]),
+        ("tsum", [("a", (-3, -2)), ("c", (0, -5))]),
+        ("imax", [("a", 2), ("b", -8)]),
+        ("imin", [("a", -4), ("b", 8)]),
+        ("fmax", [("a", 1.0), ("b", -1e299)]),
+        ("fmin", [("a", -3.0)]),
+        ("tmax", [("a", (0, 8))]),
+        ("tmin", [("a", (2, -6))]),
+        ("ilast", [("a", 5)]),
+        ("ilast", [("a", 6)]),
+        ("slast", [("b", "third")]),
+        ("jlast", [("a", [None, "two"])]),
+    ],
+]
+
+
+def test_native_combiners_combine_exactly(tmp_path):
+    """sum over int64 / float64 / int64s:2 (elementwise, zero deletes), max,
+    min (signed, elementwise for tuples), last (commit order), in two phases
+    so that the current value takes part; and changes are reported only when
+    the value changed."""
+    r = child(NATIVE, DB=tmp_path / "db", PHASES=NATIVE_PHASES)
+    p1, p2 = r["phase0"], r["phase1"]
+    for p in (p1, p2):
+        assert p["result"]["idle"] and p["result"]["failures"] == 0, p["result"]
+    assert p1["values"] == {
+        "isum": {
+            '"a"': -7,
+            '"b"': BIG + 3 - (1 << 50),
+            '"c"': 1,
+            '"d"': INT64_MAX,
+            '"e"': INT64_MIN,
+        },
+        "fsum": {'"a"': 0.75, '"b"': -1.25 + 2**-20},
+        "tsum": {'"a"': [3, 2], '"c"': [0, 5]},
+        "imax": {'"a"': 3, '"b"': -7, '"c"': INT64_MIN},
+        "imin": {'"a"': -5, '"b"': 7, '"c"': INT64_MAX},
+        "fmax": {'"a"': 1.5, '"b"': -1e300},
+        "fmin": {'"a"': -2.5, '"b"': 1e300},
+        "tmax": {'"a"': [1, 7]},
+        "tmin": {'"a"': [-1, -5]},
+        "ilast": {'"a"': 0, '"b"': 10, '"c"': 0},
+        "slast": {'"a"': "second", '"b"': ""},
+        "jlast": {'"a"': [None, "two"]},
+    }
+    assert p2["values"] == {
+        "isum": {'"d"': INT64_MAX - 1, '"e"': INT64_MIN + 1},  # a, b, c sum to zero
+        "fsum": {'"b"': -0.25 + 2**-20},
+        "tsum": {},  # (3, 2) + (-3, -2) and (0, 5) + (0, -5) are all-zero: deleted
+        "imax": {'"a"': 3, '"b"': -7, '"c"': INT64_MIN},
+        "imin": {'"a"': -5, '"b"': 7, '"c"': INT64_MAX},
+        "fmax": {'"a"': 1.5, '"b"': -1e299},
+        "fmin": {'"a"': -3.0, '"b"': 1e300},
+        "tmax": {'"a"': [1, 8]},
+        "tmin": {'"a"': [-1, -6]},
+        "ilast": {'"a"': 6, '"b"': 10, '"c"': 0},
+        "slast": {'"a"': "second", '"b"': "third"},
+        "jlast": {'"a"': [None, "two"]},
+    }
+    reports = r["reports"]
+    # Unchanged values are not reported: max/min updates that lose, and a
+    # "last" update equal to the current value.
+    assert len(reports["imax"]['"a"']) == 1 and len(reports["imin"]['"b"']) == 1
+    assert len(reports["jlast"]['"a"']) == 1
+    # Deleting a key is reported as a change to None.
+    assert reports["isum"]['"a"'][-1][1:] == [-7, None]
+    assert reports["tsum"]['"a"'][-1][1:] == [[3, 2], None]
+    assert reports["fsum"]['"a"'][-1][1:] == [0.75, None]
+    for name, final in p2["values"].items():
+        assert chain_violations(reports[name], final) == [], name
+
+
+OVERFLOW = r"""
+app = percolite.App()
+ov = app.combine_queue("ov", buckets=8)
+ovt = app.combine_queue("ovt", buckets=1, value_codec="int64s:2")
+fine = app.combine_queue("fine", buckets=1)
+env = percolite.open(DB, app=app, sync="none")
+with env.transaction() as tx:
+    ov.add(tx, {"big": INT64_MAX, "small": INT64_MIN})
+    ovt.add(tx, {"t": (0, INT64_MAX)})
+before = env.process(2)
+with env.transaction() as tx:
+    ov.add(tx, {"big": 1, "small": -1})
+    ovt.add(tx, {"t": (5, 1)})
+    fine.add(tx, {"x": 3})
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+wait_for(lambda: observer(env, "ov")["failures"] >= 4 and observer(env, "ovt")["failures"] >= 2)
+idle = env.wait(timeout=0.5)
+status = {q: observer(env, q) for q in ("ov", "ovt", "fine")}
+env.stop_workers()
+with env.transaction() as tx:
+    got = {"big": ov.get(tx, "big"), "small": ov.get(tx, "small"), "t": ovt.get(tx, "t"),
+           "x": fine.get(tx, "x")}
+emit(before=before, idle=idle, got=got, pending=env.status()["pending"],
+     failing_buckets=len({ov.bucket_of("big"), ov.bucket_of("small")}) + 1,
+     queued={q: queued(env, q) for q in ("ov", "ovt", "fine")},
+     failures={q: o["failures"] for q, o in status.items()},
+     errors={q: o["last_error"] for q, o in status.items()})
+env.close()
+"""
+
+
+def test_int64_overflow_in_sum_is_a_visible_failure_not_a_wraparound(tmp_path):
+    r = child(OVERFLOW, DB=tmp_path / "db", INT64_MAX=INT64_MAX, INT64_MIN=INT64_MIN)
+    assert r["before"]["idle"] and r["before"]["failures"] == 0
+    assert r["idle"] is False, "the overflowing buckets stay pending"
+    assert r["failures"]["ov"] >= 4 and r["failures"]["ovt"] >= 2
+    for q in ("ov", "ovt"):
+        assert "overflow" in r["errors"][q], r["errors"][q]
+    assert r["got"] == {"big": INT64_MAX, "small": INT64_MIN, "t": [0, INT64_MAX], "x": 3}
+    assert r["queued"] == {"ov": 2, "ovt": 1, "fine": 0}, "nothing consumed, nothing lost"
+    assert r["pending"] == r["failing_buckets"], "the failing buckets stay notified"
+    assert r["failures"]["fine"] == 0 and r["errors"]["fine"] is None
+
+
+PY_COMBINER = r"""
+failing = threading.Event()
+failing.set()
+
+app = percolite.App()
+
+def total(key, values):
+    if failing.is_set():
+        raise RuntimeError("combiner exploded on %s" % key)
+    return sum(values) or None  # None deletes the key
+
+def wrong_type(key, values):
+    return "not an int"
+
+pyq = app.combine_queue("py", buckets=3, buffer_size=2, combiner=total)
+bad = app.combine_queue("bad", buckets=1, combiner=wrong_type)
+
+@pyq.on_change
+def changed(tx, changes):
+    record(tx, changes)
+
+env = percolite.open(DB, app=app, sync="none")
+keys = ["p%02d" % i for i in range(12)]
+adds = []
+rng = random.Random(9)
+def add_some(n):
+    for _ in range(n):
+        pairs = [(rng.choice(keys), rng.choice((-1, 1, 2))) for _ in range(3)]
+        tx = env.transaction()
+        pyq.add(tx, pairs)
+        tx.commit()
+        adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+
+add_some(40)
+with env.transaction() as tx:
+    bad.add(tx, {"k": 1})
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+add_some(40)   # more updates while the combiner fails
+wait_for(lambda: observer(env, "py")["failures"] >= 5 and observer(env, "bad")["failures"] >= 1)
+failing_status = observer(env, "py")
+bad_status = observer(env, "bad")
+during = {"values": values(env, pyq), "queued": queued(env, "py"),
+          "pending": env.status()["pending"]}
+failing.clear()
+add_some(40)
+wait_for(lambda: queued(env, "py") == 0)
+# Bring two keys back to zero: the combiner's None result deletes them.
+for key in ("p00", "p01"):
+    with env.transaction() as tx:
+        current = pyq.get(tx, key, 0)
+    tx = env.transaction()
+    pyq.add(tx, {key: -current})
+    tx.commit()
+    adds.append([tx.commit_ts, K(key), -current])
+wait_for(lambda: queued(env, "py") == 0)
+env.stop_workers()
+emit(adds=adds, reports=reports(env), final=values(env, pyq), during=during,
+     failures=failing_status["failures"], last_error=failing_status["last_error"],
+     bad_failures=bad_status["failures"], bad_error=bad_status["last_error"],
+     queued=queued(env, "py"))
+env.close()
+"""
+
+
+def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(tmp_path):
+    """While the combiner raises, runs fail (visible in status() with the
+    traceback), values stay untouched and updates stay queued; once it stops
+    raising, values are exact. The combiner returns None for a zero sum,
+    which deletes the key; a combiner returning a value the codec cannot
+    encode is a failure too."""
+    r = child(PY_COMBINER, DB=tmp_path / "db")
+    assert r["failures"] >= 5
+    assert "Traceback" in r["last_error"]
+    assert "RuntimeError: combiner exploded on p" in r["last_error"]
+    assert "in total" in r["last_error"], "the traceback names the combiner"
+    assert r["during"]["values"] == {}, "a failing run commits nothing"
+    assert r["during"]["queued"] == 80 * 3, "all updates still queued"
+    assert r["during"]["pending"] > 0
+    assert r["bad_failures"] >= 1 and "expected int" in r["bad_error"], r["bad_error"]
+
+    assert r["queued"] == 0
+    assert r["final"] == reference_sums(r["adds"])
+    assert '"p00"' not in r["final"] and '"p01"' not in r["final"]
+    for key in ('"p00"', '"p01"'):
+        assert r["reports"][key][-1][2] is None, "deleted by the None result"
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert chain_violations(r["reports"], r["final"]) == []
+
+
+COMMIT_ORDER = r"""
+app = percolite.App()
+seen = []
+
+def concat(key, values):
+    seen.append(len(values))
+    return [x for v in values for x in v]
+
+q = app.combine_queue("o", buckets=2, buffer_size=3, combiner=concat, value_codec="json")
+env = percolite.open(DB, app=app, sync="none")
+adds, lock = [], threading.Lock()
+
+def adder(name):
+    mine = []
+    for i in range(150):
+        key = "k%d" % (i % 4)
+        tx = env.transaction()
+        q.add(tx, {key: ["%s%03d" % (name, i)]})
+        tx.commit()
+        mine.append([tx.commit_ts, key, "%s%03d" % (name, i)])
+        if i % 30 == 0:
+            time.sleep(0.002)
+    with lock:
+        adds.extend(mine)
+
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+threads = [threading.Thread(target=adder, args=(n,)) for n in "ab"]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+idle = env.wait(timeout=40)
+o = observer(env, "o")
+env.stop_workers()
+with env.transaction() as tx:
+    final = dict(q.scan(tx))
+emit(adds=adds, final=final, idle=idle, failures=o["failures"], last_error=o["last_error"],
+     max_values=max(seen))
+env.close()
+"""
+
+
+def test_python_combiner_gets_current_value_then_updates_in_commit_order(tmp_path):
+    """A combiner that concatenates lists: the final list of each key is its
+    updates in commit_ts order, across threads, runs and continuations."""
+    r = child(COMMIT_ORDER, DB=tmp_path / "db")
+    assert r["idle"] and r["failures"] == 0, r["last_error"]
+    expected = defaultdict(list)
+    for _, key, item in sorted(r["adds"]):
+        expected[key].append(item)
+    assert r["final"] == dict(expected)
+    assert r["max_values"] >= 2
+
+
+ON_CHANGE_FAILS = r"""
+failing = threading.Event()
+failing.set()
+app = percolite.App()
+q = app.combine_queue("f", buckets=2)
+
+@q.on_change
+def changed(tx, changes):
+    record(tx, changes)
+    if failing.is_set():
+        raise ValueError("observer says no")
+
+env = percolite.open(DB, app=app, sync="none")
+with env.transaction() as tx:
+    q.add(tx, {"a": 1, "b": 2, "c": 3})
+env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+wait_for(lambda: observer(env, "f")["failures"] >= 4)
+o = observer(env, "f")
+during = {"values": values(env, q), "reports": reports(env), "queued": queued(env, "f")}
+with env.transaction() as tx:
+    q.add(tx, {"a": 10})
+failing.clear()
+idle = env.wait(timeout=20)
+env.stop_workers()
+emit(during=during, failures=o["failures"], last_error=o["last_error"], idle=idle,
+     final=values(env, q), reports=reports(env))
+env.close()
+"""
+
+
+def test_a_failing_change_observer_commits_nothing_and_is_retried(tmp_path):
+    """The change observer runs inside the processing transaction: when it
+    raises, neither the new values nor its own writes commit."""
+    r = child(ON_CHANGE_FAILS, DB=tmp_path / "db")
+    assert r["failures"] >= 4
+    assert "ValueError: observer says no" in r["last_error"]
+    assert r["during"] == {"values": {}, "reports": {}, "queued": 3}
+    assert r["idle"]
+    assert r["final"] == {'"a"': 11, '"b"': 2, '"c"': 3}
+    assert chain_violations(r["reports"], r["final"]) == []
+    first = {k: v[0][1] for k, v in r["reports"].items()}
+    assert first == {'"a"': None, '"b"': None, '"c"': None}
+
+
+def test_get_scan_and_layout(tmp_path):
+    """Before processing nothing is visible; updates sit in the documented
+    rows of their key's bucket, one notification per bucket; after, get and
+    scan (with a prefix) return the values."""
+    r = child(
+        r"""
+        app = percolite.App()
+        q = app.combine_queue("lay", buckets=5)
+        env = percolite.open(DB, app=app, sync="none")
+        keys = ["apple", "apricot", "banana", "", "äpfel"]
+        with env.transaction() as tx:
+            q.add(tx, {k: i + 1 for i, k in enumerate(keys)})
+            q.add(tx, [("apple", 10)])   # a second update of a key in one transaction
+        with env.transaction() as tx:
+            before = {"get": q.get(tx, "apple"), "default": q.get(tx, "apple", -1),
+                      "scan": list(q.scan(tx))}
+            rows = sorted({c.row.decode() for c in tx.scan(prefix="lay:u:")})
+        buckets = sorted({"lay:u:%06d" % q.bucket_of(k) for k in keys})
+        pending = env.status()["pending"]
+        result = env.process(2)
+        with env.transaction() as tx:
+            after = {"get": {k: q.get(tx, k) for k in keys}, "missing": q.get(tx, "nope", "d"),
+                     "scan": list(q.scan(tx)), "ap": list(q.scan(tx, prefix="ap")),
+                     "empty": list(q.scan(tx, prefix="zzz"))}
+        emit(before=before, rows=rows, buckets=buckets, pending=pending, result=result,
+             after=after, queued=queued(env, "lay"))
+        env.close()
+        """,
+        DB=tmp_path / "db",
+    )
+    assert r["before"] == {"get": None, "default": -1, "scan": []}
+    assert r["rows"] == r["buckets"]
+    assert r["pending"] == len(r["buckets"])
+    assert r["result"]["idle"] and r["result"]["failures"] == 0
+    assert r["after"]["get"] == {"apple": 11, "apricot": 2, "banana": 3, "": 4, "äpfel": 5}
+    assert r["after"]["missing"] == "d"
+    assert r["after"]["scan"] == [
+        ["", 4],
+        ["apple", 11],
+        ["apricot", 2],
+        ["banana", 3],
+        ["äpfel", 5],
+    ]
+    assert r["after"]["ap"] == [["apple", 11], ["apricot", 2]]
+    assert r["after"]["empty"] == []
+    assert r["queued"] == 0
+
+
+def test_registering_while_workers_run_is_an_error(tmp_path):
+    r = child(
+        r"""
+        app = percolite.App()
+        q = app.combine_queue("r1")
+        env = percolite.open(DB, app=app, sync="none")
+        env.start_workers(1)
+        errors = {}
+        try:
+            app.combine_queue("r2")
+        except percolite.Error as e:
+            errors["queue"] = str(e)
+        try:
+            q.on_change(lambda tx, changes: None)
+        except percolite.Error as e:
+            errors["on_change"] = str(e)
+        env.stop_workers()
+        # Nothing of the refused registrations was kept: both work now.
+        r2 = app.combine_queue("r2")
+        q.on_change(lambda tx, changes: None)
+        result = env.process(1)
+        emit(errors=errors, names=[o["name"] for o in env.status()["observers"]],
+             idle=result["idle"])
+        env.close()
+        """,
+        DB=tmp_path / "db",
+    )
+    assert set(r["errors"]) == {"queue", "on_change"}
+    for message in r["errors"].values():
+        assert "workers are running" in message, message
+    assert sorted(r["names"]) == ["combine queue r1", "combine queue r2"]
+    assert r["idle"]
+
+
+# -- bad input (no workers) ---------------------------------------------------------
+
+
+def update_rows(env, queue_id):
+    tx = env.transaction()
+    try:
+        return [c.row for c in tx.scan(prefix=f"{queue_id}:u:")]
+    finally:
+        tx.abort()
+
+
+class FourByteInt(percolite.codecs.Codec):
+    """Claims the int64 layout but writes 4 bytes: the core must refuse it."""
+
+    name = "four"
+    native = "int64"
+
+    def encode(self, value):
+        return int(value).to_bytes(4, "big", signed=True)
+
+    def decode(self, data):
+        return int.from_bytes(data, "big", signed=True)
+
+
+BAD_UPDATES = [
+    # (queue options, a good pair, the bad pair, error, words in the message)
+    ({}, ("ok", 1), (5, 1), TypeError, ["key 5", "'q'", "str"]),
+    ({}, ("ok", 1), (None, 1), TypeError, ["key None"]),
+    ({}, ("ok", 1), (b"k", 1), TypeError, ["key b'k'"]),
+    ({}, ("ok", 1), ("k", "x"), TypeError, ["'x'", "key 'k'", "int"]),
+    ({}, ("ok", 1), ("k", 1.5), TypeError, ["1.5", "key 'k'"]),
+    ({}, ("ok", 1), ("k", True), TypeError, ["True", "key 'k'", "bool"]),
+    ({}, ("ok", 1), ("k", None), TypeError, ["None", "key 'k'"]),
+    ({}, ("ok", 1), ("k", INT64_MAX + 1), ValueError, [str(INT64_MAX + 1), "key 'k'"]),
+    ({}, ("ok", 1), ("k", INT64_MIN - 1), ValueError, [str(INT64_MIN - 1), "key 'k'"]),
+    ({}, ("ok", 1), ("\ud800", 1), ValueError, ["key '\\ud800'", "'q'"]),
+    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", (1, 2, 3)), ValueError, ["2", "key 'k'"]),
+    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", (1,)), ValueError, ["2", "key 'k'"]),
+    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", 3), TypeError, ["key 'k'"]),
+    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", (1, 1 << 64)), ValueError, ["key 'k'"]),
+    ({"value_codec": "float64"}, ("ok", 1.5), ("k", "1.5"), TypeError, ["key 'k'"]),
+    ({"key_codec": "bytes"}, (b"ok", 1), ("k", 1), TypeError, ["key 'k'", "bytes"]),
+    ({"key_codec": "int64"}, (1, 1), (1 << 64, 1), ValueError, [f"key {1 << 64}"]),
+    ({"combiner": "last", "value_codec": "json"}, ("ok", [1]), ("k", {1}), TypeError, ["key 'k'"]),
+    ({"value_codec": FourByteInt()}, ("ok", 1), None, ValueError, ["4", "8"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "good", "bad", "error", "words"), BAD_UPDATES, ids=lambda v: repr(v)[:30]
+)
+def test_bad_update_is_a_clear_error_and_queues_nothing(
+    store_path, options, good, bad, error, words
+):
+    app = percolite.App()
+    queue = app.combine_queue("q", **options)
+    with percolite.open(store_path, app=app, sync="none") as env:
+        if bad is None:  # the codec itself is broken: every value is bad
+            good, bad = None, good
+        # A valid add, then a bad one in the same transaction; the
+        # transaction is aborted: nothing of it is applied.
+        tx = env.transaction()
+        if good is not None:
+            queue.add(tx, dict([good]))
+        with pytest.raises(error) as info:
+            queue.add(tx, [bad])
+        tx.abort()
+        message = str(info.value)
+        for word in words:
+            assert word in message, (word, message)
+        assert update_rows(env, "q") == []
+        # Good and bad pairs in one call: the call queues nothing, while the
+        # rest of the transaction still commits.
+        tx = env.transaction()
+        tx.set("other", ("f", "q"), "kept")
+        with pytest.raises(error):
+            queue.add(tx, [p for p in (good, bad) if p is not None])
+        tx.commit()
+        assert update_rows(env, "q") == []
+        assert env.status()["pending"] == 0, "no bucket was notified"
+        with env.transaction() as tx:
+            assert tx.get("other", ("f", "q")) == b"kept"
+        if good is not None:
+            with env.transaction() as tx:
+                queue.add(tx, [good])
+            assert len(update_rows(env, "q")) == 1, "the queue still works"
+
+
+BAD_DECLARATIONS = [
+    ({"queue_id": "a:b"}, ValueError, ["a:b", "':'"]),
+    ({"queue_id": ":"}, ValueError, ["':'"]),
+    ({"queue_id": "a\nb"}, ValueError, ["control"]),
+    ({"queue_id": "a\x00b"}, ValueError, ["control"]),
+    ({"queue_id": "del\x7f"}, ValueError, ["control"]),
+    ({"queue_id": "tab\t"}, ValueError, ["control"]),
+    ({"queue_id": ""}, ValueError, ["empty"]),
+    ({"queue_id": 5}, TypeError, ["str"]),
+    ({"queue_id": b"q"}, TypeError, ["str"]),
+    ({"buckets": 0}, ValueError, ["buckets", "0"]),
+    ({"buckets": -3}, ValueError, ["buckets", "-3"]),
+    ({"buckets": 1_000_000}, ValueError, ["buckets", "1000000"]),
+    ({"buckets": 1 << 32}, ValueError, ["buckets", str(1 << 32)]),
+    ({"buckets": "4"}, TypeError, ["buckets", "str"]),
+    ({"buckets": 2.0}, TypeError, ["buckets", "float"]),
+    ({"buckets": True}, TypeError, ["buckets", "bool"]),
+    ({"buffer_size": 0}, ValueError, ["buffer_size", "0"]),
+    ({"buffer_size": -1}, ValueError, ["buffer_size", "-1"]),
+    ({"buffer_size": "8"}, TypeError, ["buffer_size", "str"]),
+    ({"combiner": "avg"}, ValueError, ["'avg'", "'sum'", "'max'", "'min'", "'last'"]),
+    ({"combiner": "SUM"}, ValueError, ["'SUM'"]),
+    ({"combiner": ""}, ValueError, ["combiner"]),
+    ({"combiner": 5}, TypeError, ["combiner", "int"]),
+    ({"combiner": [sum]}, TypeError, ["combiner", "list"]),
+    ({"combiner": lambda key: 0}, TypeError, ["(key, values)"]),
+    ({"combiner": lambda: 0}, TypeError, ["(key, values)"]),
+    ({"combiner": lambda key, values, extra: 0}, TypeError, ["(key, values)"]),
+    ({"combiner": lambda *, key, values: 0}, TypeError, ["(key, values)"]),
+    ({"value_codec": "int64s"}, ValueError, ["int64s:2"]),
+    ({"value_codec": "int64s:0"}, ValueError, ["length"]),
+    ({"value_codec": "int32"}, ValueError, ["value_codec", "'int32'"]),
+    ({"key_codec": "nope"}, ValueError, ["key_codec", "'nope'"]),
+    ({"key_codec": None}, TypeError, ["key_codec"]),
+    ({"value_codec": 8}, TypeError, ["value_codec"]),
+    ({"combiner": "sum", "value_codec": "json"}, ValueError, ["int64"]),
+    ({"combiner": "sum", "value_codec": "str"}, ValueError, ["int64"]),
+    ({"combiner": "sum", "value_codec": "bytes"}, ValueError, ["int64"]),
+    ({"combiner": "sum", "value_codec": "pickle"}, ValueError, ["int64"]),
+    ({"combiner": "max", "value_codec": "json"}, ValueError, ["int64"]),
+    ({"combiner": "min", "value_codec": "str"}, ValueError, ["int64"]),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "words"), BAD_DECLARATIONS, ids=repr)
+def test_bad_declaration_is_a_clear_error_and_leaves_nothing(store_path, options, error, words):
+    app = percolite.App()
+    options = dict(options)
+    queue_id = options.pop("queue_id", "q")
+    with pytest.raises(error) as info:
+        app.combine_queue(queue_id, **options)
+    message = str(info.value)
+    for word in words:
+        assert word in message, (word, message)
+    # Nothing was registered: the name is free and the store has no observer.
+    with percolite.open(store_path, app=app, sync="none") as env:
+        assert env.status()["observers"] == []
+        app.combine_queue("q")
+        assert [o["name"] for o in env.status()["observers"]] == ["combine queue q"]
+
+
+def test_accepted_declarations():
+    app = percolite.App()
+    app.combine_queue("flex", combiner=lambda key, values, extra=None: None)
+    app.combine_queue("star", combiner=lambda *args: None)
+    app.combine_queue("builtin", combiner=max)  # no signature: trusted
+    app.combine_queue("last-json", combiner="last", value_codec="json")
+    app.combine_queue("tuple", value_codec="int64s:3")
+    app.combine_queue("float-max", combiner="max", value_codec="float64")
+    app.combine_queue("codec", value_codec=percolite.codecs.int64s(2))
+    app.combine_queue("one", buckets=1, buffer_size=1)
+    app.combine_queue("many", buckets=999_999)
+    app.combine_queue("dots.and-dashes_ünïcode")
+
+
+def test_duplicate_queue_id_is_a_value_error():
+    app = percolite.App()
+    first = app.combine_queue("dup")
+    with pytest.raises(ValueError, match="'dup'"):
+        app.combine_queue("dup", combiner="max")
+    assert app._queues["dup"] is first
+
+
+def test_change_observer_declaration_errors():
+    app = percolite.App()
+    queue = app.combine_queue("c")
+    with pytest.raises(TypeError):
+        queue.on_change(42)
+    with pytest.raises(TypeError, match=r"\(tx, changes\)"):
+        queue.on_change(lambda tx: None)
+    with pytest.raises(TypeError, match=r"\(tx, changes\)"):
+        queue.on_change(lambda tx, changes, more: None)
+
+    @queue.on_change
+    def first(tx, changes):
+        pass
+
+    with pytest.raises(ValueError, match="already has a change observer"):
+
+        @queue.on_change
+        def second(tx, changes):
+            pass
+
+
+def test_change_is_a_named_tuple():
+    change = percolite.Change("k", None, 3)
+    assert (change.key, change.old, change.new) == ("k", None, 3)
+    assert change == ("k", None, 3)
+
+
+def test_int64_sum_overflow_is_unstuck_by_a_compensating_update(tmp_path):
+    """Regression: the native sum checked overflow after every step, so a key at
+    INT64_MAX with +1 queued stayed failing even after a -1 was queued."""
+    app = percolite.App()
+    q = app.combine_queue("ov", buckets=1)
+    env = percolite.open(tmp_path / "db", app=app, sync="none")
+    try:
+        with env.transaction() as tx:
+            q.add(tx, {"k": 2**63 - 1})
+        assert env.process(threads=1)["idle"]
+        with env.transaction() as tx:
+            q.add(tx, {"k": 1})
+        with env.transaction() as tx:
+            q.add(tx, {"k": -1})
+        assert env.process(threads=1, timeout=30)["idle"]
+        with env.transaction() as tx:
+            assert q.get(tx, "k") == 2**63 - 1
+    finally:
+        env.close()

@@ -1,0 +1,178 @@
+"""Combine queues processed by two worker processes (the CLI's
+``worker module:app --processes 2 --until-idle``), with updates added from
+another process while they run.
+
+The checks (guarantee 1, the old/new chain of guarantee 2, exact final
+values) are those of ``test_combine_queue``; see its module docstring for how
+the change observers record committed reports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import percolite
+import pytest
+from _isolated import run_command
+from test_combine_queue import chain_violations, guarantee_1_violations, reference_sums
+
+# Word counts -> histogram of counts, in the module every worker imports. Each
+# change observer records every reported change (and the worker's pid) inside
+# the processing transaction.
+APP_SOURCE = """
+import collections, json, os
+import percolite
+
+app = percolite.App("combine")
+words = app.combine_queue("wc", buckets=8, buffer_size=3)
+hist = app.combine_queue("hist", buckets=4, buffer_size=2, key_codec="int64")
+
+
+def record(tx, changes, tag):
+    for c in changes:
+        tx.set("log:%s:%s" % (tag, json.dumps(c.key)), ("r", "%020d" % tx.start_ts),
+               json.dumps([c.old, c.new, os.getpid()]))
+
+
+@words.on_change
+def word_changed(tx, changes):
+    record(tx, changes, "w")
+    update = collections.Counter()
+    for c in changes:
+        if c.old is not None:
+            update[c.old] -= 1
+        if c.new is not None:
+            update[c.new] += 1
+    hist.add(tx, {count: n for count, n in update.items() if n})
+
+
+@hist.on_change
+def hist_changed(tx, changes):
+    record(tx, changes, "h")
+"""
+
+VOCABULARY = [f"word{i:02}" for i in range(60)]
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "app"
+    directory.mkdir()
+    (directory / "combine_app.py").write_text(APP_SOURCE)
+    return directory
+
+
+def load_module(app_dir: Path):
+    """The same module in the test process (to add with the same queues)."""
+    spec = importlib.util.spec_from_file_location(
+        f"combine_app_{abs(hash(app_dir))}", app_dir / "combine_app.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def add_documents(db: Path, module, n: int, seed: int, adds: list) -> None:
+    """n transactions, each adding one document's word counts (or removing a
+    previously added document's); appends [commit_ts, key, delta] to adds."""
+    rng = random.Random(seed)
+    documents = []
+    with percolite.open(db, app=module.app, sync="none") as env:
+        for _ in range(n):
+            if documents and rng.random() < 0.25:
+                document = documents.pop(rng.randrange(len(documents)))
+                update = {w: -c for w, c in document.items()}
+            else:
+                document = Counter(rng.choices(VOCABULARY, k=rng.randint(1, 10)))
+                documents.append(document)
+                update = dict(document)
+            tx = env.transaction()
+            module.words.add(tx, update)
+            tx.commit()
+            adds.extend([tx.commit_ts, json.dumps(w), d] for w, d in update.items())
+
+
+def read_state(db: Path, module) -> dict:
+    state = {"reports": {"w": {}, "h": {}}, "pids": set()}
+    with percolite.open(db, app=module.app, sync="none") as env:
+        with env.transaction() as tx:
+            state["words"] = {json.dumps(k): v for k, v in module.words.scan(tx)}
+            state["hist"] = {json.dumps(k): v for k, v in module.hist.scan(tx)}
+            for tag in ("w", "h"):
+                prefix = f"log:{tag}:".encode()
+                for row, column, value in tx.scan(prefix=prefix):
+                    old, new, pid = json.loads(value)
+                    state["reports"][tag].setdefault(row[len(prefix) :].decode(), []).append(
+                        [int(column.qualifier), old, new]
+                    )
+                    state["pids"].add(pid)
+            state["queued"] = sum(1 for _ in tx.scan(prefix="wc:u:")) + sum(
+                1 for _ in tx.scan(prefix="hist:u:")
+            )
+        status = env.status()
+    state["pending"] = status["pending"]
+    state["failures"] = {o["name"]: o["failures"] for o in status["observers"]}
+    return state
+
+
+def workers(db: Path, app_dir: Path):
+    return run_command(
+        [
+            sys.executable,
+            "-m",
+            "percolite",
+            "worker",
+            "combine_app:app",
+            "--db",
+            str(db),
+            "--processes",
+            "2",
+            "--threads",
+            "2",
+            "--until-idle",
+        ],
+        cwd=app_dir,
+        timeout=60,
+    )
+
+
+def test_two_worker_processes_on_the_same_queues_end_exact(tmp_path, app_dir):
+    db = tmp_path / "db"
+    module = load_module(app_dir)
+    adds: list = []
+    add_documents(db, module, 300, seed=1, adds=adds)
+
+    done = workers(db, app_dir)
+    assert done.returncode == 0, done.stderr
+    first = read_state(db, module)
+    assert first["words"] == reference_sums(adds)
+    assert first["queued"] == 0 and first["pending"] == 0
+    assert len(first["pids"]) == 2, "both worker processes processed buckets"
+
+    # More documents, added from this process while both worker processes run
+    # (they may go idle before the adder finishes: a second pass finishes).
+    adder = threading.Thread(target=add_documents, args=(db, module, 400, 2, adds))
+    adder.start()
+    try:
+        during = workers(db, app_dir)
+    finally:
+        adder.join()
+    assert during.returncode == 0, during.stderr
+    done = workers(db, app_dir)
+    assert done.returncode == 0, done.stderr
+
+    state = read_state(db, module)
+    assert state["failures"] == {"combine queue wc": 0, "combine queue hist": 0}
+    assert state["queued"] == 0 and state["pending"] == 0
+    assert state["words"] == reference_sums(adds)
+    histogram = Counter(state["words"].values())
+    assert state["hist"] == {json.dumps(count): n for count, n in histogram.items()}
+    assert chain_violations(state["reports"]["w"], state["words"]) == []
+    assert chain_violations(state["reports"]["h"], state["hist"]) == []
+    assert guarantee_1_violations(adds, state["reports"]["w"]) == []
