@@ -42,20 +42,17 @@ import lmdb
 import percolite
 from common import (
     REPO_ROOT,
-    RESULTS_DIR,
     Operation,
     OptionGroup,
     RunResult,
-    add_common_arguments,
-    finish_arguments,
     format_table,
     log,
     machine_info,
     median,
+    run_standalone,
     run_threads,
     same_filesystem,
     scratch_dir,
-    write_json,
 )
 
 NAME = "commit"
@@ -294,22 +291,7 @@ def _format_optional(number: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    add_arguments(parser)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=RESULTS_DIR / f"{NAME}.json",
-        help="JSON report to write (default: %(default)s)",
-    )
-    args = parser.parse_args(argv)
-    finish_arguments(parser, args)
-    report = run(args)
-    print(format_report(report))
-    write_json(args.out, report)
-    log(f"wrote {args.out}")
-    return 0
+    return run_standalone(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -27,13 +27,10 @@ from statistics import median
 import notify_app
 import percolite
 from common import (
-    RESULTS_DIR,
-    add_common_arguments,
-    finish_arguments,
     format_table,
     machine_info,
+    run_standalone,
     scratch_dir,
-    write_json,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -162,16 +159,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_arguments(parser)
-    add_arguments(parser)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / f"{NAME}.json")
-    args = parser.parse_args(argv)
-    finish_arguments(parser, args)
-    report = run(args)
-    print(format_report(report))
-    write_json(args.out, report)
-    return 0
+    return run_standalone(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

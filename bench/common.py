@@ -285,3 +285,24 @@ def machine_info() -> dict[str, Any]:
         # Other work on the machine skews the numbers; this says how busy it was.
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+def run_standalone(benchmark: Any, argv: list[str] | None = None) -> int:
+    """``main`` of a benchmark module run on its own: its options plus the
+    common ones and ``--out FILE``; prints the report and writes the JSON."""
+    parser = argparse.ArgumentParser(description=(benchmark.__doc__ or "").split("\n\n")[0])
+    add_common_arguments(parser)
+    benchmark.add_arguments(parser)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS_DIR / f"{benchmark.NAME}.json",
+        help="JSON report to write (default: %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    finish_arguments(parser, args)
+    report = benchmark.run(args)
+    print(benchmark.format_report(report))
+    write_json(args.out, report)
+    log(f"wrote {args.out}")
+    return 0

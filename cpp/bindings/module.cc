@@ -168,44 +168,46 @@ struct PyCallable {
   }
 };
 
-// Wraps a Python runner `runner(core_tx, row, family, qualifier) -> None | str`
-// (python/percolite/_app.py) as an observer: None means success, a string is
-// the traceback of a failure.
+// Python runners (python/percolite/_app.py, _combine.py) report a failure by
+// returning (False, traceback) instead of raising, so the traceback is
+// formatted once, in Python; (True, result) is a success.
+percolite::Status RunnerStatus(const py::tuple& outcome) {
+  if (outcome[0].cast<bool>()) return percolite::Status::Ok();
+  return percolite::Status::Make(ErrorCode::kCallback, py::str(outcome[1]));
+}
+
+// Calls into Python from a core thread: takes the GIL for the call only, and
+// turns an exiting interpreter or a Python exception into a kCallback status.
+template <typename Call>
+percolite::Status CallPython(Call&& call) {
+  if (!Py_IsInitialized() || InterpreterFinalizing()) {
+    return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
+  }
+  py::gil_scoped_acquire gil;
+  try {
+    return call();
+  } catch (py::error_already_set& e) {
+    return percolite::Status::Make(ErrorCode::kCallback, e.what());
+  }
+}
+
+// An observer: runner(core_tx, row, family, qualifier) -> (ok, traceback).
 percolite::ObserverFn MakeObserverFn(py::object runner) {
   auto holder = std::make_shared<PyCallable>(std::move(runner));
   return [holder](const std::shared_ptr<Tx>& tx, const percolite::Cell& cell) {
-    if (!Py_IsInitialized() || InterpreterFinalizing()) {
-      return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
-    }
-    py::gil_scoped_acquire gil;
-    try {
-      py::object result =
-          holder->fn(tx, py::bytes(cell.row), py::bytes(cell.family), py::bytes(cell.qualifier));
-      if (result.is_none()) return percolite::Status::Ok();
-      return percolite::Status::Make(ErrorCode::kCallback, py::str(result));
-    } catch (py::error_already_set& e) {
-      return percolite::Status::Make(ErrorCode::kCallback, e.what());
-    }
+    return CallPython([&] {
+      return RunnerStatus(
+          holder->fn(tx, py::bytes(cell.row), py::bytes(cell.family), py::bytes(cell.qualifier)));
+    });
   };
 }
 
-// Python runners (python/percolite/_combine.py) report a failure by returning
-// (False, traceback) instead of raising, so the traceback is formatted once, in Python.
-percolite::Status RunnerStatus(const py::object& outcome) {
-  auto pair = outcome.cast<py::tuple>();
-  if (pair[0].cast<bool>()) return percolite::Status::Ok();
-  return percolite::Status::Make(ErrorCode::kCallback, py::str(pair[1]));
-}
-
+// A combiner: runner(key, [values]) -> (True, value | None) or (False, traceback).
 percolite::CombineFn MakeCombineFn(py::object runner) {
   auto holder = std::make_shared<PyCallable>(std::move(runner));
   return [holder](const std::string& key, const std::vector<std::string>& values,
                   std::optional<std::string>* result) {
-    if (!Py_IsInitialized() || InterpreterFinalizing()) {
-      return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
-    }
-    py::gil_scoped_acquire gil;
-    try {
+    return CallPython([&] {
       py::list py_values(values.size());
       for (size_t i = 0; i < values.size(); ++i) py_values[i] = py::bytes(values[i]);
       py::tuple outcome = holder->fn(py::bytes(key), py_values);
@@ -219,20 +221,15 @@ percolite::CombineFn MakeCombineFn(py::object runner) {
         }
       }
       return status;
-    } catch (py::error_already_set& e) {
-      return percolite::Status::Make(ErrorCode::kCallback, e.what());
-    }
+    });
   };
 }
 
+// A change observer: runner(core_tx, [(key, old, new)]) -> (ok, traceback).
 percolite::ChangeFn MakeChangeFn(py::object runner) {
   auto holder = std::make_shared<PyCallable>(std::move(runner));
   return [holder](const std::shared_ptr<Tx>& tx, const std::vector<percolite::Change>& changes) {
-    if (!Py_IsInitialized() || InterpreterFinalizing()) {
-      return percolite::Status::Make(ErrorCode::kCallback, "the Python interpreter is exiting");
-    }
-    py::gil_scoped_acquire gil;
-    try {
+    return CallPython([&] {
       py::list items(changes.size());
       for (size_t i = 0; i < changes.size(); ++i) {
         const auto& c = changes[i];
@@ -241,9 +238,7 @@ percolite::ChangeFn MakeChangeFn(py::object runner) {
                                   c.new_value ? py::object(py::bytes(*c.new_value)) : py::none());
       }
       return RunnerStatus(holder->fn(tx, items));
-    } catch (py::error_already_set& e) {
-      return percolite::Status::Make(ErrorCode::kCallback, e.what());
-    }
+    });
   };
 }
 

@@ -92,12 +92,12 @@ def _make_runner(fn: Callable) -> Callable:
     the observer, and reports a failure as its formatted traceback."""
     make_column = Column._from_bytes
 
-    def runner(core_tx, row: bytes, family: bytes, qualifier: bytes):
+    def runner(core_tx, row: bytes, family: bytes, qualifier: bytes) -> tuple:
         try:
             fn(ObserverTransaction(core_tx), row, make_column(family, qualifier))
         except BaseException:
-            return traceback.format_exc()
-        return None
+            return (False, traceback.format_exc())
+        return (True, None)
 
     return runner
 

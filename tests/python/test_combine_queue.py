@@ -155,6 +155,12 @@ def chain_violations(reports, final):
     return violations
 
 
+def assert_both_guarantees(r):
+    """Guarantee 1 and the old/new chain (guarantee 2) over a run's reports."""
+    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert chain_violations(r["reports"], r["final"]) == []
+
+
 def reference_sums(adds):
     totals = Counter()
     for _, key, delta in adds:
@@ -322,8 +328,7 @@ def test_hammer_zipf_adders_with_workers_running(tmp_path):
     assert r["final"] == expected
     assert len(expected) > 500 and any(n == 0 for n in reference.values())
     assert r["queued"] == 0 and r["pending"] == 0
-    assert chain_violations(r["reports"], r["final"]) == []
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
+    assert_both_guarantees(r)
     assert r["commits_while_adding"] > 10, "processing ran while the adders added"
 
 
@@ -347,8 +352,7 @@ def test_tiny_buffer_continues_over_many_runs_and_stays_exact(tmp_path, buffer_s
     assert r["queued"] == 0 and r["pending"] == 0
     runs = {ts for v in r["reports"].values() for ts, _, _ in v}
     assert len(runs) >= 60 // 2, "a tiny buffer makes many runs"
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
-    assert chain_violations(r["reports"], r["final"]) == []
+    assert_both_guarantees(r)
 
 
 NEVER_SPLIT = r"""
@@ -416,8 +420,7 @@ def test_a_keys_updates_are_never_split_across_runs(tmp_path):
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     assert r["final"] == reference_sums(r["adds"])
     assert r["queued"] == 0
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
-    assert chain_violations(r["reports"], r["final"]) == []
+    assert_both_guarantees(r)
 
 
 RESUMED_CURSOR = r"""
@@ -475,8 +478,7 @@ def test_updates_behind_a_resumed_cursor_are_not_lost(tmp_path):
     assert r["behind"] >= 20, "the scenario must add behind a resumed cursor"
     assert r["final"] == reference_sums(r["adds"])
     assert r["queued"] == 0
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
-    assert chain_violations(r["reports"], r["final"]) == []
+    assert_both_guarantees(r)
 
 
 TRICKY_KEYS = r"""
@@ -873,8 +875,7 @@ def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(tmp_path):
     assert '"p00"' not in r["final"] and '"p01"' not in r["final"]
     for key in ('"p00"', '"p01"'):
         assert r["reports"][key][-1][2] is None, "deleted by the None result"
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
-    assert chain_violations(r["reports"], r["final"]) == []
+    assert_both_guarantees(r)
 
 
 COMMIT_ORDER = r"""
