@@ -51,8 +51,8 @@ def _demo(args: argparse.Namespace) -> int:
                 f"{total} (expected {expected})"
             )
             print(
-                f"{stats['commits']} commits in {stats['batches']} group commits, "
-                f"{stats['conflicts']} conflicts retried, {elapsed:.2f} s"
+                f"{stats['commits']} commits and {stats['conflicts']} conflicts (retried) "
+                f"in {stats['batches']} group-commit batches, {elapsed:.2f} s"
             )
             return 0 if total == expected else 1
 
