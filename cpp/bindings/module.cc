@@ -19,6 +19,7 @@
 #include <string>
 
 #include "percolite/combine_queue.h"
+#include "percolite/export_queue.h"
 #include "percolite/env.h"
 #include "percolite/transaction.h"
 
@@ -242,6 +243,21 @@ percolite::ChangeFn MakeChangeFn(py::object runner) {
   };
 }
 
+// An exporter: runner([(key, value, seq)]) -> (ok, traceback).
+percolite::ExportFn MakeExportFn(py::object runner) {
+  auto holder = std::make_shared<PyCallable>(std::move(runner));
+  return [holder](const std::vector<percolite::ExportEntry>& entries) {
+    return CallPython([&] {
+      py::list items(entries.size());
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const auto& e = entries[i];
+        items[i] = py::make_tuple(py::bytes(e.key), py::bytes(e.value), e.seq);
+      }
+      return RunnerStatus(holder->fn(items));
+    });
+  };
+}
+
 percolite::NativeCombiner ParseCombiner(const std::string& name) {
   if (name == "sum") return percolite::NativeCombiner::kSum;
   if (name == "max") return percolite::NativeCombiner::kMax;
@@ -330,6 +346,8 @@ PYBIND11_MODULE(_core, m) {
                o.column.observer = t[3].cast<std::string>();
                if (py::isinstance<percolite::CombineQueue>(t[4])) {
                  o.fn = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->Processor();
+               } else if (py::isinstance<percolite::ExportQueue>(t[4])) {
+                 o.fn = t[4].cast<std::shared_ptr<percolite::ExportQueue>>()->Processor();
                } else {
                  o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
                }
@@ -498,6 +516,32 @@ PYBIND11_MODULE(_core, m) {
           "data_row_prefix",
           [](percolite::CombineQueue& self) { return py::bytes(self.DataRowPrefix()); })
       .def_property_readonly("notify_column", [](percolite::CombineQueue& self) {
+        auto c = self.NotifyColumn();
+        return py::make_tuple(py::bytes(c.family), py::bytes(c.qualifier), c.observer);
+      });
+
+  py::class_<percolite::ExportQueue, std::shared_ptr<percolite::ExportQueue>>(m, "ExportQueue")
+      .def_static(
+          "create",
+          [](const std::string& id, uint32_t buckets, size_t batch_size, py::object exporter) {
+            percolite::ExportQueueOptions options;
+            options.id = id;
+            options.buckets = buckets;
+            options.batch_size = batch_size;
+            options.exporter = MakeExportFn(std::move(exporter));
+            return percolite::ExportQueue::Create(std::move(options));
+          },
+          py::arg("id"), py::arg("buckets"), py::arg("batch_size"), py::arg("exporter"))
+      .def("add",
+           [](percolite::ExportQueue& self, Tx& tx, py::bytes key, py::bytes value) {
+             self.Add(tx, std::string(key), std::string(value));  // buffers only: keeps the GIL
+           })
+      .def("bucket_of", [](percolite::ExportQueue& self,
+                           py::bytes key) { return self.BucketOf(std::string(key)); })
+      .def_property_readonly(
+          "entry_row_prefix",
+          [](percolite::ExportQueue& self) { return py::bytes(self.EntryRowPrefix()); })
+      .def_property_readonly("notify_column", [](percolite::ExportQueue& self) {
         auto c = self.NotifyColumn();
         return py::make_tuple(py::bytes(c.family), py::bytes(c.qualifier), c.observer);
       });

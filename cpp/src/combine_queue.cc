@@ -7,14 +7,14 @@
 
 #include "percolite/encoding.h"
 #include "percolite/transaction.h"
+#include "queue_rows.h"
 
 namespace percolite {
 namespace {
 
 constexpr std::string_view kUpdateFamily = "u";
-constexpr std::string_view kNotifyQualifier = "notify";
-constexpr std::string_view kCursorQualifier = "cursor";
-constexpr size_t kStampSize = 12;  // commit_ts (8) + sequence (4), appended by the writer
+using queue_rows::kCursorQualifier;
+using queue_rows::kNotifyQualifier;
 
 int64_t ReadInt64(const char* p) {
   uint64_t u = ReadUint64BE(std::string_view(p, 8));
@@ -116,21 +116,8 @@ Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_lengt
 }
 
 std::shared_ptr<CombineQueue> CombineQueue::Create(CombineQueueOptions options) {
-  if (options.id.empty()) throw Error(ErrorCode::kInvalidArgument, "a queue id must not be empty");
-  for (unsigned char c : options.id) {
-    if (c == ':' || c < 0x20 || c == 0x7F) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "queue id '" + options.id +
-                      "' contains a character the layout reserves (':' or a control character)");
-    }
-  }
-  if (options.buckets < 1 || options.buckets > 999999) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "buckets must be between 1 and 999999, not " + std::to_string(options.buckets));
-  }
-  if (options.buffer_size < 1) {
-    throw Error(ErrorCode::kInvalidArgument, "buffer_size must be at least 1");
-  }
+  queue_rows::CheckOptions("combine queue", options.id, options.buckets, "buffer_size",
+                           options.buffer_size);
   if (options.native == NativeCombiner::kNone && !options.combiner) {
     throw Error(ErrorCode::kInvalidArgument, "a combine queue needs a combiner");
   }
@@ -153,9 +140,7 @@ uint32_t CombineQueue::BucketOf(std::string_view key) const {
 }
 
 std::string CombineQueue::BucketName(uint32_t bucket) const {
-  char digits[8];
-  std::snprintf(digits, sizeof digits, "%06u", bucket);
-  return digits;
+  return queue_rows::BucketName(bucket);
 }
 
 std::string CombineQueue::DataRow(std::string_view key) const {
@@ -252,48 +237,26 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
 
   // Read queued updates in qualifier order (key, then commit order), at least
   // buffer_size of them, finishing the last key.
+  std::vector<queue_rows::Entry> entries;
+  bool more = false;
+  Status read = queue_rows::Read(*transaction, update_row, kUpdateFamily, cursor,
+                                 options_.buffer_size, /*whole_keys=*/true,
+                                 "combine queue '" + options_.id + "'", &entries, &more);
+  if (!read.ok()) return read;
   struct Group {
     std::string key;
     std::vector<std::string> values;  // current value inserted in front below
     std::vector<std::string> qualifiers;
   };
   std::vector<Group> groups;
-  size_t taken = 0;
-  bool more = false;
-  std::string last_qualifier;
-  ScanRange range = ScanRange::Rows(update_row, update_row + std::string(1, '\0'));
-  std::string resume;
-  if (!cursor.empty()) resume = EncodeCellKey({update_row, kUpdateFamily, cursor});
-  bool have_resume = !cursor.empty();
-  for (bool done = false; !done && !more;) {
-    ScanChunk chunk = transaction->Scan(range, have_resume ? &resume : nullptr, 1024);
-    for (ScanItem& item : chunk.items) {
-      if (item.cell.family != kUpdateFamily) continue;
-      size_t pos = 0;
-      std::string key;
-      if (!ReadEscapedPart(item.cell.qualifier, &pos, &key) ||
-          item.cell.qualifier.size() != pos + kStampSize) {
-        return Status::Make(ErrorCode::kCorruption,
-                            "combine queue '" + options_.id + "': malformed queued update");
-      }
-      if (groups.empty() || groups.back().key != key) {
-        if (taken >= options_.buffer_size) {
-          more = true;
-          break;
-        }
-        groups.push_back(Group{std::move(key), {}, {}});
-      }
-      groups.back().values.push_back(std::move(item.value));
-      groups.back().qualifiers.push_back(item.cell.qualifier);
-      last_qualifier = item.cell.qualifier;
-      ++taken;
+  for (queue_rows::Entry& entry : entries) {
+    if (groups.empty() || groups.back().key != entry.key) {
+      groups.push_back(Group{std::move(entry.key), {}, {}});
     }
-    if (!more) {
-      done = chunk.done;
-      resume = std::move(chunk.resume_after);
-      have_resume = true;
-    }
+    groups.back().values.push_back(std::move(entry.value));
+    groups.back().qualifiers.push_back(std::move(entry.qualifier));
   }
+  const std::string last_qualifier = groups.empty() ? std::string() : groups.back().qualifiers.back();
 
   std::vector<Change> changes;
   for (Group& group : groups) {

@@ -109,6 +109,11 @@ void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
   stamped_.push_back(std::move(m));
 }
 
+size_t Transaction::StampedCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stamped_.size();
+}
+
 void Transaction::SetWeakNotification(const CellRef& cell) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);

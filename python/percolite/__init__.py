@@ -17,6 +17,7 @@ from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
 from ._cells import Cell, Column
 from ._combine import Change, CombineQueue
 from ._env import SYNC_MODES, Env, open
+from ._export import ExportQueue, SequencedExport
 from ._transaction import Transaction
 from ._workers import run_workers
 from .errors import (
@@ -39,6 +40,8 @@ __all__ = [
     "ObserverTransaction",
     "CombineQueue",
     "Change",
+    "ExportQueue",
+    "SequencedExport",
     "codecs",
     "Env",
     "Transaction",

@@ -197,6 +197,59 @@ class App:
         self._rebind()
         return queue
 
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: Any = None,
+        *,
+        buckets: int = 16,
+        key_codec: Any = "str",
+        value_codec: Any = "json",
+        batch_size: int = 1024,
+    ):
+        """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
+        whose ``exporter(entries)`` receives lists of
+        :class:`percolite.SequencedExport` ordered by key, then seq.
+
+        With ``exporter`` given, returns the queue; without, returns a
+        decorator that makes the decorated ``fn(entries)`` the exporter and
+        returns the queue in its place::
+
+            @app.export_queue("counts")
+            def counts(entries): ...
+
+            counts.add(tx, "key", 42)
+
+        Built-in exporters: :mod:`percolite.exporters`. ``batch_size`` bounds
+        the entries of one call (and one processing transaction).
+        """
+        from ._export import ExportQueue
+
+        def declare(fn: Any) -> ExportQueue:
+            if queue_id in self._queues:
+                raise ValueError(f"app {self.name!r} already has a queue named {queue_id!r}")
+            queue = ExportQueue(
+                self,
+                queue_id,
+                buckets=buckets,
+                exporter=fn,
+                key_codec=key_codec,
+                value_codec=value_codec,
+                batch_size=batch_size,
+            )
+            self._before_change(f"export queue {queue_id!r}")
+            self._queues[queue_id] = queue
+            self._rebind()
+            return queue
+
+        if exporter is not None:
+            return declare(exporter)
+        # Check the options now, so a mistake is reported at the call, not at decoration.
+        from ._combine import check_queue_options
+
+        check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
+        return declare
+
     def _before_change(self, what: str = "a change") -> None:
         for env in list(self._envs):
             if not env.closed and env.workers_running:

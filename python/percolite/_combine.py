@@ -53,6 +53,37 @@ def _accepts(fn: Callable, n: int) -> bool:
     return True
 
 
+def check_queue_options(
+    kind: str, queue_id: Any, buckets: Any, batch_name: str, batch: Any
+) -> None:
+    """The checks every queue declaration makes, before anything reaches the core."""
+    if not isinstance(queue_id, str):
+        raise TypeError(f"{kind} id must be a str, not {type(queue_id).__name__}")
+    for name, value in (("buckets", buckets), (batch_name, batch)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not queue_id:
+        raise ValueError(f"{kind} id must not be empty")
+    if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):
+        raise ValueError(
+            f"{kind} id {queue_id!r} contains a character the layout reserves "
+            "(':' or a control character)"
+        )
+    if not 1 <= buckets <= 999_999:
+        raise ValueError(f"buckets must be between 1 and 999999, not {buckets}")
+    if not 1 <= batch <= 1 << 30:
+        raise ValueError(f"{batch_name} must be between 1 and 2**30, not {batch}")
+
+
+def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
+    """``codec.encode(obj)``, re-raising a failure with ``what`` in front."""
+    try:
+        return codec.encode(obj)
+    except (TypeError, ValueError) as e:
+        kind = TypeError if isinstance(e, TypeError) else ValueError
+        raise kind(f"{what}: {e}") from None
+
+
 class CombineQueue:
     """Create it with :meth:`percolite.App.combine_queue`."""
 
@@ -67,22 +98,7 @@ class CombineQueue:
         value_codec: Any,
         buffer_size: int,
     ) -> None:
-        if not isinstance(queue_id, str):
-            raise TypeError(f"queue id must be a str, not {type(queue_id).__name__}")
-        for name, value in (("buckets", buckets), ("buffer_size", buffer_size)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-        if not queue_id:
-            raise ValueError("queue id must not be empty")
-        if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):
-            raise ValueError(
-                f"queue id {queue_id!r} contains a character the layout reserves "
-                "(':' or a control character)"
-            )
-        if not 1 <= buckets <= 999_999:
-            raise ValueError(f"buckets must be between 1 and 999999, not {buckets}")
-        if not 1 <= buffer_size <= 1 << 30:
-            raise ValueError(f"buffer_size must be between 1 and 2**30, not {buffer_size}")
+        check_queue_options("combine queue", queue_id, buckets, "buffer_size", buffer_size)
         if isinstance(combiner, str):
             if combiner not in NATIVE_COMBINERS:
                 raise ValueError(
@@ -180,18 +196,10 @@ class CombineQueue:
         encoded = []
         kc, vc = self.key_codec, self.value_codec
         for key, value in items:
-            try:
-                k = kc.encode(key)
-            except (TypeError, ValueError) as e:
-                kind = TypeError if isinstance(e, TypeError) else ValueError
-                raise kind(f"combine queue {self.id!r}: key {key!r}: {e}") from None
-            try:
-                v = vc.encode(value)
-            except (TypeError, ValueError) as e:
-                kind = TypeError if isinstance(e, TypeError) else ValueError
-                raise kind(
-                    f"combine queue {self.id!r}: value {value!r} for key {key!r}: {e}"
-                ) from None
+            k = encode_or_raise(kc, key, f"combine queue {self.id!r}: key {key!r}")
+            v = encode_or_raise(
+                vc, value, f"combine queue {self.id!r}: value {value!r} for key {key!r}"
+            )
             encoded.append((k, v))
         self._core.add(tx._tx, encoded)
 

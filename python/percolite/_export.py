@@ -16,9 +16,18 @@ ExportQueue, shared/seeds 003). In short:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import traceback
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-__all__ = ["SequencedExport", "SEQ_INDEX_BITS"]
+from . import _core
+from ._combine import _accepts, check_queue_options, encode_or_raise
+from .codecs import Codec, get_codec
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._transaction import Transaction
+
+__all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
 
 # seq = commit_ts << SEQ_INDEX_BITS | index of the entry in its transaction.
 SEQ_INDEX_BITS = 20
@@ -35,3 +44,96 @@ class SequencedExport(NamedTuple):
     key: Any
     value: Any
     seq: int
+
+
+# A queued value is one tag byte, then the encoded value: deletions (None) are
+# representable whatever the codec.
+_DELETED = b"\x00"
+_PRESENT = b"\x01"
+
+
+class ExportQueue:
+    """Create it with :meth:`percolite.App.export_queue`."""
+
+    def __init__(
+        self,
+        app: App,
+        queue_id: str,
+        *,
+        buckets: int,
+        exporter: Callable[[list[SequencedExport]], Any],
+        key_codec: Any,
+        value_codec: Any,
+        batch_size: int,
+    ) -> None:
+        check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
+        if not callable(exporter):
+            raise TypeError(
+                f"export queue {queue_id!r}: the exporter must be callable, "
+                f"not {type(exporter).__name__}"
+            )
+        if not _accepts(exporter, 1):
+            raise TypeError(
+                f"export queue {queue_id!r}: exporter {exporter!r} must accept (entries)"
+            )
+        self.app = app
+        self.id = queue_id
+        self.buckets = buckets
+        self.batch_size = batch_size
+        self.exporter = exporter
+        self.key_codec: Codec = get_codec(key_codec, "key_codec")
+        self.value_codec: Codec = get_codec(value_codec, "value_codec")
+        self._core = _core.ExportQueue.create(queue_id, buckets, batch_size, self._runner())
+
+    def _runner(self) -> Callable:
+        kc, vc, exporter = self.key_codec, self.value_codec, self.exporter
+
+        def run(items: list) -> tuple:
+            try:
+                entries = [
+                    SequencedExport(
+                        kc.decode(k), None if v[:1] == _DELETED else vc.decode(v[1:]), seq
+                    )
+                    for k, v, seq in items
+                ]
+                exporter(entries)
+                return (True, None)
+            except BaseException:
+                return (False, traceback.format_exc())
+
+        return run
+
+    def _core_spec(self) -> tuple:
+        family, qualifier, name = self._core.notify_column
+        from ._app import WEAK
+
+        return (family, qualifier, int(WEAK), name, self._core)
+
+    def add(self, tx: Transaction, key: Any, value: Any) -> None:
+        """Queue ``(key, value)`` in ``tx``: the entry exists if and only if
+        ``tx`` commits. ``value=None`` exports a deletion of ``key``. Key and
+        value are encoded first: if either cannot be, nothing is queued and
+        the error names it."""
+        k = encode_or_raise(self.key_codec, key, f"export queue {self.id!r}: key {key!r}")
+        if value is None:
+            v = _DELETED
+        else:
+            v = _PRESENT + encode_or_raise(
+                self.value_codec,
+                value,
+                f"export queue {self.id!r}: value {value!r} for key {key!r}",
+            )
+        self._core.add(tx._tx, k, v)
+
+    def depth(self, tx: Transaction) -> int:
+        """How many entries are queued in ``tx``'s view (a scan: for status and tests)."""
+        return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
+
+    def bucket_of(self, key: Any) -> int:
+        return self._core.bucket_of(self.key_codec.encode(key))
+
+    def __repr__(self) -> str:
+        return (
+            f"<percolite.ExportQueue {self.id!r} buckets={self.buckets} "
+            f"exporter={getattr(self.exporter, '__qualname__', self.exporter)!r}>"
+        )

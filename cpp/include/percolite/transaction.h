@@ -84,6 +84,8 @@ class Transaction {
   // sequence number appended, so adders of queue entries never collide. Not
   // visible to this transaction's own reads.
   void AddStamped(const CellRef& cell, std::string_view value);
+  // How many stamped writes are buffered (the index the next one gets).
+  size_t StampedCount() const;
 
   // Asks for a weak notification of this cell when the transaction commits
   // (notifications.h). Never causes a conflict.

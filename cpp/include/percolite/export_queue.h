@@ -1,0 +1,106 @@
+// percolite/export_queue.h: the export queue (Fluo Recipes' ExportQueue;
+// shared/seeds 003, design.md section 6): only committed data leaves for
+// external systems.
+//
+// Thread safety: an ExportQueue is immutable after construction; Add and the
+// processor may run on any threads at once. The exporter may be called from
+// several worker threads (different buckets) and processes at once.
+//
+// Contract
+// - Add(tx, key, value) queues an entry as a stamped write (store.h) in the
+//   key's bucket, plus a weak notification of the bucket: the entry exists if
+//   and only if `tx` commits, and adders never collide with each other or
+//   with the processor.
+// - Each entry's sequence number is Seq(commit_ts, index): the commit_ts of
+//   the transaction that added it, shifted left by kSeqIndexBits, plus the
+//   entry's index among that transaction's stamped writes. Commit timestamps
+//   follow commit order, so for one key a later commit always has a larger
+//   seq (stronger than Fluo, which uses the start timestamp). A transaction
+//   may add at most 2^kSeqIndexBits stamped writes when it uses an export
+//   queue; seqs stay below 2^63 while commit_ts < 2^43.
+// - The processor of a bucket (a WEAK observer of NotifyColumn(), run by the
+//   workers) reads, in one transaction, up to batch_size entries after the
+//   bucket's cursor, calls the exporter once with them ordered by key, then
+//   seq, and, when the exporter succeeds, deletes them in the same
+//   transaction. When entries remain, or when it began at a cursor, it
+//   records where it stopped and notifies the bucket again.
+// - At least once: an exporter that fails (or a run that dies, or loses the
+//   commit to a concurrent run of the same bucket: every run writes the
+//   cursor cell, so two runs of one bucket never both commit) leaves the
+//   entries queued; the workers retry with backoff, and the retry delivers
+//   the same entries again, possibly with more after them. A sink makes this
+//   idempotent with a seq guard: an entry applies only when its seq is larger
+//   than the last applied seq of its key.
+//
+// Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
+//   <id>:e:<bucket>   family "e", qualifier escaped(key) 0x00 0x01 stamp   queued entry
+//   <id>:b:<bucket>   family "eq:<id>", qualifiers "notify" and "cursor"   bucket state
+// where <bucket> is the bucket number in 6 decimal digits. Values are opaque
+// bytes (the Python layer marks deletions in them).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "percolite/notifications.h"
+#include "percolite/status.h"
+#include "percolite/workers.h"
+
+namespace percolite {
+
+class Transaction;
+
+constexpr int kSeqIndexBits = 20;
+constexpr uint64_t kMaxSeqCommitTs = uint64_t{1} << (63 - kSeqIndexBits);
+
+inline uint64_t Seq(uint64_t commit_ts, uint32_t index) {
+  return (commit_ts << kSeqIndexBits) | index;
+}
+
+struct ExportEntry {
+  std::string key;
+  std::string value;
+  uint64_t seq = 0;
+};
+
+using ExportFn = std::function<Status(const std::vector<ExportEntry>& entries)>;
+
+struct ExportQueueOptions {
+  std::string id;
+  uint32_t buckets = 64;
+  size_t batch_size = 1024;
+  ExportFn exporter;
+};
+
+class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
+ public:
+  // Throws kInvalidArgument naming the bad option.
+  static std::shared_ptr<ExportQueue> Create(ExportQueueOptions options);
+
+  const ExportQueueOptions& options() const { return options_; }
+  uint32_t BucketOf(std::string_view key) const;
+
+  // Queues (key, value) in `transaction`. Throws kInvalidArgument (nothing
+  // queued) when the transaction already holds 2^kSeqIndexBits stamped writes.
+  void Add(Transaction& transaction, std::string_view key, std::string_view value) const;
+
+  // The observer exporting one bucket; register it WEAK for NotifyColumn().
+  ObservedColumn NotifyColumn() const;
+  ObserverFn Processor() const;
+
+  // Rows holding queued entries start with this prefix (for depth reports).
+  std::string EntryRowPrefix() const { return options_.id + ":e:"; }
+
+ private:
+  explicit ExportQueue(ExportQueueOptions options);
+  Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
+
+  const ExportQueueOptions options_;
+  const std::string family_;  // "eq:<id>"
+};
+
+}  // namespace percolite

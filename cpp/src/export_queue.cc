@@ -1,0 +1,107 @@
+#include "percolite/export_queue.h"
+
+#include "percolite/encoding.h"
+#include "percolite/transaction.h"
+#include "queue_rows.h"
+
+namespace percolite {
+namespace {
+
+constexpr std::string_view kEntryFamily = "e";
+using queue_rows::kCursorQualifier;
+using queue_rows::kNotifyQualifier;
+
+}  // namespace
+
+std::shared_ptr<ExportQueue> ExportQueue::Create(ExportQueueOptions options) {
+  queue_rows::CheckOptions("export queue", options.id, options.buckets, "batch_size",
+                           options.batch_size);
+  if (!options.exporter) throw Error(ErrorCode::kInvalidArgument, "an export queue needs an exporter");
+  return std::shared_ptr<ExportQueue>(new ExportQueue(std::move(options)));
+}
+
+ExportQueue::ExportQueue(ExportQueueOptions options)
+    : options_(std::move(options)), family_("eq:" + options_.id) {}
+
+uint32_t ExportQueue::BucketOf(std::string_view key) const {
+  return static_cast<uint32_t>(StableHash64(key, 13) % options_.buckets);
+}
+
+void ExportQueue::Add(Transaction& transaction, std::string_view key,
+                      std::string_view value) const {
+  if (transaction.StampedCount() >= (size_t{1} << kSeqIndexBits)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "export queue '" + options_.id + "': a transaction may add at most " +
+                    std::to_string(size_t{1} << kSeqIndexBits) + " queued entries");
+  }
+  const std::string bucket = queue_rows::BucketName(BucketOf(key));
+  std::string qualifier;
+  AppendEscapedPart(&qualifier, key);
+  transaction.AddStamped({options_.id + ":e:" + bucket, kEntryFamily, qualifier}, value);
+  transaction.SetWeakNotification({options_.id + ":b:" + bucket, family_, kNotifyQualifier});
+}
+
+ObservedColumn ExportQueue::NotifyColumn() const {
+  ObservedColumn column;
+  column.family = family_;
+  column.qualifier = std::string(kNotifyQualifier);
+  column.kind = NotifyKind::kWeak;
+  column.observer = "export queue " + options_.id;
+  return column;
+}
+
+ObserverFn ExportQueue::Processor() const {
+  std::shared_ptr<const ExportQueue> self = shared_from_this();
+  return [self](const std::shared_ptr<Transaction>& transaction, const Cell& cell) {
+    try {
+      return self->Process(transaction, cell);
+    } catch (const Error& e) {
+      return e.ToStatus();
+    }
+  };
+}
+
+Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
+                            const Cell& cell) const {
+  const std::string what = "export queue '" + options_.id + "'";
+  const std::string prefix_b = options_.id + ":b:";
+  if (cell.row.compare(0, prefix_b.size(), prefix_b) != 0) {
+    return Status::Make(ErrorCode::kInvalidArgument, what + ": notified on a row of another queue");
+  }
+  const std::string& bucket_row = cell.row;
+  const std::string entry_row = options_.id + ":e:" + bucket_row.substr(prefix_b.size());
+  const CellRef cursor_cell{bucket_row, family_, kCursorQualifier};
+  const std::string cursor = transaction->Get(cursor_cell).value_or("");
+
+  std::vector<queue_rows::Entry> queued;
+  bool more = false;
+  Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor,
+                                 options_.batch_size, /*whole_keys=*/false, what, &queued, &more);
+  if (!read.ok()) return read;
+
+  if (!queued.empty()) {
+    std::vector<ExportEntry> batch;
+    batch.reserve(queued.size());
+    for (const queue_rows::Entry& entry : queued) {
+      if (entry.commit_ts >= kMaxSeqCommitTs || entry.index >= (uint32_t{1} << kSeqIndexBits)) {
+        return Status::Make(ErrorCode::kCorruption, what + ": a queued entry's stamp is too large");
+      }
+      batch.push_back(ExportEntry{entry.key, entry.value, Seq(entry.commit_ts, entry.index)});
+    }
+    Status exported = options_.exporter(batch);
+    if (!exported.ok()) return exported;
+    for (const queue_rows::Entry& entry : queued) {
+      transaction->Delete({entry_row, kEntryFamily, entry.qualifier});
+    }
+  }
+  // Every run writes the cursor, so two runs of one bucket cannot both commit.
+  transaction->Set(cursor_cell, more ? queued.back().qualifier : std::string());
+  // Run again: to continue after the cursor, or, when this run began at a
+  // cursor, to pick up entries queued before it.
+  if (more || !cursor.empty()) {
+    transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
+  }
+  return Status::Ok();
+}
+
+}  // namespace percolite

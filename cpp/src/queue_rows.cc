@@ -1,0 +1,77 @@
+#include "queue_rows.h"
+
+#include <cstdio>
+
+#include "percolite/encoding.h"
+#include "percolite/transaction.h"
+
+namespace percolite {
+namespace queue_rows {
+
+void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets,
+                  std::string_view batch_name, size_t batch) {
+  const std::string label(kind);
+  if (id.empty()) throw Error(ErrorCode::kInvalidArgument, "a queue id must not be empty");
+  for (unsigned char c : id) {
+    if (c == ':' || c < 0x20 || c == 0x7F) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  label + " id '" + id +
+                      "' contains a character the layout reserves (':' or a control character)");
+    }
+  }
+  if (buckets < 1 || buckets > 999999) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "buckets must be between 1 and 999999, not " + std::to_string(buckets));
+  }
+  if (batch < 1) throw Error(ErrorCode::kInvalidArgument, std::string(batch_name) + " must be >= 1");
+}
+
+std::string BucketName(uint32_t bucket) {
+  char digits[8];
+  std::snprintf(digits, sizeof digits, "%06u", bucket);
+  return digits;
+}
+
+Status Read(Transaction& transaction, const std::string& row, std::string_view family,
+            const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
+            std::vector<Entry>* out, bool* more) {
+  *more = false;
+  const ScanRange range = ScanRange::Rows(row, row + std::string(1, '\0'));
+  std::string resume;
+  bool have_resume = !cursor.empty();
+  if (have_resume) resume = EncodeCellKey({row, family, cursor});
+  for (bool done = false; !done && !*more;) {
+    ScanChunk chunk = transaction.Scan(range, have_resume ? &resume : nullptr, 1024);
+    for (ScanItem& item : chunk.items) {
+      if (item.cell.family != family) continue;
+      Entry entry;
+      size_t pos = 0;
+      if (!ReadEscapedPart(item.cell.qualifier, &pos, &entry.key) ||
+          item.cell.qualifier.size() != pos + kStampSize) {
+        return Status::Make(ErrorCode::kCorruption, std::string(what) + ": malformed queued entry");
+      }
+      const bool same_key = whole_keys && !out->empty() && out->back().key == entry.key;
+      if (out->size() >= limit && !same_key) {
+        *more = true;
+        break;
+      }
+      const std::string_view stamp(item.cell.qualifier.data() + pos, kStampSize);
+      entry.commit_ts = ReadUint64BE(stamp.substr(0, 8));
+      for (size_t i = 8; i < kStampSize; ++i) {
+        entry.index = (entry.index << 8) | static_cast<unsigned char>(stamp[i]);
+      }
+      entry.qualifier = std::move(item.cell.qualifier);
+      entry.value = std::move(item.value);
+      out->push_back(std::move(entry));
+    }
+    if (!*more) {
+      done = chunk.done;
+      resume = std::move(chunk.resume_after);
+      have_resume = true;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace queue_rows
+}  // namespace percolite

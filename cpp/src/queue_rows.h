@@ -1,0 +1,48 @@
+// queue_rows.h (internal): what the combine queue and the export queue share.
+// Both keep queued entries as stamped writes in one row per bucket, with the
+// qualifier escaped(key) 0x00 0x01 followed by the 12-byte stamp (commit_ts,
+// index), and a bucket row holding the "notify" and "cursor" cells.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "percolite/status.h"
+
+namespace percolite {
+
+class Transaction;
+
+namespace queue_rows {
+
+constexpr size_t kStampSize = 12;  // commit_ts (8) + index (4), appended by the writer
+constexpr std::string_view kNotifyQualifier = "notify";
+constexpr std::string_view kCursorQualifier = "cursor";
+
+// Throws kInvalidArgument naming the bad option. `kind` is "combine queue" or
+// "export queue", `batch_name` the option bounding one run.
+void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets,
+                  std::string_view batch_name, size_t batch);
+
+std::string BucketName(uint32_t bucket);  // 6 decimal digits
+
+struct Entry {
+  std::string key;        // decoded from the qualifier
+  std::string qualifier;  // as stored (to delete it, or to resume after it)
+  std::string value;
+  uint64_t commit_ts = 0;
+  uint32_t index = 0;
+};
+
+// Reads the entries of `row`/`family` in qualifier order (key, then commit
+// order), starting after `cursor` (empty: from the start): at least `limit` of
+// them unless fewer remain, and, when `whole_keys`, every entry of the last
+// key read. Sets *more when entries remain after those returned.
+Status Read(Transaction& transaction, const std::string& row, std::string_view family,
+            const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
+            std::vector<Entry>* out, bool* more);
+
+}  // namespace queue_rows
+}  // namespace percolite
