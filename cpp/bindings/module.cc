@@ -19,8 +19,8 @@
 #include <string>
 
 #include "percolite/combine_queue.h"
-#include "percolite/export_queue.h"
 #include "percolite/env.h"
+#include "percolite/export_queue.h"
 #include "percolite/transaction.h"
 
 namespace py = pybind11;

@@ -239,9 +239,9 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   // buffer_size of them, finishing the last key.
   std::vector<queue_rows::Entry> entries;
   bool more = false;
-  Status read = queue_rows::Read(*transaction, update_row, kUpdateFamily, cursor,
-                                 options_.buffer_size, /*whole_keys=*/true,
-                                 "combine queue '" + options_.id + "'", &entries, &more);
+  Status read =
+      queue_rows::Read(*transaction, update_row, kUpdateFamily, cursor, options_.buffer_size,
+                       /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more);
   if (!read.ok()) return read;
   struct Group {
     std::string key;
@@ -256,7 +256,8 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
     groups.back().values.push_back(std::move(entry.value));
     groups.back().qualifiers.push_back(std::move(entry.qualifier));
   }
-  const std::string last_qualifier = groups.empty() ? std::string() : groups.back().qualifiers.back();
+  const std::string last_qualifier =
+      groups.empty() ? std::string() : groups.back().qualifiers.back();
 
   std::vector<Change> changes;
   for (Group& group : groups) {

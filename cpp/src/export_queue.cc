@@ -16,7 +16,8 @@ using queue_rows::kNotifyQualifier;
 std::shared_ptr<ExportQueue> ExportQueue::Create(ExportQueueOptions options) {
   queue_rows::CheckOptions("export queue", options.id, options.buckets, "batch_size",
                            options.batch_size);
-  if (!options.exporter) throw Error(ErrorCode::kInvalidArgument, "an export queue needs an exporter");
+  if (!options.exporter)
+    throw Error(ErrorCode::kInvalidArgument, "an export queue needs an exporter");
   return std::shared_ptr<ExportQueue>(new ExportQueue(std::move(options)));
 }
 
@@ -75,8 +76,8 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
 
   std::vector<queue_rows::Entry> queued;
   bool more = false;
-  Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor,
-                                 options_.batch_size, /*whole_keys=*/false, what, &queued, &more);
+  Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor, options_.batch_size,
+                                 /*whole_keys=*/false, what, &queued, &more);
   if (!read.ok()) return read;
 
   if (!queued.empty()) {

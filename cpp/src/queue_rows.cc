@@ -23,7 +23,8 @@ void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets
     throw Error(ErrorCode::kInvalidArgument,
                 "buckets must be between 1 and 999999, not " + std::to_string(buckets));
   }
-  if (batch < 1) throw Error(ErrorCode::kInvalidArgument, std::string(batch_name) + " must be >= 1");
+  if (batch < 1)
+    throw Error(ErrorCode::kInvalidArgument, std::string(batch_name) + " must be >= 1");
 }
 
 std::string BucketName(uint32_t bucket) {
