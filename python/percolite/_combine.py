@@ -220,6 +220,10 @@ class CombineQueue:
         for row, _column, value in tx.scan(prefix=row_prefix, columns=[(b"cq", b"v")]):
             yield kc.decode(row[skip:]), vc.decode(value)
 
+    def depth(self, tx: Transaction) -> int:
+        """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""
+        return sum(1 for _ in tx.scan(prefix=f"{self.id}:u:"))
+
     def bucket_of(self, key: Any) -> int:
         return self._core.bucket_of(self.key_codec.encode(key))
 

@@ -276,7 +276,9 @@ class Env:
     def status(self) -> dict:
         """What the engine is doing: pending notifications per observed column,
         observers' runs, commits, conflicts and failures (with the last
-        traceback), and this process's commit counters."""
+        traceback), the entries queued in each queue of the bound app
+        (``queues``: ``{id: count}``, found by a scan), and this process's
+        commit counters."""
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()
@@ -296,11 +298,16 @@ class Env:
             entry.setdefault("last_error", None)
             entry.setdefault("last_failure_unix", None)
             observers.append(entry)
+        queues = {}
+        if self._app is not None and self._app._queues:
+            with self.transaction() as tx:
+                queues = {qid: q.depth(tx) for qid, q in self._app._queues.items()}
         return {
             "path": self.path,
             "pending": sum(pending.values()),
             "workers": {k: workers[k] for k in ("running", "threads", "queued", "active")},
             "observers": observers,
+            "queues": queues,
             "store": self.stats(),
         }
 
