@@ -16,6 +16,7 @@ from . import codecs
 from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
 from ._cells import Cell, Column
 from ._combine import Change, CombineQueue
+from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
 from ._transaction import Transaction
 from ._workers import run_workers
@@ -39,6 +40,7 @@ __all__ = [
     "ObserverTransaction",
     "CombineQueue",
     "Change",
+    "ShardedCounter",
     "codecs",
     "Env",
     "Transaction",
