@@ -16,6 +16,7 @@ from . import codecs
 from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
 from ._cells import Cell, Column
 from ._combine import Change, CombineQueue
+from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
 from ._export import ExportQueue, SequencedExport
 from ._transaction import Transaction
@@ -42,6 +43,7 @@ __all__ = [
     "Change",
     "ExportQueue",
     "SequencedExport",
+    "ShardedCounter",
     "codecs",
     "Env",
     "Transaction",
