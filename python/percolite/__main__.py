@@ -1,7 +1,7 @@
 """The percolite command line: ``percolite`` or ``python -m percolite``.
 
-Commands: ``demo``, ``status DB``, ``scan DB``, ``wait DB``,
-``worker MODULE:APP --db DB``.
+Commands: ``phrasecount [PATH ...] --db DB``, ``demo``, ``status DB``,
+``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``.
 """
 
 from __future__ import annotations
@@ -135,6 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=percolite.__version__)
     commands = parser.add_subparsers(dest="command", required=True)
 
+    phrasecount = commands.add_parser(
+        "phrasecount",
+        help="count 4-word phrases of documents (default: the stdlib's docstrings) and export them",
+    )
+    from .phrasecount import cli as phrasecount_cli
+
+    phrasecount_cli.add_arguments(phrasecount)
+    phrasecount.set_defaults(func=phrasecount_cli.main)
+
     demo = commands.add_parser("demo", help="a short tour of transactions")
     demo.add_argument("--db", help="store directory (default: a temporary one)")
     demo.add_argument("--threads", type=int, default=4)
@@ -182,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, ImportError) as e:
         print(f"percolite: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a file or a server that cannot be reached
+        print(f"percolite: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -319,4 +319,3 @@ class ShardedCounter:
 
 def _kind(value: object) -> str:
     return type(value).__name__
-

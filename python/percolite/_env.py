@@ -273,12 +273,13 @@ class Env:
         totals["idle"] = idle
         return totals
 
-    def status(self) -> dict:
+    def status(self, *, queues: bool = True) -> dict:
         """What the engine is doing: pending notifications per observed column,
         observers' runs, commits, conflicts and failures (with the last
         traceback), the entries queued in each queue of the bound app
-        (``queues``: ``{id: count}``, found by a scan), and this process's
-        commit counters."""
+        (``queues``: ``{id: count}``, found by a scan; ``queues=False``
+        skips the scan, for frequent polling), and this process's commit
+        counters."""
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()
@@ -299,7 +300,7 @@ class Env:
             entry.setdefault("last_failure_unix", None)
             observers.append(entry)
         queues = {}
-        if self._app is not None and self._app._queues:
+        if queues and self._app is not None and self._app._queues:
             with self.transaction() as tx:
                 queues = {qid: q.depth(tx) for qid, q in self._app._queues.items()}
         return {

@@ -1,0 +1,331 @@
+"""``percolite phrasecount [PATH ...] --db DIR [--export TARGET]``.
+
+Loads documents (files and directories, or, with no PATH, the docstrings of
+the Python standard library), lets the workers fold phrase counts through the
+combine queue and export them, then prints a summary with the top phrases
+read back from the sink. Running it again only processes what changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, TextIO
+
+import percolite
+
+from .corpus import (
+    Document,
+    Problem,
+    ProblemKind,
+    content_id,
+    file_documents,
+    stdlib_documents,
+)
+
+__all__ = ["run", "main", "Summary", "default_export", "add_arguments"]
+
+APP_SPEC = "percolite.phrasecount.app:app"
+STDLIB_PREFIX = "stdlib:"
+
+
+class Summary(NamedTuple):
+    documents: int  # locations read in this run
+    loaded: int  # locations whose content was new or changed
+    removed: int  # locations gone since the last run
+    unique_documents: int  # unique documents in the store after the run
+    phrases: int  # phrases in the sink
+    phrase_updates: int  # (phrase, document) pairs added or subtracted in this run
+    elapsed: float
+    problems: list
+    missing: list  # PATH arguments that do not exist
+    top: list  # [(phrase, doc_count, total_count)]
+    peak_rss_mib: float
+
+
+def default_export(db: str | os.PathLike) -> str:
+    """``sqlite:<db>.phrases.sqlite``: the sink next to the store."""
+    path = Path(db).absolute()
+    return "sqlite:" + str(path.with_name(path.name + ".phrases.sqlite"))
+
+
+class _Line:
+    """A progress line: redrawn in place on a terminal, every 2 s otherwise."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream, self.enabled = stream, enabled
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.last = 0.0
+
+    def show(self, text: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < (0.2 if self.tty else 2.0):
+            return
+        self.last = now
+        self.stream.write(("\r" + text + "\033[K") if self.tty else text + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _scope(paths: Sequence[str]) -> list[tuple[str, bool]]:
+    """(location or prefix, is_prefix) pairs covering what this run reads."""
+    if not paths:
+        return [(STDLIB_PREFIX, True)]
+    out = []
+    for p in paths:
+        absolute = os.path.abspath(p)
+        if os.path.isdir(absolute):
+            out.append((absolute.rstrip(os.sep) + os.sep, True))
+        else:
+            out.append((absolute, False))
+    return out
+
+
+def _start_worker_processes(db: str, processes: int, threads: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "percolite", "worker", APP_SPEC, "--db", db]
+    command += ["--processes", str(processes), "--threads", str(threads)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+def _stop_worker_processes(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # forwarded to each worker process
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run(
+    paths: Sequence[str],
+    db: str | os.PathLike,
+    *,
+    export: str | None = None,
+    threads: int = 4,
+    processes: int = 1,
+    progress: Any = "auto",
+    stream: TextIO | None = None,
+) -> Summary:
+    """Index ``paths`` (or the standard library's docstrings) into ``db`` and
+    export the counts; see the module docstring. Raises ValueError for bad
+    arguments before touching anything."""
+    from . import app as pc  # imported on use: `percolite --help` stays light
+
+    stream = stream or sys.stderr
+    began = time.perf_counter()
+    db = os.fspath(db)
+    if os.path.exists(db) and not os.path.isdir(db):
+        raise ValueError(f"--db {db}: is a file, not a store directory")
+    for name, value in (("threads", threads), ("processes", processes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name} must be an int >= 1, not {value!r}")
+    target = export or default_export(db)
+    sink = pc.set_export(target)
+    check = getattr(sink, "check", None)
+    if check is not None:
+        check()  # an unreachable sink fails now, not in the workers
+    if progress == "auto":
+        progress = hasattr(stream, "isatty") and stream.isatty()
+    line = _Line(stream, bool(progress) or progress == "lines")
+
+    if paths:
+        documents, problems, missing = _files(paths)
+    else:
+        documents, problems, missing = stdlib_documents(), [], []
+
+    env = percolite.open(db, app=pc.app)
+    worker_proc = None
+    try:
+        if processes > 1:
+            worker_proc = _start_worker_processes(db, processes, threads)
+        else:
+            env.start_workers(threads)
+        seen, loaded, new_unique = _load(env, documents, threads, line)
+        removed = _remove_missing(env, _scope(paths), seen)
+        while not env.wait(timeout=0.2):
+            if worker_proc is not None and worker_proc.poll() is not None:
+                raise percolite.Error(
+                    f"the worker processes exited early (status {worker_proc.returncode})"
+                )
+            pending = env.status(queues=False)["pending"]
+            line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: {pending:,}")
+        line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: 0", force=True)
+        line.done()
+        _raise_failures(env)
+        with env.transaction() as tx:
+            unique = sum(1 for _ in tx.scan(prefix="doc:", columns=[pc.REFS]))
+            phrase_updates = sum(int(tx.get("doc:" + cid, pc.NPHRASES, b"0")) for cid in new_unique)
+    finally:
+        if worker_proc is not None:
+            _stop_worker_processes(worker_proc)
+        env.close()
+    top, n_phrases = pc.read_top(target, 10)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss = max(rss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return Summary(
+        documents=len(seen),
+        loaded=loaded,
+        removed=removed,
+        unique_documents=unique,
+        phrases=n_phrases,
+        phrase_updates=phrase_updates,
+        elapsed=time.perf_counter() - began,
+        problems=problems,
+        missing=missing,
+        top=top,
+        peak_rss_mib=rss / 1024,
+    )
+
+
+def _files(paths: Sequence[str]) -> tuple[Iterable[Document], list, list]:
+    """Documents, the problems list (filled while they are read) and the
+    missing PATHs (known at once)."""
+    problems: list[Problem] = []
+    documents = file_documents(paths, problems.append)
+    missing = [p.location for p in problems if p.kind is ProblemKind.MISSING_PATH]
+    return documents, problems, missing
+
+
+def _load(env: percolite.Env, documents: Iterable[Document], threads: int, line: _Line):
+    """Loads documents with ``threads`` loader threads, one transaction each."""
+    from . import app as pc
+
+    work: queue.Queue = queue.Queue(maxsize=4 * threads)
+    seen: set[str] = set()
+    counts = {"loaded": 0}
+    new_unique: set[str] = set()  # content ids that became unique documents
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def loader() -> None:
+        while True:
+            doc = work.get()
+            if doc is None:
+                return
+            try:
+                cid = content_id(doc.content)
+                outcome = env.run(lambda tx, d=doc, c=cid: pc.load(tx, d.location, d.content, c))
+                if outcome != pc.UNCHANGED:
+                    with lock:
+                        counts["loaded"] += 1
+                        if outcome == pc.FIRST_REFERENCE:
+                            new_unique.add(cid)
+            except BaseException as e:  # reported once the feeder stops
+                with lock:
+                    errors.append(e)
+
+    workers = [threading.Thread(target=loader, daemon=True) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    try:
+        for doc in documents:
+            if errors:
+                break
+            if doc.location in seen:
+                continue
+            seen.add(doc.location)
+            work.put(doc)
+            line.show(f"documents: {len(seen):,} read, {counts['loaded']:,} loaded")
+    finally:
+        for _ in workers:
+            work.put(None)
+        for t in workers:
+            t.join()
+    if errors:
+        raise errors[0]
+    return seen, counts["loaded"], new_unique
+
+
+def _remove_missing(env: percolite.Env, scope: list[tuple[str, bool]], seen: set[str]) -> int:
+    from . import app as pc
+
+    removed = 0
+    for location_or_prefix, is_prefix in scope:
+        with env.transaction() as tx:
+            if is_prefix:
+                known = pc.locations(tx, location_or_prefix)
+            else:
+                known = [location_or_prefix] if pc.is_loaded(tx, location_or_prefix) else []
+        for location in known:
+            if location not in seen and env.run(lambda tx, loc=location: pc.unload(tx, loc)):
+                removed += 1
+    return removed
+
+
+def _raise_failures(env: percolite.Env) -> None:
+    for observer in env.status(queues=False)["observers"]:
+        if observer["failures"] and observer["pending"]:
+            raise percolite.Error(
+                f"{observer['name']} keeps failing: {observer['last_error'] or ''}".rstrip()
+            )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or directories (default: the stdlib)"
+    )
+    parser.add_argument("--db", required=True, help="store directory (created if missing)")
+    parser.add_argument(
+        "--export",
+        help="sqlite:FILE or postgresql://... (default: sqlite:<db>.phrases.sqlite)",
+    )
+    parser.add_argument("--threads", type=int, default=4, help="loader and worker threads")
+    parser.add_argument("--processes", type=int, default=1, help="worker processes")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    summary = run(
+        args.paths,
+        args.db,
+        export=args.export,
+        threads=args.threads,
+        processes=args.processes,
+        progress=False if args.quiet else "auto",
+    )
+    print_summary(summary, out)
+    return 1 if summary.missing else 0
+
+
+def print_summary(s: Summary, out: TextIO, errors: TextIO | None = None) -> None:
+    """The summary on ``out``; skipped files and missing PATHs on ``errors``
+    (standard error by default)."""
+    errors = errors or sys.stderr
+    for problem in s.problems:
+        if problem.kind is ProblemKind.MISSING_PATH:
+            print(f"percolite phrasecount: error: {problem}", file=errors)
+        else:
+            print(f"percolite phrasecount: skipped {problem}", file=errors)
+    rate = s.documents / s.elapsed if s.elapsed else 0.0
+    updates = s.phrase_updates / s.elapsed if s.elapsed else 0.0
+    print(
+        f"documents: {s.documents:,} read, {s.loaded:,} new or changed, {s.removed:,} removed; "
+        f"unique documents: {s.unique_documents:,}; phrases: {s.phrases:,}",
+        file=out,
+    )
+    print(
+        f"elapsed: {s.elapsed:.1f} s ({rate:,.0f} documents/s, "
+        f"{updates:,.0f} phrase updates/s); peak RSS {s.peak_rss_mib:,.0f} MiB",
+        file=out,
+    )
+    if s.top:
+        print("top phrases (documents, occurrences):", file=out)
+        for phrase, doc_count, total_count in s.top:
+            print(f"  {doc_count:6,} {total_count:7,}  {phrase}", file=out)
