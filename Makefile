@@ -6,8 +6,11 @@ PY := .venv/bin/python
 install:
 	scripts/bootstrap.sh
 
+# The main job: phrase counts of the standard library's docstrings, exported to
+# build/demo/phrasecount.db.phrases.sqlite. Run it again: only changes are processed.
 demo: install
-	$(PY) -m percolite demo
+	mkdir -p build/demo
+	$(PY) -m percolite phrasecount --db build/demo/phrasecount.db
 
 test: install
 	scripts/test.sh
