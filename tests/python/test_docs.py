@@ -23,6 +23,7 @@ def python_blocks(path: Path) -> list[str]:
         ("docs/notifications.md", 0),
         ("docs/transactions.md", 0),
         ("docs/combine_queue.md", 0),
+        ("docs/exporters.md", 0),
     ],
 )
 def test_example_runs(tmp_path, document, index):
