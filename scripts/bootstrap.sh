@@ -10,6 +10,8 @@ need=()
 command -v clang-format >/dev/null || need+=(clang-format)
 command -v g++ >/dev/null || need+=(g++)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# PostgreSQL for the Postgres exporter's tests, which start a temporary server of their own.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then
   echo "bootstrap: installing ${need[*]} from Debian's packages"
   sudo=""

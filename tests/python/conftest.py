@@ -10,6 +10,7 @@ from __future__ import annotations
 import percolite
 import pytest
 from _isolated import finish_isolated, run_isolated, start_isolated
+from _postgres import postgres_dsn  # noqa: F401 - a session fixture: a real PostgreSQL server
 
 __all__ = ["COL", "as_tuples", "committed_cells", "finish_isolated", "start_isolated"]
 

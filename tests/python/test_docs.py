@@ -24,6 +24,8 @@ def python_blocks(path: Path) -> list[str]:
         ("docs/transactions.md", 0),
         ("docs/combine_queue.md", 0),
         ("docs/sharded_counters.md", 0),
+        ("docs/exporters.md", 0),
+        ("docs/export_queue.md", 0),
     ],
 )
 def test_example_runs(tmp_path, document, index):

@@ -1,0 +1,888 @@
+"""Built-in exporters for the export queue: SQLite, PostgreSQL, JSON Lines.
+
+The export queue calls an exporter as ``exporter(entries)``, where ``entries``
+is a list of :class:`SequencedExport` ``(key, value, seq)`` ordered by key,
+then seq; ``value is None`` means the key was deleted.
+Delivery is **at least once**: a batch may come again (possibly with more
+entries), two processes may export the same batch at the same time, and an old
+batch may arrive after a newer one. An exporter that raises leaves its batch
+queued, to be retried later.
+
+Every exporter here is therefore idempotent through a **seq guard**: for each
+key it remembers the highest seq it applied (deleted keys included) and skips
+an entry whose seq is not higher. Within one call only the newest entry of
+each key matters, so calls collapse the batch per key first. Full description,
+table layouts and how to write your own: ``docs/exporters.md``.
+
+Thread and process safety: one exporter object may be called from several
+threads at once, and each worker process builds its own. Connections are
+opened lazily, per process (a forked child never touches its parent's
+connections: it opens its own), and pooled per object so that threads do
+not share one. ``close()`` closes the connections of the calling process;
+later calls raise :class:`percolite.ClosedError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, NamedTuple
+
+from ._export import SequencedExport
+from .errors import ClosedError
+
+# SequencedExport is here too, for those who write or test an exporter.
+__all__ = ["SQLite", "Postgres", "JSONLines", "SequencedExport"]
+
+_SEQ_LIMIT = 1 << 63  # seq fits a signed 64-bit column
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
+
+
+# ---------------------------------------------------------------------------
+# Fork safety: objects whose locks must be new in a forked child (a lock held
+# by another thread at fork time would never be released there).
+
+_FORK_AWARE: weakref.WeakSet = weakref.WeakSet()
+
+
+def _renew_locks_after_fork() -> None:
+    for obj in list(_FORK_AWARE):
+        obj._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_after_fork)
+
+# Connections a forked child inherited. Closing them in the child would end
+# the parent's session (PostgreSQL) or touch the parent's locks (SQLite), so
+# the child keeps them referenced and never uses or finalizes them.
+_INHERITED_CONNECTIONS: list = []
+
+
+class _Pool:
+    """Connections of one exporter in the current process: a thread takes an
+    idle one or opens a new one, and gives it back when its call succeeded
+    (after a failure the connection is closed: it may be broken)."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._lock = threading.Lock()
+        self._idle: list = []
+        self._pid = os.getpid()
+        self._closed = False
+        _FORK_AWARE.add(self)
+
+    def _adopt_process(self) -> None:
+        # Called with _lock held: in a forked child, forget the parent's connections.
+        if self._pid != os.getpid():
+            _INHERITED_CONNECTIONS.extend(self._idle)
+            self._idle = []
+            self._pid = os.getpid()
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        with self._lock:
+            if self._closed:
+                raise ClosedError("the exporter was closed")
+            self._adopt_process()
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        pid = os.getpid()
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            if not self._closed and self._pid == pid:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._adopt_process()
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+# ---------------------------------------------------------------------------
+# Argument checks and the mapping of keys and values to columns, shared by the
+# SQL exporters.
+
+
+def _identifier(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ValueError(
+            f"{what} must be an SQL identifier matching [A-Za-z_][A-Za-z0-9_]*, not {name!r}"
+        )
+    return name
+
+
+def _quote(name: str) -> str:
+    # Names are restricted to [A-Za-z0-9_], so quoting only keeps keywords
+    # (key, value, order, ...) usable and the case as given.
+    return f'"{name}"'
+
+
+def _names(spec: Any, what: str) -> tuple:
+    if isinstance(spec, str):
+        return (_identifier(spec, what),)
+    if not isinstance(spec, (tuple, list)) or not spec:
+        raise ValueError(
+            f"{what} must be a column name or a non-empty tuple of names, not {spec!r}"
+        )
+    return tuple(_identifier(name, f"{what} column") for name in spec)
+
+
+def _check_seq(entry: Any) -> int:
+    seq = entry.seq
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < _SEQ_LIMIT:
+        raise ValueError(f"seq must be an int in [0, 2**63), not {seq!r} (key {entry.key!r})")
+    return seq
+
+
+_SQL_SCALARS = (int, float, str, bytes)
+
+
+def _sql_scalar(item: Any, describe: Callable[[], str]) -> Any:
+    """``item`` as a value an SQL driver stores: bool as int, bytes-likes as bytes."""
+    if isinstance(item, bool):
+        return int(item)
+    if isinstance(item, (bytearray, memoryview)):
+        return bytes(item)
+    if item is None or isinstance(item, _SQL_SCALARS):
+        return item
+    raise ValueError(
+        f"{describe()}: {type(item).__name__} is not storable; use int, float, str, bytes or None"
+    )
+
+
+class _Row(NamedTuple):
+    key: Any  # as given, for messages
+    key_cells: tuple  # one cell per key column
+    value_cells: tuple | None  # one cell per value column; None deletes
+    seq: int
+
+
+def _sort_key(cells: tuple) -> tuple:
+    # A total order even across types: the SQL exporters touch keys in this
+    # order, so that concurrent batches lock guard rows in the same order.
+    return tuple((type(cell).__name__, cell) for cell in cells)
+
+
+class _Layout:
+    """Where keys and values go: ``key`` and ``columns`` as the user gave them."""
+
+    def __init__(self, table: Any, key: Any, columns: Any) -> None:
+        self.table = _identifier(table, "table")
+        self.guard_table = f"{table}_seq"
+        self.key = key
+        self.columns = columns
+        self.key_columns = _names(key, "key")
+        self.value_columns = _names(columns, "columns")
+        every = [*self.key_columns, *self.value_columns, "seq"]
+        folded = [name.lower() for name in every]
+        for name in every:
+            if folded.count(name.lower()) > 1:
+                why = "it is the seq column" if name.lower() == "seq" else "it appears twice"
+                raise ValueError(
+                    f"column {name!r} cannot be used: {why} "
+                    f"(key={key!r}, columns={columns!r}; names are compared ignoring case)"
+                )
+
+    def key_cells(self, key: Any) -> tuple:
+        if isinstance(self.key, str):
+            cells: Sequence = (key,)
+        elif isinstance(key, (tuple, list)) and len(key) == len(self.key_columns):
+            cells = key
+        else:
+            raise ValueError(
+                f"key {key!r} does not fit the key columns {self.key_columns}: "
+                f"expected a tuple of {len(self.key_columns)}"
+            )
+        out = []
+        for column, cell in zip(self.key_columns, cells):
+            if cell is None:
+                raise ValueError(f"key {key!r}: key column {column!r} cannot be None")
+            out.append(_sql_scalar(cell, lambda c=column: f"key {key!r}, column {c!r}"))
+        return tuple(out)
+
+    def value_cells(self, key: Any, value: Any) -> tuple:
+        columns = self.value_columns
+
+        def mismatch(expected: str) -> ValueError:
+            return ValueError(
+                f"value {value!r} of key {key!r} does not fit the columns {columns}: {expected}"
+            )
+
+        if isinstance(self.columns, str):
+            if isinstance(value, (tuple, list, dict)):
+                raise mismatch("expected one scalar (pass columns=(...) to spread it)")
+            cells: Sequence = (value,)
+        elif isinstance(value, dict):
+            if set(value) != set(columns):
+                raise mismatch(f"expected a dict with exactly the keys {columns}")
+            cells = [value[name] for name in columns]
+        elif isinstance(value, (tuple, list)):
+            if len(value) != len(columns):
+                raise mismatch(f"expected {len(columns)} items, got {len(value)}")
+            cells = value
+        else:
+            raise mismatch(f"expected a tuple, list or dict of {len(columns)}")
+        return tuple(
+            _sql_scalar(cell, lambda c=name: f"value {value!r} of key {key!r}, column {c!r}")
+            for name, cell in zip(columns, cells)
+        )
+
+    def collapse(self, entries: Iterable) -> list:
+        """The newest entry of each key, checked and mapped to cells, in key
+        order. Raises ValueError for a bad entry before anything is written."""
+        newest: dict = {}
+        for entry in entries:
+            seq = _check_seq(entry)
+            key_cells = self.key_cells(entry.key)
+            value_cells = None if entry.value is None else self.value_cells(entry.key, entry.value)
+            kept = newest.get(key_cells)
+            if kept is None or seq > kept.seq:
+                newest[key_cells] = _Row(entry.key, key_cells, value_cells, seq)
+        return sorted(newest.values(), key=lambda row: _sort_key(row.key_cells))
+
+    def key_from_cells(self, cells: Sequence) -> Any:
+        return cells[0] if isinstance(self.key, str) else tuple(cells)
+
+    def value_from_cells(self, cells: Sequence) -> Any:
+        return cells[0] if isinstance(self.columns, str) else tuple(cells)
+
+    def describe(self) -> str:
+        return f"table={self.table!r} key={self.key!r} columns={self.columns!r}"
+
+
+def _column_types(layout: _Layout, rows: list, types: dict, untyped: str | None) -> list | None:
+    """SQL types for the key and value columns of a new main table, from the
+    Python types of the first non-None cell of each column in ``rows``; None
+    when ``rows`` only deletes (the table can wait for a batch with values).
+    A column that is None in every row gets ``untyped`` (or ValueError)."""
+    upserts = [row for row in rows if row.value_cells is not None]
+    if not upserts:
+        return None
+    key_types = [types[type(cell)] for cell in upserts[0].key_cells]
+    value_types = []
+    for index, name in enumerate(layout.value_columns):
+        cells = (row.value_cells[index] for row in upserts)
+        first = next((cell for cell in cells if cell is not None), None)
+        if first is not None:
+            value_types.append(types[type(first)])
+        elif untyped is not None:
+            value_types.append(untyped)
+        else:
+            raise ValueError(
+                f"cannot choose a type for column {name!r} of table {layout.table!r}: it is "
+                "None in every entry of this batch; create the table yourself"
+            )
+    return key_types + value_types
+
+
+class _Statements:
+    """The SQL of one layout; ``mark`` is the driver's placeholder."""
+
+    def __init__(self, layout: _Layout, mark: str, seq_type: str) -> None:
+        self.seq_type = seq_type
+        table, guard = _quote(layout.table), _quote(layout.guard_table)
+        keys = [_quote(name) for name in layout.key_columns]
+        values = [_quote(name) for name in layout.value_columns]
+        key_list = ", ".join(keys)
+        self.layout = layout
+        self.table, self.guard = table, guard
+        # The guard: insert the key's seq, or raise it, but never lower it.
+        # It changed one row exactly when this entry is newer than every entry
+        # applied before for that key, deleted or not.
+        self.guard_upsert = (
+            f"INSERT INTO {guard} ({key_list}, seq) VALUES ({', '.join([mark] * (len(keys) + 1))})"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
+            f" WHERE excluded.seq > {guard}.seq"
+        )
+        # The main table keeps its own seq condition as a second line of
+        # defence (e.g. a guard table created after the main table was filled).
+        columns = [*keys, *values, "seq"]
+        self.upsert = (
+            f"INSERT INTO {table} ({', '.join(columns)})"
+            f" VALUES ({', '.join([mark] * len(columns))})"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET "
+            + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
+            + f" WHERE excluded.seq > {table}.seq"
+        )
+        match = " AND ".join(f"{name} = {mark}" for name in keys)
+        self.delete = f"DELETE FROM {table} WHERE {match} AND seq < {mark}"
+        self.select = f"SELECT {key_list}, {', '.join(values)} FROM {table} ORDER BY {key_list}"
+
+    def create_guard(self, key_types: list) -> str:
+        return self._create(self.guard, self._key_definitions(key_types))
+
+    def create_main(self, types: list) -> str:
+        width = len(self.layout.key_columns)
+        values = [
+            f"{_quote(name)} {sql_type}".rstrip()
+            for name, sql_type in zip(self.layout.value_columns, types[width:])
+        ]
+        return self._create(self.table, self._key_definitions(types[:width]) + values)
+
+    def _key_definitions(self, key_types: list) -> list:
+        return [
+            f"{_quote(name)} {sql_type} NOT NULL"
+            for name, sql_type in zip(self.layout.key_columns, key_types)
+        ]
+
+    def _create(self, table: str, columns: list) -> str:
+        key_list = ", ".join(_quote(name) for name in self.layout.key_columns)
+        return (
+            f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}, "
+            f"seq {self.seq_type} NOT NULL, PRIMARY KEY ({key_list}))"
+        )
+
+    def rows_from(self, records: Iterable) -> dict:
+        layout, width = self.layout, len(self.layout.key_columns)
+        return {
+            layout.key_from_cells(record[:width]): layout.value_from_cells(record[width:])
+            for record in records
+        }
+
+
+class _SQLExporter:
+    """What the SQL exporters share; a subclass sets the class attributes and
+    provides ``_connect`` and ``_exists``."""
+
+    _types: dict  # Python type -> SQL type of a created column
+    _untyped: str | None  # type of a value column with no value yet; None refuses
+    _mark: str  # the driver's placeholder
+    _seq_type: str
+
+    def _set_up(self, table: Any, key: Any, columns: Any, create: bool) -> None:
+        self._layout = _Layout(table, key, columns)
+        self._sql = _Statements(self._layout, self._mark, self._seq_type)
+        self.create = bool(create)
+        self._tables_ready = False  # both tables known to exist
+        self._pool = _Pool(self._connect)
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _exists(self, handle: Any, table: str) -> bool:
+        raise NotImplementedError
+
+    @property
+    def table(self) -> str:
+        """The main table."""
+        return self._layout.table
+
+    @property
+    def guard_table(self) -> str:
+        """The guard table, ``<table>_seq``: the highest seq applied per key."""
+        return self._layout.guard_table
+
+    @property
+    def key(self) -> Any:
+        """The key column name, or the tuple of them."""
+        return self._layout.key
+
+    @property
+    def columns(self) -> Any:
+        """The value column name, or the tuple of them."""
+        return self._layout.columns
+
+    def _ensure_tables(self, handle: Any, rows: list) -> bool:
+        """Creates what is missing (or raises when ``create`` is false), in
+        the call's transaction; returns whether the main table exists now
+        (the caller records that once the transaction committed). A batch of
+        deletes only creates the guard table: there is nothing to delete yet,
+        and no value to choose the column types from."""
+        layout, sql = self._layout, self._sql
+        missing = [
+            name for name in (layout.guard_table, layout.table) if not self._exists(handle, name)
+        ]
+        if missing and not self.create:
+            raise RuntimeError(f"{self!r}: table {missing[0]!r} does not exist and create=False")
+        if layout.guard_table in missing:
+            handle.execute(sql.create_guard([self._types[type(c)] for c in rows[0].key_cells]))
+        if layout.table in missing:
+            column_types = _column_types(layout, rows, self._types, self._untyped)
+            if column_types is None:
+                return False
+            handle.execute(sql.create_main(column_types))
+        return True
+
+    def close(self) -> None:
+        """Closes this process's connections; later calls raise ClosedError."""
+        self._pool.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def _positive(number: Any, name: str) -> float:
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {number!r}")
+    return number
+
+
+def _require_directory(path: str) -> None:
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            errno.ENOENT, f"the directory {directory!r} of {path!r} does not exist", path
+        )
+
+
+# ---------------------------------------------------------------------------
+# SQLite
+
+
+class SQLite(_SQLExporter):
+    """Exports into table ``table`` of the SQLite database file ``path``.
+
+    The table has the key column(s), the value column(s) and ``seq INTEGER
+    NOT NULL``, with the key column(s) as primary key. ``key`` names one key
+    column (a str) or several (a tuple: keys are then tuples of that length).
+    ``columns`` names one value column (values are scalars) or several
+    (values are tuples or lists of that length, or dicts with exactly those
+    names). A None value deletes the row. Cells are int, float, str, bytes or
+    None (bool is stored as int).
+
+    The guard table ``<table>_seq`` (key columns, ``seq``) holds the highest
+    seq applied for every key, deleted keys included. When ``create`` is
+    true, missing tables are created on first use, with column types from the
+    first entries (int INTEGER, float REAL, str TEXT, bytes BLOB; a value
+    column that is None in all of them gets no declared type). Existing
+    tables are used as they are. Each call is one ``BEGIN IMMEDIATE``
+    transaction; ``timeout`` is the busy timeout in seconds. The database is
+    switched to WAL mode.
+
+    Raises at construction: FileNotFoundError when the directory of ``path``
+    does not exist, ValueError for a bad name. Raises from a call (the batch
+    stays queued): ValueError for an entry that does not fit the columns,
+    ``sqlite3.Error`` from the database.
+    """
+
+    _types = {int: "INTEGER", float: "REAL", str: "TEXT", bytes: "BLOB"}
+    _untyped = ""  # SQLite columns may go without a declared type
+    _mark = "?"
+    _seq_type = "INTEGER"
+
+    def __init__(
+        self,
+        path: Any,
+        table: str,
+        *,
+        key: Any = "key",
+        columns: Any = "value",
+        create: bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        if os.fspath(path) == ":memory:":
+            raise ValueError(
+                "SQLite needs a file: every connection to ':memory:' is a new database"
+            )
+        _require_directory(self.path)
+        self.timeout = float(_positive(timeout, "timeout"))
+        self._set_up(table, key, columns, create)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._switch_to_wal(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        # Changing the journal mode does not wait for the busy timeout: when
+        # several processes open a new file at once, all but one get "database
+        # is locked" at once. Retry until the timeout instead.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
+
+    def __call__(self, entries: Iterable) -> None:
+        rows = self._layout.collapse(entries)
+        if not rows:
+            return
+        with self._pool.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
+            try:
+                has_main = self._tables_ready or self._ensure_tables(conn, rows)
+                self._apply(conn, rows, has_main)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        self._tables_ready = has_main
+
+    def _apply(self, conn: sqlite3.Connection, rows: list, has_main: bool) -> None:
+        sql = self._sql
+        for row in rows:
+            if conn.execute(sql.guard_upsert, (*row.key_cells, row.seq)).rowcount != 1:
+                continue  # an entry as new or newer was applied already
+            if row.value_cells is None:
+                if has_main:
+                    conn.execute(sql.delete, (*row.key_cells, row.seq))
+            else:
+                conn.execute(sql.upsert, (*row.key_cells, *row.value_cells, row.seq))
+
+    def _exists(self, conn: sqlite3.Connection, table: str) -> bool:
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+        return conn.execute(found, (table,)).fetchone() is not None
+
+    def rows(self) -> dict:
+        """The main table as ``{key: value}`` (tuple keys and values for
+        several columns, in column order); {} before the table exists."""
+        with self._pool.connection() as conn:
+            if not self._exists(conn, self.table):
+                return {}
+            return self._sql.rows_from(conn.execute(self._sql.select))
+
+    def __repr__(self) -> str:
+        return f"<percolite.exporters.SQLite {self.path!r} {self._layout.describe()}>"
+
+
+# ---------------------------------------------------------------------------
+# PostgreSQL
+
+_DSN_SECRETS = [
+    (re.compile(r"(://[^:/@?#]*:)[^@/?#]*@"), r"\1***@"),  # URL user:password@
+    (re.compile(r"([?&]password=)[^&#]*"), r"\1***"),  # URL ?password=
+    (re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)"), r"\1***"),  # key=value
+]
+
+
+def _hide_password(dsn: str) -> str:
+    for pattern, replacement in _DSN_SECRETS:
+        dsn = pattern.sub(replacement, dsn)
+    return dsn
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise ImportError(
+            'percolite.exporters.Postgres needs psycopg 3: pip install "psycopg[binary]" '
+            '(or pip install "percolite[postgres]")'
+        ) from exc
+    return psycopg
+
+
+class Postgres(_SQLExporter):
+    """Exports into table ``table`` of the PostgreSQL database at ``dsn``
+    (a libpq connection string or URL), through psycopg 3.
+
+    The layout, the guard table ``<table>_seq``, ``key``, ``columns`` and
+    ``create`` are as for :class:`SQLite`; created column types are BIGINT,
+    DOUBLE PRECISION, TEXT and BYTEA, and ``seq BIGINT NOT NULL``. A value
+    column that is None in every entry of the batch that would create the
+    table has no type to take: that call raises ValueError (create the table
+    yourself). Names are quoted, so they keep their case; use lower case to
+    match tables created with unquoted SQL. ``table`` is looked up on the
+    ``search_path``.
+
+    Each call is one transaction. The guard upsert locks the guard row of
+    each key (keys are taken in a fixed order, so concurrent batches do not
+    deadlock): writers of one key, in any thread or process, are serialized.
+
+    Connections are opened on first use, per process, and are not tested at
+    construction; :meth:`check` connects now. An unreachable server raises
+    ConnectionError naming the DSN (password hidden) and the cause, from the
+    call, so the batch stays queued. ``connect_timeout`` is in seconds.
+    Raises ImportError at construction when psycopg is not installed.
+    """
+
+    _types = {int: "BIGINT", float: "DOUBLE PRECISION", str: "TEXT", bytes: "BYTEA"}
+    _untyped = None
+    _mark = "%s"
+    _seq_type = "BIGINT"
+
+    def __init__(
+        self,
+        dsn: str,
+        table: str,
+        *,
+        key: Any = "key",
+        columns: Any = "value",
+        create: bool = True,
+        connect_timeout: float = 5,
+    ) -> None:
+        self._psycopg = _import_psycopg()
+        if not isinstance(dsn, str):
+            raise ValueError(f"dsn must be a str, not {type(dsn).__name__}")
+        self._dsn = dsn
+        self.safe_dsn = _hide_password(dsn)
+        try:
+            self._psycopg.conninfo.conninfo_to_dict(dsn)
+        except self._psycopg.Error as exc:
+            raise ValueError(f"bad PostgreSQL DSN {self.safe_dsn!r}: {exc}") from None
+        self.connect_timeout = _positive(connect_timeout, "connect_timeout")
+        self._set_up(table, key, columns, create)
+        if len(self.guard_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
+            raise ValueError(
+                f"table name {table!r} is too long: PostgreSQL names have at most "
+                f"{_POSTGRES_MAX_IDENTIFIER} bytes, and the guard table adds '_seq'"
+            )
+
+    def _connect(self) -> Any:
+        psycopg = self._psycopg
+        try:
+            return psycopg.connect(
+                self._dsn, connect_timeout=max(1, math.ceil(self.connect_timeout))
+            )
+        except psycopg.OperationalError as exc:
+            cause = str(exc).strip() or type(exc).__name__
+            raise ConnectionError(
+                f"cannot connect to PostgreSQL at {self.safe_dsn!r}: {cause}"
+            ) from exc
+
+    def check(self) -> None:
+        """Connects now (for CLIs that want to fail fast): raises what a call
+        would raise for an unreachable server."""
+        with self._pool.connection() as conn:
+            conn.execute("SELECT 1")
+            conn.rollback()
+
+    def __call__(self, entries: Iterable) -> None:
+        rows = self._layout.collapse(entries)
+        if not rows:
+            return
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            has_main = self._tables_ready or self._ensure_tables(cursor, rows)
+            applied = self._raise_guards(cursor, rows)
+            upserts = [
+                (*row.key_cells, *row.value_cells, row.seq)
+                for row in applied
+                if row.value_cells is not None
+            ]
+            deletes = [(*row.key_cells, row.seq) for row in applied if row.value_cells is None]
+            if upserts:
+                cursor.executemany(self._sql.upsert, upserts)
+            if deletes and has_main:
+                cursor.executemany(self._sql.delete, deletes)
+        self._tables_ready = has_main
+
+    def _raise_guards(self, cursor: Any, rows: list) -> list:
+        """Runs the guard upsert of every row (pipelined); returns the rows
+        whose guard changed, which are the ones to apply."""
+        cursor.executemany(
+            self._sql.guard_upsert + " RETURNING seq",
+            [(*row.key_cells, row.seq) for row in rows],
+            returning=True,
+        )
+        applied = []
+        for row in rows:  # one result per row: a returned seq means the guard changed
+            if cursor.fetchone() is not None:
+                applied.append(row)
+            cursor.nextset()
+        return applied
+
+    def _ensure_tables(self, cursor: Any, rows: list) -> bool:
+        # Concurrent CREATE TABLE IF NOT EXISTS can fail in PostgreSQL: one
+        # creator at a time, until this transaction ends.
+        lock_name = f"percolite.exporters {self.table}"
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_name,))
+        return super()._ensure_tables(cursor, rows)
+
+    def _exists(self, cursor: Any, table: str) -> bool:
+        cursor.execute("SELECT to_regclass(%s)", (_quote(table),))
+        return cursor.fetchone()[0] is not None
+
+    def rows(self) -> dict:
+        """The main table as ``{key: value}`` (tuple keys and values for
+        several columns, in column order); {} before the table exists."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            if not self._exists(cursor, self.table):
+                return {}
+            cursor.execute(self._sql.select)
+            return self._sql.rows_from(cursor.fetchall())
+
+    def __repr__(self) -> str:
+        return f"<percolite.exporters.Postgres {self.safe_dsn!r} {self._layout.describe()}>"
+
+
+# ---------------------------------------------------------------------------
+# JSON Lines
+
+
+def _freeze(item: Any) -> Any:
+    """Lists (at any depth) as tuples, so that a key read back is hashable."""
+    if isinstance(item, list):
+        return tuple(_freeze(part) for part in item)
+    return item
+
+
+def _json_line(key: Any, value: Any, seq: int) -> bytes:
+    try:
+        text = json.dumps({"key": key, "value": value, "seq": seq}, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"entry of key {key!r} is not JSON: {exc} (value {value!r})") from None
+    return text.encode("utf-8") + b"\n"
+
+
+def _read_lines(data: bytes, last_seq: dict, state: dict | None = None) -> None:
+    """Applies the complete lines of ``data`` to ``last_seq`` (key -> highest
+    seq) and to ``state`` (key -> value of that seq) when given. A line that
+    is not a JSON entry is a torn write from a crashed call: that call did not
+    return, so its batch was delivered again and the line is ignored."""
+    for line in data.split(b"\n"):
+        try:
+            record = json.loads(line)
+            key, value, seq = _freeze(record["key"]), record["value"], record["seq"]
+            hash(key)
+        except (ValueError, TypeError, KeyError):
+            continue
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            continue
+        if seq > last_seq.get(key, -1):
+            last_seq[key] = seq
+            if state is not None:
+                state[key] = value
+
+
+class JSONLines:
+    """Appends one JSON object per entry to the file ``path``:
+    ``{"key": ..., "value": ..., "seq": ...}`` (a deleted key has value
+    null), for inspection and simple pipelines. Keys and values must be JSON
+    (tuples are written as lists).
+
+    The seq guard is the file itself: under an exclusive ``flock`` a call
+    reads what was appended since this object last looked (other objects and
+    processes append too), then appends only the entries whose seq is higher
+    than the highest seq of that key in the file, then flushes and fsyncs.
+    :meth:`load` reads the current state back.
+
+    Raises FileNotFoundError at construction when the directory of ``path``
+    does not exist; ValueError from a call for an entry that is not JSON.
+    """
+
+    def __init__(self, path: Any) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        _require_directory(self.path)
+        self._lock = threading.Lock()  # one call of this object at a time
+        self._offset = 0  # how far this object has read the file
+        self._file_id: tuple | None = None  # (device, inode) read so far
+        self._last_seq: dict = {}  # key -> highest seq in the file up to _offset
+        self._closed = False
+        _FORK_AWARE.add(self)
+
+    def __call__(self, entries: Iterable) -> None:
+        newest: dict = {}
+        for entry in entries:
+            seq = _check_seq(entry)
+            line = _json_line(entry.key, entry.value, seq)
+            key = _freeze(json.loads(line)["key"])  # the key as load() will see it
+            try:
+                kept = newest.get(key)
+            except TypeError:
+                raise ValueError(f"key {entry.key!r} cannot be a dict key once read back") from None
+            if kept is None or seq > kept[0]:
+                newest[key] = (seq, line)
+        if not newest:
+            return
+        import fcntl  # POSIX only: imported here so the module loads everywhere
+
+        with self._lock:
+            if self._closed:
+                raise ClosedError("the exporter was closed")
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
+                torn = self._catch_up(fd)
+                fresh = {
+                    key: line
+                    for key, (seq, line) in newest.items()
+                    if seq > self._last_seq.get(key, -1)
+                }
+                if not fresh:
+                    return
+                data = (b"\n" if torn else b"") + b"".join(fresh.values())
+                _write_all(fd, data)
+                os.fsync(fd)
+                _read_lines(data, self._last_seq)
+                self._offset += len(data)
+            finally:
+                os.close(fd)
+
+    def _catch_up(self, fd: int) -> bool:
+        """Reads what others appended; returns whether the file ends in a torn line."""
+        info = os.fstat(fd)
+        if self._file_id != (info.st_dev, info.st_ino) or info.st_size < self._offset:
+            self._file_id = (info.st_dev, info.st_ino)  # a new or replaced file
+            self._offset, self._last_seq = 0, {}
+        data = os.pread(fd, info.st_size - self._offset, self._offset)
+        _read_lines(data, self._last_seq)
+        self._offset += len(data)
+        return self._offset > 0 and os.pread(fd, 1, self._offset - 1) != b"\n"
+
+    @staticmethod
+    def load(path: Any) -> dict:
+        """The state the file at ``path`` describes: ``{key: value}`` with,
+        per key, the value of its highest seq; deleted keys are absent; keys
+        that were tuples or lists come back as tuples. Raises
+        FileNotFoundError when the file does not exist."""
+        import fcntl
+
+        with open(path, "rb") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_SH)  # no half-written call
+            data = file.read()
+        state: dict = {}
+        _read_lines(data, {}, state)
+        return {key: value for key, value in state.items() if value is not None}
+
+    def rows(self) -> dict:
+        """:meth:`load` of this file; {} before the first export."""
+        try:
+            return self.load(self.path)
+        except FileNotFoundError:
+            return {}
+
+    def close(self) -> None:
+        """Later calls raise ClosedError (each call opens and closes the file
+        itself, so there is nothing else to release)."""
+        self._closed = True
+
+    def __enter__(self) -> JSONLines:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<percolite.exporters.JSONLines {self.path!r}>"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,159 @@
+"""A real, temporary PostgreSQL server for the tests: never a mock.
+
+``TemporaryPostgres`` runs ``initdb`` into a fresh directory and starts the
+server with ``pg_ctl``, listening only on a Unix socket in that directory (no
+TCP, so the port number only names the socket file and cannot clash with
+another server). ``stop()`` stops it and removes the directory.
+
+The binaries come from Debian's packages (``/usr/lib/postgresql/<version>/bin``;
+``scripts/bootstrap.sh`` installs them). ``initdb`` and ``postgres`` refuse to
+run as root, so when the tests run as root (as in CI) the server commands run
+as Debian's ``postgres`` system user through ``runuser``, with the directory
+handed over to that user.
+
+The session fixture ``postgres_dsn`` starts one server for the whole test run
+and fails (it does not skip) when PostgreSQL is missing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+__all__ = ["TemporaryPostgres", "find_postgres_bin", "postgres_dsn"]
+
+SERVER_USER = "postgres"  # created by Debian's postgresql package
+_PORT = 5432  # names the socket file only: the server listens on no TCP address
+
+
+def find_postgres_bin() -> Path | None:
+    """The newest ``/usr/lib/postgresql/*/bin`` holding ``initdb``, else the
+    directory of an ``initdb`` on PATH, else None."""
+
+    def version(path: str) -> tuple:
+        name = Path(path).parents[1].name
+        return tuple(int(part) for part in name.split(".") if part.isdigit())
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=version)
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("initdb")
+    return Path(on_path).parent if on_path else None
+
+
+class TemporaryPostgres:
+    """One throw-away cluster: ``start()`` returns its DSN, ``stop()`` removes it."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.base = Path(tempfile.mkdtemp(prefix="percolite-pg-"))
+        self.data = self.base / "data"
+        self.socket_dir = self.base / "socket"
+        self.log = self.base / "server.log"
+        self.dsn = f"host={self.socket_dir} port={_PORT} user=postgres dbname=postgres"
+        self._started = False
+
+    def _command(self, name: str, *args: str) -> list:
+        argv = [str(self.bin_dir / name), *args]
+        if os.geteuid() == 0:
+            return ["runuser", "-u", SERVER_USER, "--", *argv]
+        return argv
+
+    def _run(self, name: str, *args: str, timeout: float = 60) -> None:
+        result = subprocess.run(
+            self._command(name, *args),
+            cwd=self.base,  # runuser keeps the cwd: make it one the server user may enter
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(
+                f"{name} {' '.join(args)} failed with status {result.returncode}\n"
+                f"{result.stdout}{result.stderr}{log}"
+            )
+
+    def start(self) -> str:
+        self.socket_dir.mkdir()
+        if os.geteuid() == 0:
+            try:
+                user = pwd.getpwnam(SERVER_USER)
+            except KeyError:
+                raise RuntimeError(
+                    f"running as root needs the {SERVER_USER!r} system user, which "
+                    "Debian's postgresql package creates: run scripts/bootstrap.sh"
+                ) from None
+            for path in (self.base, self.socket_dir):
+                os.chown(path, user.pw_uid, user.pw_gid)
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        )
+        # Durability off: a test server that dies takes nothing of value with it.
+        options = (
+            f"-k {self.socket_dir} -p {_PORT} -c listen_addresses='' -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+        self._started = True
+        return self.dsn
+
+    def stop(self) -> None:
+        try:
+            if self._started:
+                self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+                self._started = False
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn():
+    """The DSN of a real PostgreSQL server started for this test session
+    (superuser ``postgres``, database ``postgres``, trust authentication over
+    a Unix socket). Fails every test that uses it when PostgreSQL is missing."""
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        pytest.fail(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): "
+            "run scripts/bootstrap.sh",
+            pytrace=False,
+        )
+    server = TemporaryPostgres(bin_dir)
+    try:
+        dsn = server.start()
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        server.stop()
+        pytest.fail(f"could not start a temporary PostgreSQL server: {exc}", pytrace=False)
+    try:
+        yield dsn
+    finally:
+        server.stop()

@@ -1,0 +1,714 @@
+"""The built-in exporters (percolite.exporters): SQLite, PostgreSQL, JSON Lines.
+
+The export queue delivers at least once, possibly out of order and from
+several threads and processes at once (design.md section 6); every exporter
+must end in the state "per key, the entry with the highest seq". The exporters
+are called directly here with lists of SequencedExport. PostgreSQL tests run
+against a real temporary server (``_postgres.py``), never a mock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from contextlib import closing
+
+import percolite.exporters
+import pytest
+from conftest import finish_isolated, run_isolated, start_isolated
+from percolite._export import SequencedExport as E
+from percolite.errors import ClosedError
+
+_TABLE_NUMBERS = itertools.count()
+
+
+class SQLiteTarget:
+    """Makes SQLite exporters on one file of the test's tmp dir."""
+
+    kind = "sqlite"
+
+    def __init__(self, tmp_path):
+        self.location = str(tmp_path / "export.sqlite")
+        self.made = []
+
+    def table_name(self, table):
+        return table
+
+    def exporter(self, table="t", **options):
+        exporter = percolite.exporters.SQLite(self.location, table, **options)
+        self.made.append(exporter)
+        return exporter
+
+    def sql(self, query, params=()):
+        with closing(sqlite3.connect(self.location)) as conn, conn:
+            return conn.execute(query, params).fetchall()
+
+    def column_types(self, table):
+        return {row[1]: row[2] for row in self.sql(f'PRAGMA table_info("{table}")')}
+
+
+class PostgresTarget:
+    """Makes Postgres exporters on the session's server, with table names
+    unique to the test."""
+
+    kind = "postgres"
+
+    def __init__(self, dsn):
+        self.location = dsn
+        self.prefix = f"t{next(_TABLE_NUMBERS)}"
+        self.made = []
+
+    def table_name(self, table):
+        return f"{self.prefix}_{table}"
+
+    def exporter(self, table="t", **options):
+        name = self.table_name(table)
+        exporter = percolite.exporters.Postgres(self.location, name, **options)
+        self.made.append(exporter)
+        return exporter
+
+    def sql(self, query, params=()):
+        import psycopg
+
+        with psycopg.connect(self.location) as conn:
+            cursor = conn.execute(query.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else []
+
+    def column_types(self, table):
+        query = (
+            "SELECT column_name, upper(data_type) FROM information_schema.columns"
+            " WHERE table_name = ?"
+        )
+        return dict(self.sql(query, (table,)))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request, tmp_path):
+    """Each SQL exporter test runs against SQLite and against PostgreSQL."""
+    if request.param == "sqlite":
+        made = SQLiteTarget(tmp_path)
+    else:
+        made = PostgresTarget(request.getfixturevalue("postgres_dsn"))
+    yield made
+    for exporter in made.made:
+        exporter.close()
+
+
+def guard_seqs(target, exporter):
+    """The guard table as {key: seq} (single key column)."""
+    rows = target.sql(f'SELECT "{exporter.key}", seq FROM "{exporter.guard_table}"')
+    return dict(rows)
+
+
+# --- Random histories, their batches, and the state they must end in -------
+
+
+def history(rng, keys=20, commits=150):
+    """Commits in seq order: each changes one key, deleting it one time in five.
+    A value names its seq, so a stale value cannot pass for the right one."""
+    seq, entries = 0, []
+    for _ in range(commits):
+        seq += rng.randint(1, 3)
+        key = f"k{rng.randrange(keys):02}"
+        entries.append(E(key, None if rng.random() < 0.2 else f"v{seq}", seq))
+    return entries
+
+
+def batches_of(rng, entries, count):
+    """``count`` batches (ordered by key, then seq, like the queue's) covering
+    every entry at least once, with redeliveries and supersets, shuffled."""
+    shuffled = rng.sample(entries, len(entries))
+    half = count // 2
+    chunks = [shuffled[i::half] for i in range(half)]
+    chunks += [rng.sample(entries, rng.randint(1, 12)) for _ in range(count - len(chunks))]
+    chunks += [rng.choice(chunks) for _ in range(count // 4)]  # the same batch again
+    rng.shuffle(chunks)
+    return [sorted(chunk, key=lambda e: (e.key, e.seq)) for chunk in chunks]
+
+
+def reference(entries):
+    """Per key, the value of the entry with the highest seq; deleted keys absent."""
+    newest = {}
+    for entry in entries:
+        if entry.key not in newest or entry.seq > newest[entry.key].seq:
+            newest[entry.key] = entry
+    return {key: e.value for key, e in newest.items() if e.value is not None}
+
+
+def highest_seqs(entries):
+    seqs = {}
+    for entry in entries:
+        seqs[entry.key] = max(entry.seq, seqs.get(entry.key, -1))
+    return seqs
+
+
+# --- SQLite and PostgreSQL: one behaviour, two databases ---------------------
+
+
+def test_upsert_then_delete(target):
+    exporter = target.exporter()
+    exporter([E("a", "x", 1), E("b", "y", 2)])
+    assert exporter.rows() == {"a": "x", "b": "y"}
+    exporter([E("a", "z", 3)])
+    assert exporter.rows() == {"a": "z", "b": "y"}
+    exporter([E("b", None, 4)])
+    assert exporter.rows() == {"a": "z"}
+    assert target.sql(f'SELECT key, value, seq FROM "{exporter.table}"') == [("a", "z", 3)]
+    assert guard_seqs(target, exporter) == {"a": 3, "b": 4}, "the guard remembers deleted keys"
+
+
+def test_tuple_keys_and_tuple_list_or_dict_values_fill_columns(target):
+    exporter = target.exporter(key=("user", "day"), columns=("clicks", "score", "note"))
+    exporter(
+        [
+            E(("ann", 1), (3, 1.5, "hi"), 1),
+            E(("ann", 2), [4, 2.5, None], 2),
+            E(("bob", 1), {"note": "yo", "clicks": 5, "score": 0.5}, 3),
+        ]
+    )
+    assert exporter.rows() == {
+        ("ann", 1): (3, 1.5, "hi"),
+        ("ann", 2): (4, 2.5, None),
+        ("bob", 1): (5, 0.5, "yo"),
+    }
+    query = f'SELECT "user", day, clicks, score, note, seq FROM "{exporter.table}" ORDER BY seq'
+    assert target.sql(query)[2] == ("bob", 1, 5, 0.5, "yo", 3)
+    exporter([E(("ann", 1), None, 4), E(("bob", 1), (6, 0.0, ""), 5)])
+    assert exporter.rows() == {("ann", 2): (4, 2.5, None), ("bob", 1): (6, 0.0, "")}
+
+
+def test_created_columns_take_their_types_from_the_first_values(target):
+    exporter = target.exporter(key=("name", "n"), columns=("i", "f", "s", "b"))
+    exporter([E(("k", 1), (1, 2.0, "three", b"\x00four"), 7)])
+    types = target.column_types(exporter.table)
+    if target.kind == "sqlite":
+        expected = ["TEXT", "INTEGER", "INTEGER", "REAL", "TEXT", "BLOB", "INTEGER"]
+    else:
+        expected = ["TEXT", "BIGINT", "BIGINT", "DOUBLE PRECISION", "TEXT", "BYTEA", "BIGINT"]
+    assert types == dict(zip(["name", "n", "i", "f", "s", "b", "seq"], expected))
+    assert exporter.rows() == {("k", 1): (1, 2.0, "three", b"\x00four")}
+
+
+def test_existing_tables_are_used_as_they_are(target):
+    name = target.table_name("mine")
+    target.sql(
+        f"CREATE TABLE {name} (id TEXT PRIMARY KEY, total INTEGER, "
+        f"seq BIGINT NOT NULL, extra TEXT DEFAULT 'kept')"
+    )
+    exporter = target.exporter("mine", key="id", columns="total")
+    exporter([E("a", 5, 1), E("b", 6, 2)])
+    assert target.sql(f"SELECT id, total, extra FROM {name} ORDER BY id") == [
+        ("a", 5, "kept"),
+        ("b", 6, "kept"),
+    ]
+    assert exporter.guard_table == f"{name}_seq"
+    assert guard_seqs(target, exporter) == {"a": 1, "b": 2}
+
+
+def test_create_false_refuses_a_missing_table_and_writes_nothing(target):
+    exporter = target.exporter(create=False)
+    with pytest.raises(RuntimeError, match="does not exist and create=False"):
+        exporter([E("a", 1, 1)])
+    assert exporter.rows() == {}
+    assert target.column_types(exporter.guard_table) == {}
+
+
+def test_redelivered_batch_changes_nothing(target):
+    exporter = target.exporter()
+    batch = [E("a", "a1", 1), E("b", "b2", 2), E("c", None, 3)]
+    exporter(batch)
+    exporter([E("b", "b5", 5)])
+    state = exporter.rows()
+    exporter(batch)
+    exporter(batch + [E("d", "d6", 6)])  # redelivered with more entries
+    assert exporter.rows() == {**state, "d": "d6"}
+    assert exporter.rows()["b"] == "b5"
+    assert guard_seqs(target, exporter) == {"a": 1, "b": 5, "c": 3, "d": 6}
+
+
+def test_older_batch_after_newer_one_is_ignored(target):
+    exporter = target.exporter()
+    exporter([E("a", "new", 10), E("b", "new", 11)])
+    exporter([E("a", "old", 4), E("b", "old", 5), E("c", "old", 6)])
+    assert exporter.rows() == {"a": "new", "b": "new", "c": "old"}
+    exporter([E("a", "same seq", 10)])  # not newer: ignored
+    assert exporter.rows()["a"] == "new"
+
+
+def test_older_batch_after_a_delete_does_not_bring_the_row_back(target):
+    exporter = target.exporter()
+    exporter([E("a", "v1", 1), E("b", "v2", 2)])
+    exporter([E("a", None, 8)])
+    exporter([E("a", "v1", 1), E("a", "v5", 5), E("b", "v2", 2)])
+    assert exporter.rows() == {"b": "v2"}
+    exporter([E("a", "v9", 9)])  # a newer value does
+    assert exporter.rows() == {"a": "v9", "b": "v2"}
+
+
+def test_deletes_before_any_value_are_remembered(target):
+    exporter = target.exporter()
+    exporter([E("a", None, 5)])  # no value yet to type the columns: only the guard table
+    assert exporter.rows() == {}
+    assert guard_seqs(target, exporter) == {"a": 5}
+    exporter([E("a", 3, 4), E("b", 2, 6)])
+    assert exporter.rows() == {"b": 2}
+    assert target.column_types(exporter.table)["value"] in ("INTEGER", "BIGINT")
+
+
+def test_batch_collapses_to_the_newest_entry_per_key(target):
+    exporter = target.exporter()
+    # Out of seq order on purpose: the highest seq wins, not the last entry.
+    exporter([E("a", "a3", 3), E("a", "a9", 9), E("a", "a5", 5), E("b", "b1", 1), E("b", None, 2)])
+    assert exporter.rows() == {"a": "a9"}
+    assert target.sql(f'SELECT key, seq FROM "{exporter.table}"') == [("a", 9)]
+    assert guard_seqs(target, exporter) == {"a": 9, "b": 2}
+
+
+def test_value_that_does_not_fit_the_columns_raises_and_writes_nothing(target):
+    exporter = target.exporter(columns=("x", "y"))
+    exporter([E("a", (1, 2), 1)])
+    for bad, why in [((1, 2, 3), "expected 2 items"), ({"x": 1}, "exactly the keys"), (7, "")]:
+        with pytest.raises(ValueError) as raised:
+            exporter([E("b", (3, 4), 2), E("zz", bad, 3)])
+        message = str(raised.value)
+        assert "'zz'" in message and repr(bad) in message and "('x', 'y')" in message
+        assert why in message
+    assert exporter.rows() == {"a": (1, 2)}, "nothing of a refused batch is applied"
+    scalar = target.exporter("scalar")
+    with pytest.raises(ValueError, match=r"value \[1, 2\] of key 'k'.*\('value',\)"):
+        scalar([E("k", [1, 2], 1)])
+    with pytest.raises(ValueError, match="set is not storable"):
+        scalar([E("k", {1}, 1)])
+
+
+def test_key_that_does_not_fit_the_key_columns_raises(target):
+    exporter = target.exporter(key=("a", "b"))
+    with pytest.raises(ValueError, match=r"key 'flat' does not fit the key columns \('a', 'b'\)"):
+        exporter([E("flat", 1, 1)])
+    with pytest.raises(ValueError, match="cannot be None"):
+        exporter([E(("x", None), 1, 1)])
+    with pytest.raises(ValueError, match="seq must be an int"):
+        exporter([E(("x", 1), 1, -1)])
+    with pytest.raises(ValueError, match="seq must be an int"):
+        exporter([E(("x", 1), 1, 2**63)])
+    assert exporter.rows() == {}
+
+
+@pytest.mark.parametrize(
+    "table, options, match",
+    [
+        ("bad-name", {}, "table must be an SQL identifier"),
+        ('t"; DROP TABLE x; --', {}, "table must be an SQL identifier"),
+        ("t", {"key": ("a", "1b")}, "key column must be an SQL identifier"),
+        ("t", {"key": ()}, "non-empty tuple"),
+        ("t", {"columns": 5}, "columns must be a column name"),
+        ("t", {"columns": ("x", "X")}, "'x' cannot be used: it appears twice"),
+        ("t", {"key": "k", "columns": ("k",)}, "'k' cannot be used: it appears twice"),
+        ("t", {"columns": "seq"}, "'seq' cannot be used: it is the seq column"),
+    ],
+)
+def test_bad_names_are_refused_at_construction(target, table, options, match):
+    with pytest.raises(ValueError, match=match):
+        target.exporter(table, **options)
+
+
+def test_keywords_and_mixed_case_are_usable_names(target):
+    exporter = target.exporter("Order", key=("select", "from"), columns=("Group", "where"))
+    exporter([E((1, 2), ("g", "w"), 1)])
+    assert exporter.rows() == {(1, 2): ("g", "w")}
+
+
+def test_closed_exporter_refuses_calls(target):
+    exporter = target.exporter()
+    exporter([E("a", 1, 1)])
+    with exporter:
+        pass
+    with pytest.raises(ClosedError):
+        exporter([E("a", 2, 2)])
+    assert target.sql(f'SELECT value FROM "{exporter.table}"') == [(1,)]
+
+
+def test_four_threads_end_at_the_reference_state(target):
+    rng = random.Random(4)
+    entries = history(rng)
+    batches = batches_of(rng, entries, 80)
+    exporter = target.exporter()
+    errors = []
+
+    def export(share):
+        try:
+            for batch in share:
+                exporter(batch)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=export, args=(batches[i::4],), daemon=True) for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "an export thread hangs"
+    assert errors == []
+    assert exporter.rows() == reference(entries)
+    assert guard_seqs(target, exporter) == highest_seqs(entries)
+
+
+_EXPORT_PROCESS = """
+import json, os, sys, time
+import percolite.exporters
+from percolite._export import SequencedExport
+
+kind, location, table, batches_file, ready_file, go_file = sys.argv[1:]
+batches = [[SequencedExport(*e) for e in batch] for batch in json.load(open(batches_file))]
+if kind == "sqlite":
+    exporter = percolite.exporters.SQLite(location, table)
+elif kind == "postgres":
+    exporter = percolite.exporters.Postgres(location, table)
+else:
+    exporter = percolite.exporters.JSONLines(location)
+open(ready_file, "w").close()
+while not os.path.exists(go_file):  # start together, so that the two really race
+    time.sleep(0.001)
+for batch in batches:
+    exporter(batch)
+exporter.close()
+"""
+
+
+def export_from_processes(tmp_path, kind, location, table, shares):
+    """Runs one child interpreter per share of batches, all at once."""
+    go_file = tmp_path / "go"
+    procs, ready = [], []
+    for index, share in enumerate(shares):
+        batches_file = tmp_path / f"batches{index}.json"
+        batches_file.write_text(json.dumps(share))
+        ready.append(tmp_path / f"ready{index}")
+        procs.append(
+            start_isolated(_EXPORT_PROCESS, kind, location, table, batches_file, ready[-1], go_file)
+        )
+    deadline = time.monotonic() + 30
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        if any(proc.poll() is not None for proc in procs):
+            break  # a child died early: finish_isolated reports it
+        time.sleep(0.005)
+    go_file.touch()
+    failures = []
+    for proc in procs:  # wait for every child, even when one failed
+        try:
+            finish_isolated(proc, timeout=60)
+        except pytest.fail.Exception as failure:
+            failures.append(str(failure))
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
+def test_two_processes_end_at_the_reference_state(target, tmp_path):
+    rng = random.Random(2)
+    entries = history(rng)
+    batches = batches_of(rng, entries, 120)
+    exporter = target.exporter()
+    shares = [batches[0::2], batches[1::2]]
+    export_from_processes(tmp_path, target.kind, target.location, exporter.table, shares)
+    assert exporter.rows() == reference(entries)
+    assert guard_seqs(target, exporter) == highest_seqs(entries)
+
+
+_FORK = """
+import json, os, sys, traceback
+import percolite.exporters
+from percolite._export import SequencedExport
+
+kind, location, table, batches_file = sys.argv[1:]
+first, parent_share, child_share = [
+    [[SequencedExport(*e) for e in batch] for batch in share]
+    for share in json.load(open(batches_file))
+]
+if kind == "sqlite":
+    exporter = percolite.exporters.SQLite(location, table)
+else:
+    exporter = percolite.exporters.Postgres(location, table)
+for batch in first:
+    exporter(batch)  # the parent has an open connection now
+pid = os.fork()
+if pid == 0:
+    try:
+        for batch in child_share:
+            exporter(batch)
+        os._exit(0)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+for batch in parent_share:
+    exporter(batch)
+_, status = os.waitpid(pid, 0)
+assert status == 0, f"the forked child failed: status {status}"
+for batch in first:
+    exporter(batch)  # the parent's pooled connection still works
+exporter.close()
+"""
+
+
+def test_forked_child_and_parent_export_at_once_on_their_own_connections(target, tmp_path):
+    rng = random.Random(7)
+    entries = history(rng)
+    batches = batches_of(rng, entries, 60)
+    exporter = target.exporter()
+    shares = [batches[:5], batches[5::2], batches[6::2]]
+    batches_file = tmp_path / "batches.json"
+    batches_file.write_text(json.dumps(shares))
+    run_isolated(_FORK, target.kind, target.location, exporter.table, batches_file, timeout=60)
+    assert exporter.rows() == reference(entries)
+
+
+# --- Arguments checked at construction ---------------------------------------
+
+
+def test_sqlite_in_a_missing_directory_fails_at_construction(tmp_path):
+    path = tmp_path / "missing" / "export.sqlite"
+    with pytest.raises(FileNotFoundError, match="missing") as raised:
+        percolite.exporters.SQLite(path, "t")
+    assert raised.value.filename == str(path)
+    with pytest.raises(ValueError, match="table must be an SQL identifier.*, not ''"):
+        percolite.exporters.SQLite(tmp_path / "x.sqlite", "")
+    with pytest.raises(ValueError, match=":memory:"):
+        percolite.exporters.SQLite(":memory:", "t")
+    with pytest.raises(ValueError, match="timeout"):
+        percolite.exporters.SQLite(tmp_path / "x.sqlite", "t", timeout=0)
+
+
+def test_sqlite_uses_wal_and_has_a_useful_repr(tmp_path):
+    with percolite.exporters.SQLite(tmp_path / "e.sqlite", "t", key=("a", "b")) as exporter:
+        exporter([E((1, 2), 3, 1)])
+        assert repr(exporter) == (
+            f"<percolite.exporters.SQLite {str(tmp_path / 'e.sqlite')!r}"
+            " table='t' key=('a', 'b') columns='value'>"
+        )
+    with closing(sqlite3.connect(tmp_path / "e.sqlite")) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+# --- PostgreSQL only ---------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://exporter:hunter2@127.0.0.1:{port}/db",
+        "host=127.0.0.1 port={port} user=exporter password=hunter2 dbname=db",
+    ],
+)
+def test_unreachable_postgres_raises_from_the_call_naming_the_dsn(dsn):
+    dsn = dsn.format(port=free_port())
+    exporter = percolite.exporters.Postgres(dsn, "t", connect_timeout=2)  # does not connect
+    started = time.monotonic()
+    for attempt in (lambda: exporter([E("a", 1, 1)]), exporter.check):
+        with pytest.raises(ConnectionError) as raised:
+            attempt()
+        message = str(raised.value)
+        assert "cannot connect to PostgreSQL" in message and "127.0.0.1" in message
+        assert "refused" in message, "the cause is named"
+        assert "hunter2" not in message and "***" in message
+    assert "hunter2" not in repr(exporter)
+    assert time.monotonic() - started < 10
+    exporter.close()
+
+
+def test_postgres_refuses_a_bad_dsn_and_a_long_table_name():
+    with pytest.raises(ValueError, match="bad PostgreSQL DSN") as raised:
+        percolite.exporters.Postgres("host=x password=hunter2 nonsense", "t")
+    assert "hunter2" not in str(raised.value)
+    with pytest.raises(ValueError, match="too long"):
+        percolite.exporters.Postgres("host=x", "t" * 60)
+
+
+def test_postgres_check_connects_to_a_live_server(postgres_dsn):
+    with percolite.exporters.Postgres(postgres_dsn, "unused") as exporter:
+        exporter.check()
+        assert exporter.rows() == {}
+
+
+def test_postgres_refuses_to_guess_the_type_of_a_column_without_values(postgres_dsn):
+    table = f"t{next(_TABLE_NUMBERS)}"
+    with percolite.exporters.Postgres(postgres_dsn, table, columns=("x", "y")) as exporter:
+        with pytest.raises(ValueError, match="cannot choose a type for column 'y'"):
+            exporter([E("a", (1, None), 1)])
+        exporter([E("a", (1, None), 1), E("b", (2, "y"), 2)])
+        assert exporter.rows() == {"a": (1, None), "b": (2, "y")}
+
+
+def test_postgres_without_psycopg_says_how_to_install_it():
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "import percolite.exporters\n"
+        "try:\n"
+        "    percolite.exporters.Postgres('host=x', 't')\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert 'pip install "psycopg[binary]"' in result.stdout, result.stderr
+
+
+# --- JSON Lines --------------------------------------------------------------
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_jsonlines_appends_entries_and_loads_the_state(tmp_path):
+    path = tmp_path / "out.jsonl"
+    exporter = percolite.exporters.JSONLines(path)
+    assert exporter.rows() == {}
+    exporter([E("a", {"n": 1}, 1), E(("b", 2), [1, 2], 2)])
+    exporter([E("a", None, 3), E("c", "x", 4)])
+    assert lines(path) == [
+        {"key": "a", "value": {"n": 1}, "seq": 1},
+        {"key": ["b", 2], "value": [1, 2], "seq": 2},
+        {"key": "a", "value": None, "seq": 3},
+        {"key": "c", "value": "x", "seq": 4},
+    ]
+    state = percolite.exporters.JSONLines.load(path)
+    assert state == {("b", 2): [1, 2], "c": "x"}, "tuple keys come back as tuples"
+    assert exporter.rows() == state
+    assert repr(exporter) == f"<percolite.exporters.JSONLines {str(path)!r}>"
+
+
+def test_jsonlines_skips_redelivered_older_and_collapsed_entries(tmp_path):
+    path = tmp_path / "out.jsonl"
+    exporter = percolite.exporters.JSONLines(path)
+    batch = [E("a", 1, 1), E("a", 2, 2), E("b", 1, 3)]
+    exporter(batch)
+    assert [line["seq"] for line in lines(path)] == [2, 3], "one line per key: the newest"
+    exporter(batch)
+    exporter([E("b", None, 9)])
+    exporter([E("b", "old", 4), E("a", 2, 2)])  # older than what the file holds
+    assert [line["seq"] for line in lines(path)] == [2, 3, 9]
+    assert percolite.exporters.JSONLines.load(path) == {"a": 2}
+
+
+def test_jsonlines_objects_see_what_others_appended(tmp_path):
+    path = tmp_path / "out.jsonl"
+    first, second = percolite.exporters.JSONLines(path), percolite.exporters.JSONLines(path)
+    first([E("a", "new", 5)])
+    second([E("a", "old", 4)])  # second has never read the file: it must look first
+    assert percolite.exporters.JSONLines.load(path) == {"a": "new"}
+    assert len(lines(path)) == 1
+
+
+def test_jsonlines_ignores_a_torn_line_from_a_crashed_call(tmp_path):
+    path = tmp_path / "out.jsonl"
+    exporter = percolite.exporters.JSONLines(path)
+    exporter([E("a", 1, 1)])
+    with open(path, "ab") as file:
+        file.write(b'{"key": "a", "value": 99, "se')  # a call that died mid-write
+    exporter([E("b", 2, 2)])
+    assert percolite.exporters.JSONLines.load(path) == {"a": 1, "b": 2}
+    assert path.read_text().splitlines()[-1] == '{"key": "b", "value": 2, "seq": 2}'
+
+
+def test_jsonlines_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        percolite.exporters.JSONLines(tmp_path / "nowhere" / "out.jsonl")
+    exporter = percolite.exporters.JSONLines(tmp_path / "out.jsonl")
+    with pytest.raises(ValueError, match="entry of key 'a' is not JSON"):
+        exporter([E("a", b"bytes", 1)])
+    with pytest.raises(ValueError, match="seq must be an int"):
+        exporter([E("a", 1, "1")])
+    with pytest.raises(FileNotFoundError):
+        percolite.exporters.JSONLines.load(tmp_path / "absent.jsonl")
+    with exporter:
+        pass
+    with pytest.raises(ClosedError):
+        exporter([E("a", 1, 1)])
+    assert exporter.rows() == {}
+
+
+def test_jsonlines_four_threads_end_at_the_reference_state(tmp_path):
+    rng = random.Random(5)
+    entries = history(rng)
+    batches = batches_of(rng, entries, 80)
+    path = tmp_path / "out.jsonl"
+    exporters = [percolite.exporters.JSONLines(path) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda i=i: [exporters[i % 2](b) for b in batches[i::4]])
+        for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert percolite.exporters.JSONLines.load(path) == reference(entries)
+    seqs = [line["seq"] for line in lines(path)]
+    assert len(seqs) == len(set(seqs)), "no entry was appended twice"
+
+
+def test_jsonlines_two_processes_end_at_the_reference_state(tmp_path):
+    rng = random.Random(3)
+    entries = history(rng)
+    batches = batches_of(rng, entries, 120)
+    path = tmp_path / "out.jsonl"
+    export_from_processes(tmp_path, "jsonl", str(path), "", [batches[0::2], batches[1::2]])
+    assert percolite.exporters.JSONLines.load(path) == reference(entries)
+    by_key = {}
+    for line in lines(path):
+        by_key.setdefault(line["key"], []).append(line["seq"])
+    assert all(seqs == sorted(set(seqs)) for seqs in by_key.values()), (
+        "per key, every appended line is newer than the ones before it"
+    )
+
+
+_NEW_FILE_RACE = """
+import os, sys
+import percolite.exporters
+from percolite._export import SequencedExport
+
+directory, rounds, processes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+failures = 0
+for round in range(rounds):
+    path = os.path.join(directory, f"race{round}.sqlite")
+    go_read, go_write = os.pipe()
+    children = []
+    for index in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            os.close(go_write)
+            os.read(go_read, 1)  # all start at once, when the pipe closes
+            try:
+                with percolite.exporters.SQLite(path, "t") as exporter:
+                    exporter([SequencedExport(f"k{index}", index, index)])
+            except BaseException as exc:
+                print(f"round {round}, process {index}: {exc!r}", file=sys.stderr)
+                os._exit(1)
+            os._exit(0)
+        children.append(pid)
+    os.close(go_read)
+    os.close(go_write)
+    failures += sum(os.waitpid(pid, 0)[1] != 0 for pid in children)
+    with percolite.exporters.SQLite(path, "t") as exporter:
+        rows = exporter.rows()
+    assert rows == {f"k{i}": i for i in range(processes)}, rows
+assert failures == 0, f"{failures} exports failed"
+"""
+
+
+def test_sqlite_processes_switching_a_new_file_to_wal_at_once(tmp_path):
+    # Regression: "PRAGMA journal_mode=WAL" does not wait for the busy timeout;
+    # processes opening a new file at the same time got "database is locked".
+    run_isolated(_NEW_FILE_RACE, tmp_path, 8, 4, timeout=60)
