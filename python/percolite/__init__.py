@@ -12,7 +12,7 @@ LMDB, from Python. Start with :func:`open`::
 
 from __future__ import annotations
 
-from . import codecs
+from . import codecs, exporters
 from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
 from ._cells import Cell, Column
 from ._combine import Change, CombineQueue
@@ -45,6 +45,7 @@ __all__ = [
     "SequencedExport",
     "ShardedCounter",
     "codecs",
+    "exporters",
     "Env",
     "Transaction",
     "Column",

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
+import time
 from pathlib import Path
 
 from ._app import App
@@ -54,24 +54,28 @@ def load_app(spec: str) -> App:
 def _run_in_this_process(
     app: App, db: str, threads: int, until_idle: bool, worker_index: int, worker_count: int
 ) -> int:
-    stop = threading.Event()
+    # The handler only sets a flag: taking a lock there (threading.Event.set
+    # does) deadlocks when a second SIGTERM arrives while the first handler
+    # holds it, which happens when both the parent and a process-group kill
+    # deliver one.
+    stop_requested = [False]
 
     def request_stop(signum, frame):  # noqa: ARG001
-        stop.set()
+        stop_requested[0] = True
 
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
         with open_env(db, app=app, create=False) as env:
             env.start_workers(threads, worker_index=worker_index, worker_count=worker_count)
             try:
-                while not stop.is_set():
+                while not stop_requested[0]:
                     if until_idle and env.wait(timeout=0.5):
                         break
                     if not until_idle:
-                        stop.wait(0.5)
+                        time.sleep(0.1)
             except KeyboardInterrupt:
                 pass
-            status = env.status()
+            status = env.status(queues=False)
         failures = sum(o["failures"] for o in status["observers"])
         return 0 if not until_idle or failures == 0 or status["pending"] == 0 else 1
     finally:

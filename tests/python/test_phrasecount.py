@@ -122,7 +122,11 @@ def test_two_worker_processes(tmp_path):
 
 
 def test_postgresql_sink(tmp_path, postgres_dsn):
-    psycopg = pytest.importorskip("psycopg", reason="psycopg is installed by bootstrap")
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(postgres_dsn)
+    url = "postgresql://{user}@/{dbname}?host={host}&port={port}".format(**params)
     root, db = tmp_path / "corpus", tmp_path / "db"
     files = write_corpus(root, n=200, seed=17)
 
@@ -131,11 +135,11 @@ def test_postgresql_sink(tmp_path, postgres_dsn):
             rows = conn.execute("SELECT phrase, doc_count, total_count FROM phrase_counts")
             return {phrase: (d, t) for phrase, d, t in rows.fetchall()}
 
-    first = phrasecount(root, "--db", db, "--export", postgres_dsn)
+    first = phrasecount(root, "--db", db, "--export", url)
     assert first.returncode == 0, first.stderr
     assert exported() == reference_for(root)
     edit_delete_duplicate(files, root)
-    second = phrasecount(root, "--db", db, "--export", postgres_dsn)
+    second = phrasecount(root, "--db", db, "--export", url)
     assert second.returncode == 0, second.stderr
     assert exported() == reference_for(root)
 
