@@ -93,7 +93,9 @@ def fold(tx, row, column):
 
 def load_app(app_dir: Path, sink: Path):
     os.environ["SINK"] = str(sink)
-    spec = importlib.util.spec_from_file_location(f"exports_app_{abs(hash(app_dir))}", app_dir / "exports_app.py")
+    spec = importlib.util.spec_from_file_location(
+        f"exports_app_{abs(hash(app_dir))}", app_dir / "exports_app.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -238,6 +240,7 @@ def test_inverted_index_stays_consistent_under_concurrency(tmp_path):
             start_new_session=True,
         )
         try:
+
             def adder(seed: int) -> None:
                 rng = random.Random(seed)
                 for _ in range(250):
