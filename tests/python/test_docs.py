@@ -36,9 +36,12 @@ def test_example_runs(tmp_path, document, index):
     assert result.returncode == 0, result.stderr
 
 
-def test_readme_example_prints_the_word_count(tmp_path):
+def test_readme_example_prints_what_the_readme_says(tmp_path):
+    readme = (ROOT / "README.md").read_text()
     code = python_blocks(ROOT / "README.md")[0]
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
-    assert result.stdout.strip() == "b'6'"
+    printed = result.stdout.strip()
+    assert printed == "[('be', 2), ('to', 2), ('do', 1), ('is', 1), ('not', 1), ('or', 1)]"
+    assert f"This prints `{printed}`" in readme
