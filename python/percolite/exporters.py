@@ -502,6 +502,10 @@ class SQLite(_SQLExporter):
         _require_directory(self.path)
         self.timeout = float(_positive(timeout, "timeout"))
         self._set_up(table, key, columns, create)
+        # Calls of one process take turns here rather than in SQLite's busy
+        # handler, which sleeps in steps of milliseconds while it waits.
+        self._lock = threading.Lock()
+        _FORK_AWARE.add(self)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -532,7 +536,7 @@ class SQLite(_SQLExporter):
         rows = self._layout.collapse(entries)
         if not rows:
             return
-        with self._pool.connection() as conn:
+        with self._lock, self._pool.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
             try:
                 has_main = self._tables_ready or self._ensure_tables(conn, rows)
