@@ -299,16 +299,16 @@ class Env:
             entry.setdefault("last_error", None)
             entry.setdefault("last_failure_unix", None)
             observers.append(entry)
-        queues = {}
+        depths = {}
         if queues and self._app is not None and self._app._queues:
             with self.transaction() as tx:
-                queues = {qid: q.depth(tx) for qid, q in self._app._queues.items()}
+                depths = {qid: q.depth(tx) for qid, q in self._app._queues.items()}
         return {
             "path": self.path,
             "pending": sum(pending.values()),
             "workers": {k: workers[k] for k in ("running", "threads", "queued", "active")},
             "observers": observers,
-            "queues": queues,
+            "queues": depths,
             "store": self.stats(),
         }
 

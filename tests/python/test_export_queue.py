@@ -192,11 +192,12 @@ def test_failing_exporter_is_retried_and_visible_in_status(tmp_path):
         time.sleep(0.3)
         before = observer(env, "export queue ex")
         kept = depth(env, eq)
+        reported = env.status()["queues"]
         broken[0] = False
         assert env.wait(timeout=30)
         env.stop_workers()
         after = observer(env, "export queue ex")
-        emit(failures=before["failures"], error=before["last_error"], kept=kept,
+        emit(failures=before["failures"], error=before["last_error"], kept=kept, reported=reported,
              sink=live(sink), depth=depth(env, eq), after_pending=after["pending"])
         """,
         path=str(tmp_path / "db"),
@@ -205,6 +206,7 @@ def test_failing_exporter_is_retried_and_visible_in_status(tmp_path):
     assert "ConnectionError: sink is down" in out["error"]
     assert "Traceback" in out["error"]
     assert out["kept"] == 20
+    assert out["reported"] == {"ex": 20}
     assert out["sink"] == {f"k{i}": i for i in range(20)}
     assert out["depth"] == 0 and out["after_pending"] == 0
 
