@@ -19,7 +19,7 @@ bench: install
 	$(PY) bench/run.py
 
 lint:
-	$(PY) -m ruff check python tests bench
+	$(PY) -m ruff check python tests bench scripts notebooks
 	clang-format --dry-run --Werror cpp/include/percolite/*.h cpp/src/* cpp/bindings/*.cc tests/cpp/*
 
 clean:

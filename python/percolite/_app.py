@@ -49,17 +49,23 @@ WEAK = NotificationType.WEAK
 
 
 class ObserverTransaction(Transaction):
-    """The transaction an observer runs in. percolite commits it when the
-    observer returns (together with the notification's acknowledgement) and
-    aborts it when the observer raises, so the observer must not commit or
-    abort it itself."""
+    """The transaction an observer (or a change observer) runs in. You never
+    create one: percolite passes it to the callback. percolite commits it when
+    the observer returns (together with the notification's acknowledgement)
+    and aborts it when the observer raises, so the observer must not commit or
+    abort it itself, nor use it in ``with``. Reads and writes are those of
+    :class:`Transaction`."""
 
     __slots__ = ()
 
     def commit(self) -> None:
+        """Refused: raises :class:`~percolite.Error` (percolite commits the
+        observer's transaction when the observer returns)."""
         raise Error("an observer's transaction is committed by percolite when the observer returns")
 
     def abort(self) -> None:
+        """Refused: raises :class:`~percolite.Error` (raise an exception from
+        the observer instead: its transaction is aborted and retried)."""
         raise Error("an observer's transaction is aborted by percolite when the observer raises")
 
     def __enter__(self):
@@ -113,6 +119,8 @@ class App:
 
     @property
     def observers(self) -> list[_Observer]:
+        """The registered observers, as ``(column, fn, notify, name)`` named
+        tuples, in registration order (queues' processors not included)."""
         return list(self._observers.values())
 
     def observer(

@@ -42,10 +42,12 @@ class Column(tuple):
 
     @property
     def family(self) -> bytes:
+        """The column family (``self[0]``), as bytes."""
         return self[0]
 
     @property
     def qualifier(self) -> bytes:
+        """The column qualifier (``self[1]``), as bytes; may be empty."""
         return self[1]
 
     def __repr__(self) -> str:

@@ -85,7 +85,13 @@ def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
 
 
 class CombineQueue:
-    """Create it with :meth:`percolite.App.combine_queue`."""
+    """Queued updates of keys, folded into current values by the workers.
+
+    Create it with :meth:`percolite.App.combine_queue`; see
+    ``docs/combine_queue.md``. Attributes: ``id``, ``buckets``,
+    ``buffer_size``, ``combiner``, ``key_codec``, ``value_codec`` (as
+    declared).
+    """
 
     def __init__(
         self,
@@ -225,6 +231,8 @@ class CombineQueue:
         return sum(1 for _ in tx.scan(prefix=f"{self.id}:u:"))
 
     def bucket_of(self, key: Any) -> int:
+        """The bucket (in ``range(buckets)``) that queues ``key``'s updates:
+        a hash of the encoded key modulo ``buckets``."""
         return self._core.bucket_of(self.key_codec.encode(key))
 
     def __repr__(self) -> str:

@@ -135,10 +135,14 @@ class Env:
 
     @property
     def sync(self) -> str:
+        """The durability mode the store was opened with: ``"full"``,
+        ``"meta"`` or ``"none"`` (see :func:`percolite.open`)."""
         return self._sync
 
     @property
     def closed(self) -> bool:
+        """Whether this handle is closed; a closed handle raises
+        :class:`~percolite.ClosedError` when used."""
         return self._core.closed
 
     def transaction(self) -> Transaction:
@@ -186,6 +190,8 @@ class Env:
     # -- workers ------------------------------------------------------------
     @property
     def workers_running(self) -> bool:
+        """Whether this handle's workers are running (:meth:`start_workers`
+        was called and :meth:`stop_workers` or :meth:`close` was not)."""
         return self._workers_running
 
     def start_workers(

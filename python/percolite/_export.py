@@ -53,7 +53,13 @@ _PRESENT = b"\x01"
 
 
 class ExportQueue:
-    """Create it with :meth:`percolite.App.export_queue`."""
+    """Entries that leave for an external system once their transaction commits.
+
+    Create it with :meth:`percolite.App.export_queue`; see
+    ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
+    ``batch_size``, ``exporter``, ``key_codec``, ``value_codec`` (as
+    declared).
+    """
 
     def __init__(
         self,
@@ -130,6 +136,8 @@ class ExportQueue:
         return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
 
     def bucket_of(self, key: Any) -> int:
+        """The bucket (in ``range(buckets)``) that queues ``key``'s entries:
+        a hash of the encoded key modulo ``buckets``."""
         return self._core.bucket_of(self.key_codec.encode(key))
 
     def __repr__(self) -> str:

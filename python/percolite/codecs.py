@@ -25,16 +25,23 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 class Codec:
     """Encodes one kind of Python value to bytes. ``native`` names the layout
     the C++ core understands (``"int64"``, ``"float64"``, ``"int64s"`` or
-    ``"bytes"``); ``length`` is the tuple length for ``"int64s"``."""
+    ``"bytes"``); ``length`` is the tuple length for ``"int64s"``.
+
+    Subclass it (setting ``name`` and overriding :meth:`encode` and
+    :meth:`decode`) for keys or values of your own kind; leave ``native`` as
+    ``"bytes"`` unless the encoding is exactly one of the native layouts."""
 
     name = "codec"
     native = "bytes"
     length = 0
 
     def encode(self, value: Any) -> bytes:
+        """``value`` as bytes; raises TypeError (wrong type) or ValueError
+        (out of range) when it cannot be encoded."""
         raise NotImplementedError
 
     def decode(self, data: bytes) -> Any:
+        """The value that :meth:`encode` turned into ``data``."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

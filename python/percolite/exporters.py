@@ -533,6 +533,8 @@ class SQLite(_SQLExporter):
             time.sleep(0.005)
 
     def __call__(self, entries: Iterable) -> None:
+        """Applies ``entries`` (a list of :class:`SequencedExport`) in one
+        SQLite transaction, each only if its seq is newer than the guard's."""
         rows = self._layout.collapse(entries)
         if not rows:
             return
@@ -738,6 +740,8 @@ class Postgres(_SQLExporter):
             conn.rollback()
 
     def __call__(self, entries: Iterable) -> None:
+        """Applies ``entries`` (a list of :class:`SequencedExport`) in one
+        PostgreSQL transaction, each only if its seq is newer than the guard's."""
         rows = self._layout.collapse(entries)
         if not rows:
             return
@@ -861,6 +865,8 @@ class JSONLines:
         _FORK_AWARE.add(self)
 
     def __call__(self, entries: Iterable) -> None:
+        """Appends the newest entry of each key in ``entries`` (a list of
+        :class:`SequencedExport`) whose seq is higher than the file's for that key."""
         newest: dict = {}
         for entry in entries:
             seq = _check_seq(entry)

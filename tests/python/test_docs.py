@@ -20,6 +20,7 @@ def python_blocks(path: Path) -> list[str]:
     "document, index",
     [
         ("README.md", 0),
+        ("docs/quickstart.md", 0),
         ("docs/notifications.md", 0),
         ("docs/transactions.md", 0),
         ("docs/combine_queue.md", 0),
@@ -45,3 +46,16 @@ def test_readme_example_prints_what_the_readme_says(tmp_path):
     printed = result.stdout.strip()
     assert printed == "[('be', 2), ('to', 2), ('do', 1), ('is', 1), ('not', 1), ('or', 1)]"
     assert f"This prints `{printed}`" in readme
+
+
+def test_quickstart_runs_top_to_bottom(tmp_path):
+    """The quickstart's blocks build on nothing but each other: run them in
+    order as one program, and check the last output its comments promise."""
+    code = "\n".join(python_blocks(ROOT / "docs" / "quickstart.md"))
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "[('be', 2), ('never', 1), ('not', 1), ('now', 1), ('or', 2), ('to', 2)]"
+    )

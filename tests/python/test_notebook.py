@@ -1,0 +1,58 @@
+"""The walkthrough notebook runs from top to bottom: every cell, no errors.
+
+The kernel must be this interpreter (the venv's), with percolite installed.
+The test does not rely on whatever ``python3`` kernelspec the machine has (a
+user-level one may point at another Python): it writes a kernelspec for
+``sys.executable`` into a temporary ``JUPYTER_PATH``, which Jupyter searches
+first, then checks from inside the kernel that ``sys.prefix`` is ours.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "phrasecount.ipynb"
+CHECK_INTERPRETER = "import sys; print(sys.prefix)"
+
+
+@pytest.fixture
+def jupyter_env(tmp_path, monkeypatch):
+    """Jupyter's paths confined to ``tmp_path``, a ``python3`` kernelspec
+    for this interpreter, and a non-interactive matplotlib backend."""
+    # Opt in to platformdirs: some jupyter_core versions otherwise warn (DeprecationWarning,
+    # an error under this suite's filterwarnings) that Jupyter's paths are moving there.
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    from ipykernel.kernelspec import write_kernel_spec
+
+    write_kernel_spec(tmp_path / "jupyter" / "kernels" / "python3")  # argv[0]: sys.executable
+    return tmp_path
+
+
+def test_notebook_runs(jupyter_env):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), (
+        "commit the notebook without outputs (clear them) so diffs stay small"
+    )
+    nb.cells.insert(0, nbformat.v4.new_code_cell(CHECK_INTERPRETER))
+    workdir = jupyter_env / "work"
+    workdir.mkdir()
+    client = NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}
+    )
+    client.execute()  # raises CellExecutionError, naming the cell, when a cell fails
+
+    kernel_prefix = nb.cells[0].outputs[0].text.strip()
+    assert kernel_prefix == sys.prefix, f"the kernel ran {kernel_prefix}, not this venv"
+    errors = [o for cell in nb.cells for o in cell.get("outputs", []) if o.output_type == "error"]
+    assert not errors
