@@ -189,21 +189,19 @@ class App:
         """
         from ._combine import CombineQueue
 
-        if queue_id in self._queues:
-            raise ValueError(f"app {self.name!r} already has a queue named {queue_id!r}")
-        queue = CombineQueue(
-            self,
+        return self._add_queue(
+            "combine queue",
             queue_id,
-            buckets=buckets,
-            combiner=combiner,
-            key_codec=key_codec,
-            value_codec=value_codec,
-            buffer_size=buffer_size,
+            lambda: CombineQueue(
+                self,
+                queue_id,
+                buckets=buckets,
+                combiner=combiner,
+                key_codec=key_codec,
+                value_codec=value_codec,
+                buffer_size=buffer_size,
+            ),
         )
-        self._before_change(f"combine queue {queue_id!r}")
-        self._queues[queue_id] = queue
-        self._rebind()
-        return queue
 
     def export_queue(
         self,
@@ -234,21 +232,19 @@ class App:
         from ._export import ExportQueue
 
         def declare(fn: Any) -> ExportQueue:
-            if queue_id in self._queues:
-                raise ValueError(f"app {self.name!r} already has a queue named {queue_id!r}")
-            queue = ExportQueue(
-                self,
+            return self._add_queue(
+                "export queue",
                 queue_id,
-                buckets=buckets,
-                exporter=fn,
-                key_codec=key_codec,
-                value_codec=value_codec,
-                batch_size=batch_size,
+                lambda: ExportQueue(
+                    self,
+                    queue_id,
+                    buckets=buckets,
+                    exporter=fn,
+                    key_codec=key_codec,
+                    value_codec=value_codec,
+                    batch_size=batch_size,
+                ),
             )
-            self._before_change(f"export queue {queue_id!r}")
-            self._queues[queue_id] = queue
-            self._rebind()
-            return queue
 
         if exporter is not None:
             return declare(exporter)
@@ -257,6 +253,17 @@ class App:
 
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
         return declare
+
+    def _add_queue(self, kind: str, queue_id: str, make: Callable[[], Any]) -> Any:
+        """Registers the queue ``make()`` builds (which checks its options)
+        under ``queue_id``, once per app."""
+        if queue_id in self._queues:
+            raise ValueError(f"app {self.name!r} already has a queue named {queue_id!r}")
+        queue = make()
+        self._before_change(f"{kind} {queue_id!r}")
+        self._queues[queue_id] = queue
+        self._rebind()
+        return queue
 
     def _before_change(self, what: str = "a change") -> None:
         for env in list(self._envs):
