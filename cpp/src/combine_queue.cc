@@ -277,7 +277,7 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       changes.push_back(Change{group.key, current, combined});
     }
     for (const std::string& qualifier : group.qualifiers) {
-      transaction->Delete({update_row, kUpdateFamily, qualifier});
+      transaction->Purge({update_row, kUpdateFamily, qualifier});
     }
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit.

@@ -92,7 +92,7 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
     Status exported = options_.exporter(batch);
     if (!exported.ok()) return exported;
     for (const queue_rows::Entry& entry : queued) {
-      transaction->Delete({entry_row, kEntryFamily, entry.qualifier});
+      transaction->Purge({entry_row, kEntryFamily, entry.qualifier});
     }
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit.

@@ -630,7 +630,7 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
         p->result = CommitResult{};
         // Validate every write before applying any: a refused member writes nothing.
         for (const Mutation& m : *p->mutations) {
-          if (m.stamped || !ReadRecord(txn, data_dbi_, m.key, &raw)) continue;
+          if (m.stamped || m.purge || !ReadRecord(txn, data_dbi_, m.key, &raw)) continue;
           uint64_t written_ts = ReadUint64BE(raw);
           if (written_ts > p->start_ts) {
             p->result.status = Status::Make(
@@ -655,6 +655,13 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
         }
         const uint64_t commit_ts = ++ts;
         for (const Mutation& m : *p->mutations) {
+          if (m.purge) {
+            std::string stored = StoredKeyFor(m.key);
+            MDB_val k = ToVal(stored);
+            int rc = mdb_del(txn, data_dbi_, &k, nullptr);
+            if (rc != MDB_NOTFOUND) CheckLmdb(rc, "purging a consumed queue entry");
+            continue;
+          }
           const std::string stamped_key =
               m.stamped ? StampedKey(m.key, commit_ts, m.stamp_seq) : std::string();
           const std::string& key = m.stamped ? stamped_key : m.key;

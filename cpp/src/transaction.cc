@@ -96,6 +96,14 @@ void Transaction::Delete(const CellRef& cell) {
   writes_[std::move(key)] = BufferedWrite{true, std::string()};
 }
 
+void Transaction::Purge(const CellRef& cell) {
+  ValidateCell(cell);
+  std::string key = EncodeCellKey(cell);
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  writes_[std::move(key)] = BufferedWrite{true, std::string(), true};
+}
+
 void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
@@ -202,7 +210,9 @@ void Transaction::Commit() {
   std::vector<Mutation> mutations;
   mutations.reserve(writes_.size());
   for (auto& [key, write] : writes_) {
-    mutations.push_back(Mutation{key, write.is_delete, std::move(write.value)});
+    Mutation m{key, write.is_delete, std::move(write.value)};
+    m.purge = write.purge;
+    mutations.push_back(std::move(m));
   }
   for (Mutation& m : stamped_) mutations.push_back(std::move(m));
   CommitResult result = store->Commit(start_ts_, mutations, has_extras ? &extras_ : nullptr);

@@ -189,3 +189,37 @@ TEST_CASE("Many tombstones are all collected over the following commits", "[tomb
   CHECK(tables.tombstone_index_entries == 0);
   CHECK(tables.live_records == 1);
 }
+
+TEST_CASE("A purge removes a stamped cell without a tombstone; older snapshots still see it",
+          "[tombstones]") {
+  TempDir dir;
+  {
+    auto env = Env::Open(dir.path(), FastOptions());
+    auto add = env->Begin();
+    add->AddStamped({"queue", "e", "entry"}, "payload");
+    add->Commit();
+    auto older = env->Begin();
+    auto read_all = [](percolite::Transaction& tx) {
+      return percolite_test::ScanAll(tx, percolite::ScanRange::Rows("queue", "queuf"), 10);
+    };
+    auto items = read_all(*older);
+    REQUIRE(items.size() == 1);
+    auto purge = env->Begin();
+    purge->Purge(Ref(items[0].cell));
+    purge->Commit();
+    auto newer = env->Begin();
+    CHECK(read_all(*newer).empty());
+    CHECK(read_all(*older).size() == 1);  // its LMDB snapshot predates the purge
+    older->Abort();
+    newer->Abort();
+    // Purging a cell that is already gone is not an error (a retried consumer).
+    auto again = env->Begin();
+    again->Purge(Ref(items[0].cell));
+    again->Commit();
+    env->Close();
+  }
+  const RawTables tables = ReadRawTables(dir.path());
+  CHECK(tables.tombstone_records == 0);
+  CHECK(tables.tombstone_index_entries == 0);
+  CHECK(tables.live_records == 0);
+}

@@ -80,12 +80,19 @@ struct StoreOptions {
 // stamp_seq (4 bytes) appended to its qualifier by the writer: a key unique to
 // the transaction, so stamped writes are never validated and never conflict
 // (queue entries use them).
+//
+// A purge removes a cell that a stamped write created (a consumed queue
+// entry): such keys are unique and never written again, so the purge is not
+// validated and leaves no tombstone (readers of older snapshots still see the
+// cell: they read LMDB snapshots). Queues serialize their consumers by other
+// writes (the bucket's cursor cell).
 struct Mutation {
   std::string key;
   bool is_delete = false;
   std::string value;
   bool stamped = false;
   uint32_t stamp_seq = 0;
+  bool purge = false;
 };
 
 // The encoded key a stamped write lands on.

@@ -84,6 +84,9 @@ class Transaction {
   // sequence number appended, so adders of queue entries never collide. Not
   // visible to this transaction's own reads.
   void AddStamped(const CellRef& cell, std::string_view value);
+  // Removes a cell a stamped write created, without a tombstone (store.h,
+  // Mutation::purge). Only for consumed queue entries.
+  void Purge(const CellRef& cell);
   // How many stamped writes are buffered (the index the next one gets).
   size_t StampedCount() const;
 
@@ -109,6 +112,7 @@ class Transaction {
   struct BufferedWrite {
     bool is_delete = false;
     std::string value;
+    bool purge = false;
   };
 
   Transaction(std::shared_ptr<Env> env, std::unique_ptr<Snapshot> snapshot);
