@@ -1,0 +1,385 @@
+"""Raw storage floor: percolite's combine queue and commits against py-lmdb.
+
+Issue 7, workload 3: py-lmdb batched random puts and one durable commit per
+transaction, measured in the same run as percolite, so that percolite's
+overhead reads as a fraction of what LMDB itself can do.
+
+* **py-lmdb batched random puts**, puts/s: ``--updates`` puts of random 8-byte
+  keys with 8-byte values, ``--batch`` puts per write transaction
+  (``txn.put`` in a loop), each transaction durable (``sync=True,
+  metasync=True``). ``putmulti`` (the same puts through
+  ``Cursor.putmulti``) is reported beside it, for information.
+* **Combine-queue throughput**, updates/s end to end: the same number of
+  updates ``(random 8-byte key, +1)`` to a combine queue with the native
+  ``"sum"`` (``key_codec="bytes"``, ``value_codec="int64"``, default buckets),
+  queued by ``--adders`` threads in transactions of ``--batch`` updates
+  (``cq.add(tx, pairs)``, ``sync="full"``) while ``--workers`` worker
+  threads fold them. The time runs from the first add until every update is
+  folded (``env.wait()`` idle); the folded values are then read back and must
+  sum to the number of updates, one key per distinct key. The time at which
+  the last add committed is reported too (add rate).
+* **Durable single-cell commits**, 1 and 16 threads: ``bench_commit.py``'s
+  measurement, called from here (same code, same settings).
+
+Targets: combine-queue updates/s at least 0.2x py-lmdb batched random puts;
+percolite's durable commits at 16 threads at least 4x py-lmdb's one commit per
+transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import bench_commit
+import lmdb
+import percolite
+from common import (
+    REPO_ROOT,
+    OptionGroup,
+    format_table,
+    log,
+    machine_info,
+    median,
+    run_standalone,
+    same_filesystem,
+    scratch_dir,
+)
+
+NAME = "storage"
+KEY_BYTES = 8
+VALUE = b"\x01" * 8
+LMDB_MAP_SIZE = 1 << 30
+COMBINE_TARGET = 0.2
+COMMIT_THREADS = [1, 16]
+SYSTEMS = ("lmdb_put", "lmdb_putmulti", "combine_queue")
+SYSTEM_LABELS = {
+    "lmdb_put": "py-lmdb puts",
+    "lmdb_putmulti": "py-lmdb putmulti",
+    "combine_queue": "combine queue",
+}
+
+
+def _batches(updates: int, batch: int, seed: int) -> list[list[bytes]]:
+    """Random 8-byte keys, ``batch`` per transaction (made outside the timing)."""
+    rng = random.Random(seed)
+    keys = [rng.randbytes(KEY_BYTES) for _ in range(updates)]
+    return [keys[start : start + batch] for start in range(0, updates, batch)]
+
+
+def _open_lmdb(store: Path) -> lmdb.Environment:
+    return lmdb.open(str(store), sync=True, metasync=True, map_size=LMDB_MAP_SIZE, lock=True)
+
+
+def measure_lmdb_put(store: Path, batches: list[list[bytes]], **_: Any) -> dict[str, Any]:
+    env = _open_lmdb(store)
+    try:
+        began = time.perf_counter()
+        for keys in batches:
+            with env.begin(write=True) as txn:
+                for key in keys:
+                    txn.put(key, VALUE)
+        seconds = time.perf_counter() - began
+    finally:
+        env.close()
+    return _record(batches, seconds)
+
+
+def measure_lmdb_putmulti(store: Path, batches: list[list[bytes]], **_: Any) -> dict[str, Any]:
+    env = _open_lmdb(store)
+    try:
+        began = time.perf_counter()
+        for keys in batches:
+            with env.begin(write=True) as txn:
+                txn.cursor().putmulti([(key, VALUE) for key in keys])
+        seconds = time.perf_counter() - began
+    finally:
+        env.close()
+    return _record(batches, seconds)
+
+
+def measure_combine_queue(
+    store: Path, batches: list[list[bytes]], *, adders: int, workers: int
+) -> dict[str, Any]:
+    app = percolite.App("storage_bench")
+    queue = app.combine_queue("sums", combiner="sum", key_codec="bytes", value_codec="int64")
+    updates = [[(key, 1) for key in keys] for keys in batches]
+    env = percolite.open(store, app=app, sync="full")
+    try:
+        before = env.stats()
+        env.start_workers(workers)
+        errors: list[BaseException] = []
+
+        def add(index: int) -> None:
+            try:
+                for pairs in updates[index::adders]:
+                    with env.transaction() as tx:
+                        queue.add(tx, pairs)
+            except BaseException as error:  # re-raised below
+                errors.append(error)
+
+        threads = [threading.Thread(target=add, args=(i,), daemon=True) for i in range(adders)]
+        began = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        added = time.perf_counter() - began
+        if errors:
+            raise errors[0]
+        if not env.wait(timeout=600):
+            raise RuntimeError(f"the updates were not folded: {env.status(queues=False)}")
+        seconds = time.perf_counter() - began
+        stats = env.stats()
+        env.stop_workers()
+        with env.transaction() as tx:
+            folded = dict(queue.scan(tx))
+    finally:
+        env.close()
+    total = sum(len(keys) for keys in batches)
+    distinct = len({key for keys in batches for key in keys})
+    if len(folded) != distinct or sum(folded.values()) != total:
+        raise RuntimeError(
+            f"folded {len(folded)} keys summing to {sum(folded.values())}, "
+            f"expected {distinct} keys summing to {total}"
+        )
+    return {
+        **_record(batches, seconds),
+        "add_seconds": round(added, 4),
+        "adds_per_s": round(total / added, 1),
+        "store_commits": stats["commits"] - before["commits"],
+        "store_batches": stats["batches"] - before["batches"],
+        "conflicts": stats["conflicts"] - before["conflicts"],
+        "tombstones_collected": stats["tombstones_collected"] - before["tombstones_collected"],
+    }
+
+
+def _record(batches: list[list[bytes]], seconds: float) -> dict[str, Any]:
+    total = sum(len(keys) for keys in batches)
+    return {"per_s": round(total / seconds, 1), "operations": total, "seconds": round(seconds, 4)}
+
+
+MEASURE = {
+    "lmdb_put": measure_lmdb_put,
+    "lmdb_putmulti": measure_lmdb_putmulti,
+    "combine_queue": measure_combine_queue,
+}
+
+
+def add_arguments(parser: OptionGroup) -> None:
+    """Options of this benchmark only."""
+    parser.add_argument(
+        "--updates",
+        type=int,
+        default=500_000,
+        help="puts / combine-queue updates per run (default: %(default)s; --quick: 20000)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=10_000,
+        help="puts or updates per write transaction (default: %(default)s; --quick: 2000)",
+    )
+    parser.add_argument(
+        "--adders",
+        type=int,
+        default=2,
+        help="threads queueing combine-queue updates (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="worker threads folding the combine queue (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    updates = 20_000 if args.quick else args.updates
+    batch = 2000 if args.quick else args.batch
+    if updates < 1 or batch < 1 or args.adders < 1 or args.workers < 1:
+        raise ValueError("--updates, --batch, --adders and --workers must be positive")
+    runs: dict[str, list[dict[str, Any]]] = {system: [] for system in SYSTEMS}
+    with scratch_dir(args.dir, f"{NAME}-") as scratch:
+        on_repo_filesystem = same_filesystem(scratch, REPO_ROOT)
+        for repetition in range(args.repeat):
+            batches = _batches(updates, batch, seed=repetition)
+            order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
+            for system in order:
+                store = scratch / f"{system}-{repetition}"
+                measured = MEASURE[system](store, batches, adders=args.adders, workers=args.workers)
+                shutil.rmtree(store, ignore_errors=True)
+                runs[system].append(measured)
+                log(
+                    f"{NAME}: {SYSTEM_LABELS[system]:>16}, run {repetition + 1}/{args.repeat}: "
+                    f"{measured['per_s']:,.0f}/s"
+                )
+        commits = bench_commit.run(
+            argparse.Namespace(
+                threads=COMMIT_THREADS,
+                seconds=args.seconds,
+                repeat=args.repeat,
+                quick=args.quick,
+                dir=scratch,
+                value_size=bench_commit.DEFAULT_VALUE_SIZE,
+            )
+        )
+
+    results = {
+        system: {
+            "median_per_s": median([run["per_s"] for run in measured]),
+            "spread": _spread([run["per_s"] for run in measured]),
+            "runs": measured,
+        }
+        for system, measured in runs.items()
+    }
+    baseline = results["lmdb_put"]["median_per_s"]
+    ratio = results["combine_queue"]["median_per_s"] / baseline
+    return {
+        "benchmark": NAME,
+        "measures": "combine-queue updates/s end to end (until folded) vs py-lmdb batched "
+        "random puts/s; durable single-cell commits vs py-lmdb one commit per transaction",
+        "settings": {
+            "updates": updates,
+            "batch": batch,
+            "key_bytes": KEY_BYTES,
+            "value_bytes": len(VALUE),
+            "adders": args.adders,
+            "workers": args.workers,
+            "repeat": args.repeat,
+            "quick": args.quick,
+            "store_parent": str(Path(args.dir).resolve()),
+            "store_on_repo_filesystem": on_repo_filesystem,
+            "percolite": {"sync": "full", "combiner": "sum", "buckets": 64},
+            "lmdb": {"sync": True, "metasync": True, "lock": True, "map_size": LMDB_MAP_SIZE},
+        },
+        "versions": {
+            "percolite": percolite.__version__,
+            "percolite_module": str(Path(percolite.__file__).parent),
+            "py_lmdb": lmdb.__version__,
+            "py_lmdb_liblmdb": ".".join(map(str, lmdb.version())),
+        },
+        "machine": machine_info(),
+        "results": results,
+        "combine_ratio": round(ratio, 4),
+        "combine_ratio_per_repetition": [
+            round(ours["per_s"] / theirs["per_s"], 4)
+            for ours, theirs in zip(runs["combine_queue"], runs["lmdb_put"])
+        ],
+        "durable_commits": commits,
+    }
+
+
+def _spread(rates: list[float]) -> float | None:
+    return round(max(rates) / min(rates), 3) if min(rates) > 0 else None
+
+
+def targets(report: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(target, measured ratio, target ratio) rows."""
+    rows = [
+        (
+            "combine-queue updates/s vs py-lmdb batched random puts/s",
+            report["combine_ratio"],
+            COMBINE_TARGET,
+        )
+    ]
+    commit_target = report["durable_commits"]["target"]
+    if commit_target["ratio"] is not None:
+        rows.append(
+            (
+                f"durable commits at {commit_target['threads']} threads vs py-lmdb "
+                "one commit per transaction",
+                commit_target["ratio"],
+                commit_target["min_ratio"],
+            )
+        )
+    return rows
+
+
+def format_report(report: dict[str, Any]) -> str:
+    settings = report["settings"]
+    results = report["results"]
+    baseline = results["lmdb_put"]["median_per_s"]
+    rows = [
+        [
+            SYSTEM_LABELS[system],
+            f"{results[system]['median_per_s']:,.0f}",
+            f"{results[system]['median_per_s'] / baseline:.3f}",
+            f"{results[system]['spread']:.2f}",
+        ]
+        for system in SYSTEMS
+    ]
+    cq_runs = results["combine_queue"]["runs"]
+    adds = median([run["adds_per_s"] for run in cq_runs])
+    verdicts = [
+        f"target: {name}: {measured:.3f}x, want >= {wanted:g}x: "
+        f"{'met' if measured >= wanted else 'NOT met'}"
+        for name, measured, wanted in targets(report)
+    ]
+    return "\n".join(
+        [
+            f"Raw storage floor: {settings['updates']:,} random 8-byte keys, "
+            f"{settings['batch']:,} per durable write transaction, median of "
+            f"{settings['repeat']}",
+            "",
+            format_table(["system", "per second", "vs puts", "spread"], rows),
+            "",
+            f"combine queue (native sum, {settings['adders']} adders, {settings['workers']} "
+            f"workers): updates folded per second, end to end; queued at {adds:,.0f}/s",
+            "",
+            bench_commit.format_report(report["durable_commits"]),
+            "",
+            *verdicts,
+        ]
+    )
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Bars: operations/s of each system, and the durable-commit rates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    rates = [report["results"][system]["median_per_s"] for system in SYSTEMS]
+    left.bar(range(len(SYSTEMS)), rates, color=["tab:gray", "tab:gray", "tab:blue"])
+    left.set_xticks(range(len(SYSTEMS)), [SYSTEM_LABELS[s] for s in SYSTEMS])
+    left.set_ylabel("puts or updates per second")
+    left.set_title(f"Batched random writes (ratio {report['combine_ratio']:.2f})")
+    commits = report["durable_commits"]["results"]
+    positions = range(len(commits))
+    right.bar(
+        [p - 0.2 for p in positions],
+        [r["percolite"]["median_tx_per_s"] for r in commits],
+        width=0.4,
+        label="percolite",
+    )
+    right.bar(
+        [p + 0.2 for p in positions],
+        [r["lmdb"]["median_tx_per_s"] for r in commits],
+        width=0.4,
+        label="py-lmdb",
+        color="tab:gray",
+    )
+    right.set_xticks(list(positions), [f"{r['threads']} threads" for r in commits])
+    right.set_ylabel("durable commits per second")
+    right.set_title("Single-cell durable commits")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
