@@ -44,7 +44,10 @@ from common import (
     REPO_ROOT,
     Operation,
     OptionGroup,
+    Plot,
     RunResult,
+    Table,
+    Target,
     format_table,
     log,
     machine_info,
@@ -230,10 +233,8 @@ def _target(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """The report as a table of medians, followed by the verdict on the target."""
-    settings = report["settings"]
-    rows = [
+def _rows(report: dict[str, Any]) -> list[list[Any]]:
+    return [
         [
             r["threads"],
             f"{r['percolite']['median_tx_per_s']:,.0f}",
@@ -244,35 +245,78 @@ def format_report(report: dict[str, Any]) -> str:
         ]
         for r in report["results"]
     ]
-    table = format_table(
-        ["threads", "percolite tx/s", "py-lmdb tx/s", "ratio", "ratio range", "commits/batch"],
-        rows,
+
+
+HEADERS = ["threads", "percolite tx/s", "py-lmdb tx/s", "ratio", "ratio range", "commits/batch"]
+
+
+def _title(settings: dict[str, Any]) -> str:
+    return (
+        f"Durable single-cell commits per second, median of {_runs(settings['repeat'])} "
+        f"of {settings['seconds']:g} s, {settings['value_size']}-byte values"
     )
+
+
+def tables(report: dict[str, Any]) -> list[Table]:
+    """The table of ``REPORT.md`` (see ``common.py``)."""
+    return [Table(_title(report["settings"]), HEADERS, _rows(report), _noisy(report))]
+
+
+def plots(report: dict[str, Any]) -> list[Plot]:
+    results = report["results"]
+    return [
+        Plot(
+            name="throughput",
+            title="Durable single-cell commits/s",
+            x_label="threads",
+            y_label="transactions/s",
+            x=[r["threads"] for r in results],
+            series={
+                SYSTEM_LABELS[system]: [r[system]["median_tx_per_s"] for r in results]
+                for system in SYSTEMS
+            },
+            log_y=True,
+        )
+    ]
+
+
+def targets(report: dict[str, Any]) -> list[Target]:
     target = report["target"]
-    if target["met"] is None:
-        verdict = "not measured"
-    else:
-        verdict = f"{'met' if target['met'] else 'NOT met'} ({target['ratio']:.2f}x)"
+    name = f"commit: percolite / py-lmdb at {target['threads']} threads"
+    return [Target(name, target["ratio"], target["min_ratio"])]
+
+
+def _noisy(report: dict[str, Any]) -> list[str]:
     noisy = [
         f"{SYSTEM_LABELS[system]} at {r['threads']} threads"
         for r in report["results"]
         for system in SYSTEMS
         if r[system]["spread"] is None or r[system]["spread"] > NOISY_SPREAD
     ]
+    if not noisy:
+        return []
+    return [
+        f"warning: runs differ by more than {NOISY_SPREAD:g}x ({', '.join(noisy)}); "
+        "the machine was busy, so rerun before trusting these numbers"
+    ]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as a table of medians, followed by the verdict on the target."""
+    target = report["target"]
+    if target["met"] is None:
+        verdict = "not measured"
+    else:
+        verdict = f"{'met' if target['met'] else 'NOT met'} ({target['ratio']:.2f}x)"
     lines = [
-        f"Durable single-cell commits per second, median of {_runs(settings['repeat'])} "
-        f"of {settings['seconds']:g} s, {settings['value_size']}-byte values",
+        _title(report["settings"]),
         "",
-        table,
+        format_table(HEADERS, _rows(report)),
         "",
         f"target: percolite >= {target['min_ratio']:g}x py-lmdb at "
         f"{target['threads']} threads: {verdict}",
+        *_noisy(report),
     ]
-    if noisy:
-        lines.append(
-            f"warning: runs differ by more than {NOISY_SPREAD:g}x ({', '.join(noisy)}); "
-            "the machine was busy, so rerun before trusting these numbers"
-        )
     return "\n".join(lines)
 
 

@@ -27,7 +27,8 @@ from statistics import median
 import notify_app
 import percolite
 from common import (
-    format_table,
+    Table,
+    format_tables,
     machine_info,
     run_standalone,
     scratch_dir,
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> dict:
         }
 
 
-def format_report(report: dict) -> str:
+def tables(report: dict) -> list[Table]:
+    """The table of ``REPORT.md`` (see ``common.py``)."""
     rows = [
         [name, r["p50_ms"], r["p99_ms"], r["max_ms"], r["commit_p50_ms"]]
         for name, r in (
@@ -150,12 +152,21 @@ def format_report(report: dict) -> str:
         )
     ]
     idle = report["idle"]
-    return (
-        "Commit -> observer start latency, ms (sync=full; from the commit() call)\n\n"
-        + format_table(["workers in", "p50", "p99", "max", "commit p50"], rows)
-        + f"\n\nidle worker pool (4 threads): {idle['cpu_percent_of_one_core']}% of one core"
-        f" ({idle['cpu_seconds']} s CPU in {idle['seconds']} s)"
-    )
+    return [
+        Table(
+            "Commit -> observer start latency, ms (sync=full; from the commit() call)",
+            ["workers in", "p50", "p99", "max", "commit p50"],
+            rows,
+            [
+                f"idle worker pool (4 threads): {idle['cpu_percent_of_one_core']}% of one core"
+                f" ({idle['cpu_seconds']} s CPU in {idle['seconds']} s)"
+            ],
+        )
+    ]
+
+
+def format_report(report: dict) -> str:
+    return format_tables(tables(report))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,16 @@ Every benchmark module (``bench_*.py``) exposes the same small interface so that
 * ``run(args) -> dict``: measure, and return a JSON-serialisable report;
 * ``format_report(report) -> str``: the human-readable table of that report.
 
+and, optionally, what ``run.py`` puts into ``REPORT.md`` (all three read
+only the report, so the markdown and plots can be rebuilt from the JSON files
+alone with ``run.py --report-only``):
+
+* ``tables(report) -> list[Table]``: the tables of ``REPORT.md`` (without it,
+  the module's ``format_report`` text goes there as a preformatted block);
+* ``plots(report) -> list[Plot]``: charts, drawn to ``<NAME>-<plot name>.png``;
+* ``targets(report) -> list[Target]``: the module's goals, each a measured
+  ratio against the ratio it should reach, gathered into the targets table.
+
 This module holds what they share: a multi-threaded timing loop
 (:func:`run_threads`), scratch store directories on the repository's filesystem
 (:func:`scratch_dir`), medians, tables, JSON output and a description of the
@@ -24,6 +34,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -226,6 +237,112 @@ def same_filesystem(a: Path, b: Path) -> bool:
     """Whether two existing paths are on one filesystem (fsync costs differ
     between filesystems, so stores being compared must share one)."""
     return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+# -- the SQLite baselines ----------------------------------------------------
+SQLITE_BUSY_TIMEOUT_S = 60.0
+
+
+def open_sqlite(path: Path) -> sqlite3.Connection:
+    """A connection with the durability percolite's ``sync="full"`` gives:
+    write-ahead log, ``synchronous=FULL`` (every commit flushed to disk
+    before it returns), a long busy timeout so that writers queue instead of
+    failing, and no implicit transactions (callers say ``BEGIN IMMEDIATE``).
+    It may be handed to another thread, as long as one thread uses it at a
+    time."""
+    connection = sqlite3.connect(
+        path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    return connection
+
+
+def peak_rss_mib() -> float | None:
+    """Peak resident memory of this process so far, MiB (``None`` where
+    ``resource`` is missing); it never goes down, so measure the biggest job
+    last or in a child process."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- what a benchmark contributes to REPORT.md -----------------------------
+@dataclass
+class Table:
+    """One table of a report: ``rows`` hold display values (formatted
+    strings or numbers), one per header; ``notes`` are sentences printed
+    under it (method, settings, warnings)."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plot:
+    """A chart: one value per ``x`` for each of ``series`` (``None``: not
+    measured). ``kind`` is ``"line"`` (numeric x, e.g. threads) or
+    ``"bar"`` (grouped bars, categorical x). ``name`` becomes part of the PNG
+    file name, so keep it short and file-safe."""
+
+    name: str
+    title: str
+    x_label: str
+    y_label: str
+    x: list[Any]
+    series: dict[str, list[float | None]]
+    kind: str = "line"
+    log_y: bool = False
+
+
+@dataclass
+class Target:
+    """A goal: ``measured`` (a ratio of two systems measured side by side,
+    ``None`` if the run did not measure it) should be at least ``target``."""
+
+    name: str
+    measured: float | None
+    target: float
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.measured is None else self.measured >= self.target
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or ``None`` when either is missing or the
+    denominator is zero."""
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def format_tables(tables: Sequence[Table]) -> str:
+    """Tables as plain text, each under its title, for ``format_report``."""
+    parts = []
+    for table in tables:
+        text = f"{table.title}\n\n{format_table(table.headers, table.rows)}"
+        if table.notes:
+            text += "\n" + "\n".join(table.notes)
+        parts.append(text)
+    return "\n\n".join(parts)
+
+
+def format_targets(targets: Sequence[Target]) -> str:
+    """One line per target: ``target: NAME: met (1.23x, needs >= 1x)``."""
+    lines = []
+    for target in targets:
+        if target.met is None:
+            verdict = "not measured"
+        else:
+            verdict = f"{'met' if target.met else 'NOT met'} ({target.measured:.2f}x"
+            verdict += f", needs >= {target.target:g}x)"
+        lines.append(f"target: {target.name}: {verdict}")
+    return "\n".join(lines)
 
 
 # -- reporting -------------------------------------------------------------
