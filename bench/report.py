@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from common import Plot, Table, Target, format_table
+from common import Plot, Target, format_table
 
 REPORT_NAME = "REPORT.md"
 SUMMARY_NAME = "summary.json"
@@ -23,20 +23,11 @@ PLOT_SIZE_INCHES = (6.4, 3.6)
 PLOT_DPI = 80
 
 
-def module_tables(module: ModuleType, report: dict[str, Any]) -> list[Table] | None:
-    """The module's tables, or ``None`` if it has no ``tables``."""
-    make = getattr(module, "tables", None)
+def contribution(module: ModuleType, name: str, report: dict[str, Any]) -> list[Any] | None:
+    """What the module's optional ``tables``, ``plots`` or ``targets`` (``name``)
+    makes of ``report``; ``None`` when the module does not define it."""
+    make = getattr(module, name, None)
     return None if make is None else list(make(report))
-
-
-def module_plots(module: ModuleType, report: dict[str, Any]) -> list[Plot]:
-    make = getattr(module, "plots", None)
-    return [] if make is None else list(make(report))
-
-
-def module_targets(module: ModuleType, report: dict[str, Any]) -> list[Target]:
-    make = getattr(module, "targets", None)
-    return [] if make is None else list(make(report))
 
 
 def plot_file_name(benchmark: str, plot: Plot) -> str:
@@ -49,7 +40,7 @@ def draw_plot(plot: Plot, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     figure, axes = pyplot.subplots(figsize=PLOT_SIZE_INCHES, dpi=PLOT_DPI)
     try:
@@ -64,6 +55,8 @@ def draw_plot(plot: Plot, path: Path) -> None:
                 axes.set_xticks(plot.x)
         if plot.log_y:
             axes.set_yscale("log")
+            # Labels at 1, 2 and 5 of each decade: data within one decade still gets some.
+            axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axes.yaxis.set_minor_formatter(NullFormatter())
         axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
         axes.set_title(plot.title, fontsize=10)
@@ -177,7 +170,7 @@ def _section_body(
     """A benchmark's tables, plots and targets as markdown lines; draws the
     plots into ``out``."""
     lines: list[str] = []
-    tables = module_tables(module, report)
+    tables = contribution(module, "tables", report)
     if tables is None:
         lines += ["```", module.format_report(report), "```", ""]
     else:
@@ -185,12 +178,12 @@ def _section_body(
             lines += [f"**{table.title}**", "", markdown_table(table.headers, table.rows), ""]
             lines += [note + "\n" for note in table.notes]
     pictures = []
-    for plot in module_plots(module, report):
+    for plot in contribution(module, "plots", report) or []:
         name = plot_file_name(module.NAME, plot)
         draw_plot(plot, out / name)
         pictures.append(out / name)
         lines += [f"![{plot.title}]({name})", ""]
-    targets = module_targets(module, report)
+    targets = contribution(module, "targets", report) or []
     if targets:
         lines += [markdown_table(TARGET_HEADERS, target_rows(targets)), ""]
     return lines, targets, pictures
