@@ -24,7 +24,7 @@ What is measured (issue 5; issue 7 workload 4), with ``sync="full"``:
 
 The sinks: ``percolite.exporters.SQLite`` (a file in the scratch directory)
 and ``percolite.exporters.Postgres`` against a temporary PostgreSQL server
-(``bench/_pg.py``; durable, ``fsync=on``, unless ``--pg-fast``). Both live on
+(``tests/python/_postgres.py``; durable, ``fsync=on``, unless ``--pg-fast``). Both live on
 the filesystem being measured. Run it alone (``python bench/bench_export.py``,
 report in ``bench/results/export.json``) or through ``bench/run.py``.
 """
@@ -42,7 +42,6 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import _pg
 import percolite
 from common import (
     REPO_ROOT,
@@ -447,7 +446,10 @@ def _postgres_if(scratch: Path, wanted: bool, durable: bool) -> Iterator[Any]:
     if not wanted:
         yield None
         return
-    with _pg.temporary_postgres(scratch, durable=durable) as server:
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
+    import _postgres  # the tests' temporary server, with durability on
+
+    with _postgres.temporary_postgres(scratch, durable=durable) as server:
         yield server
 
 

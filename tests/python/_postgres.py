@@ -12,22 +12,26 @@ as Debian's ``postgres`` system user through ``runuser``, with the directory
 handed over to that user.
 
 The session fixture ``postgres_dsn`` starts one server for the whole test run
-and fails (it does not skip) when PostgreSQL is missing.
+and fails (it does not skip) when PostgreSQL is missing. The benchmarks
+(``bench/bench_export.py``) use :func:`temporary_postgres` from here too, with
+``durable=True``: an exporter's cost there is mostly its commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = ["TemporaryPostgres", "find_postgres_bin", "postgres_dsn"]
+__all__ = ["TemporaryPostgres", "find_postgres_bin", "postgres_dsn", "temporary_postgres"]
 
 SERVER_USER = "postgres"  # created by Debian's postgresql package
 _PORT = 5432  # names the socket file only: the server listens on no TCP address
@@ -48,12 +52,29 @@ def find_postgres_bin() -> Path | None:
     return Path(on_path).parent if on_path else None
 
 
-class TemporaryPostgres:
-    """One throw-away cluster: ``start()`` returns its DSN, ``stop()`` removes it."""
+def _reachable_by_server(directory: Path) -> bool:
+    """Whether the server user can enter ``directory`` (as root, the server
+    runs as another user: every ancestor must be searchable by others)."""
+    if os.geteuid() != 0:
+        return True
+    path = directory.resolve()
+    return all(part.stat().st_mode & 0o001 for part in (path, *path.parents))
 
-    def __init__(self, bin_dir: Path) -> None:
+
+class TemporaryPostgres:
+    """One throw-away cluster: ``start()`` returns its DSN, ``stop()`` removes it.
+
+    ``parent``: where to create its directory (the system's temp dir when
+    omitted, or when the server user could not enter it). ``durable``: run
+    with fsync and synchronous commits (off for tests: a test server that dies
+    takes nothing of value with it)."""
+
+    def __init__(self, bin_dir: Path, parent: Path | None = None, *, durable: bool = False):
         self.bin_dir = bin_dir
-        self.base = Path(tempfile.mkdtemp(prefix="percolite-pg-"))
+        self.durable = durable
+        if parent is not None and not _reachable_by_server(parent):
+            parent = None  # e.g. under pytest's private tmp: use the system's temp dir
+        self.base = Path(tempfile.mkdtemp(prefix="percolite-pg-", dir=parent))
         self.data = self.base / "data"
         self.socket_dir = self.base / "socket"
         self.log = self.base / "server.log"
@@ -93,6 +114,7 @@ class TemporaryPostgres:
                 ) from None
             for path in (self.base, self.socket_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
+            os.chmod(self.base, 0o755)  # mkdtemp's 0o700 would keep the server user out
         self._run(
             "initdb",
             "-D",
@@ -105,10 +127,11 @@ class TemporaryPostgres:
             "UTF8",
             "--locale=C",
         )
-        # Durability off: a test server that dies takes nothing of value with it.
+        durability = "on" if self.durable else "off"
         options = (
-            f"-k {self.socket_dir} -p {_PORT} -c listen_addresses='' -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+            f"-k {self.socket_dir} -p {_PORT} -c listen_addresses='' "
+            f"-c fsync={durability} -c synchronous_commit={durability} "
+            f"-c full_page_writes={durability} -c max_connections=100"
         )
         self._run(
             "pg_ctl",
@@ -134,6 +157,38 @@ class TemporaryPostgres:
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
 
+    def settings(self) -> dict:
+        """What a benchmark report should say about the server."""
+        return {
+            "bin": str(self.bin_dir),
+            "fsync": self.durable,
+            "synchronous_commit": self.durable,
+            "unix_socket": True,
+            "data_directory": str(self.data),
+        }
+
+
+_NOT_INSTALLED = (
+    "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): run scripts/bootstrap.sh"
+)
+
+
+@contextlib.contextmanager
+def temporary_postgres(
+    parent: Path | None = None, *, durable: bool = False
+) -> Iterator[TemporaryPostgres]:
+    """A started server, stopped and removed on exit. Raises RuntimeError when
+    PostgreSQL is not installed."""
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        raise RuntimeError(_NOT_INSTALLED)
+    server = TemporaryPostgres(bin_dir, parent, durable=durable)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
 
 @pytest.fixture(scope="session")
 def postgres_dsn():
@@ -142,11 +197,7 @@ def postgres_dsn():
     a Unix socket). Fails every test that uses it when PostgreSQL is missing."""
     bin_dir = find_postgres_bin()
     if bin_dir is None:
-        pytest.fail(
-            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): "
-            "run scripts/bootstrap.sh",
-            pytrace=False,
-        )
+        pytest.fail(_NOT_INSTALLED, pytrace=False)
     server = TemporaryPostgres(bin_dir)
     try:
         dsn = server.start()
