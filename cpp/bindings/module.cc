@@ -13,12 +13,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "percolite/combine_queue.h"
+#include "percolite/encoding.h"
 #include "percolite/env.h"
 #include "percolite/export_queue.h"
 #include "percolite/transaction.h"
@@ -243,15 +245,161 @@ percolite::ChangeFn MakeChangeFn(py::object runner) {
   };
 }
 
-// An exporter: runner([(key, value, seq)]) -> (ok, traceback).
-percolite::ExportFn MakeExportFn(py::object runner) {
+// The built-in codecs of python/percolite/codecs.py that the queues encode
+// and decode here, with no Python per item: the hot path of cq.add and of the
+// export queue's deliveries. The layouts must match codecs.py exactly (a test
+// compares them); anything these do not take exactly goes the Python way.
+struct FastCodec {
+  enum Kind { kStr, kBytes, kInt64, kFloat64, kInt64s } kind = kBytes;
+  size_t length = 0;  // for kInt64s
+};
+
+// (name, length) from codecs.fast_codec(), or nullopt for None.
+std::optional<FastCodec> ParseFastCodec(py::handle spec) {
+  if (spec.is_none()) return std::nullopt;
+  auto t = py::reinterpret_borrow<py::tuple>(spec);
+  const std::string name = t[0].cast<std::string>();
+  FastCodec codec;
+  codec.length = t[1].cast<size_t>();
+  if (name == "str") {
+    codec.kind = FastCodec::kStr;
+  } else if (name == "bytes") {
+    codec.kind = FastCodec::kBytes;
+  } else if (name == "int64") {
+    codec.kind = FastCodec::kInt64;
+  } else if (name == "float64") {
+    codec.kind = FastCodec::kFloat64;
+  } else if (name == "int64s" && codec.length >= 1) {
+    codec.kind = FastCodec::kInt64s;
+  } else {
+    throw py::value_error("no native codec '" + name + "'");
+  }
+  return codec;
+}
+
+// An int (not a bool) that fits int64, appended big-endian; false otherwise.
+bool AppendInt64Exact(PyObject* h, std::string* out) {
+  if (!PyLong_Check(h) || PyBool_Check(h)) return false;
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(h, &overflow);
+  if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;
+  }
+  percolite::AppendUint64BE(out, static_cast<uint64_t>(v));
+  return true;
+}
+
+// Appends `h` encoded as `codec` would; false (nothing reliable appended)
+// when the value is not exactly of the codec's kind: the caller then falls
+// back to the Python codec, which raises the error users see.
+bool EncodeFast(PyObject* h, const FastCodec& codec, std::string* out) {
+  switch (codec.kind) {
+    case FastCodec::kStr: {
+      if (!PyUnicode_Check(h)) return false;
+      Py_ssize_t size = 0;
+      const char* data = PyUnicode_AsUTF8AndSize(h, &size);
+      if (data == nullptr) {  // lone surrogates: not UTF-8
+        PyErr_Clear();
+        return false;
+      }
+      out->append(data, size);
+      return true;
+    }
+    case FastCodec::kBytes:
+      if (!PyBytes_Check(h)) return false;
+      out->append(PyBytes_AS_STRING(h), PyBytes_GET_SIZE(h));
+      return true;
+    case FastCodec::kInt64:
+      return AppendInt64Exact(h, out);
+    case FastCodec::kFloat64: {
+      double v;
+      if (PyFloat_Check(h)) {
+        v = PyFloat_AS_DOUBLE(h);
+      } else {
+        return false;  // ints (and their range errors) go the Python way
+      }
+      uint64_t u;
+      std::memcpy(&u, &v, 8);
+      percolite::AppendUint64BE(out, u);
+      return true;
+    }
+    case FastCodec::kInt64s: {
+      const bool tuple = PyTuple_Check(h);
+      if (!tuple && !PyList_Check(h)) return false;
+      const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(h) : PyList_GET_SIZE(h);
+      if (n != static_cast<Py_ssize_t>(codec.length)) return false;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = tuple ? PyTuple_GET_ITEM(h, i) : PyList_GET_ITEM(h, i);
+        if (!AppendInt64Exact(item, out)) return false;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// The Python value of `data` as `codec` decodes it.
+py::object DecodeFast(std::string_view data, const FastCodec& codec) {
+  switch (codec.kind) {
+    case FastCodec::kStr: {
+      PyObject* text =
+          PyUnicode_DecodeUTF8(data.data(), static_cast<Py_ssize_t>(data.size()), "strict");
+      if (text == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(text);
+    }
+    case FastCodec::kBytes:
+      return py::bytes(data.data(), data.size());
+    case FastCodec::kInt64:
+    case FastCodec::kFloat64:
+    case FastCodec::kInt64s:
+      break;
+  }
+  const size_t width = codec.kind == FastCodec::kInt64s ? codec.length : 1;
+  if (data.size() != 8 * width) {
+    throw percolite::Error(ErrorCode::kCorruption,
+                           "a queued value has " + std::to_string(data.size()) +
+                               " bytes, expected " + std::to_string(8 * width));
+  }
+  auto read = [&](size_t i) { return percolite::ReadUint64BE(data.substr(8 * i, 8)); };
+  if (codec.kind == FastCodec::kFloat64) {
+    const uint64_t u = read(0);
+    double v;
+    std::memcpy(&v, &u, 8);
+    return py::float_(v);
+  }
+  if (codec.kind == FastCodec::kInt64) {
+    return py::int_(static_cast<int64_t>(read(0)));
+  }
+  py::tuple out(width);
+  for (size_t i = 0; i < width; ++i) out[i] = py::int_(static_cast<int64_t>(read(i)));
+  return std::move(out);
+}
+
+// An exporter: runner([(key, value, seq)]) -> (ok, traceback), with the raw
+// queued bytes. With both codecs native, runner gets decoded entries instead:
+// [entry_type(key, value or None, seq)].
+percolite::ExportFn MakeExportFn(py::object runner, py::object entry_type, py::object key_codec,
+                                 py::object value_codec) {
   auto holder = std::make_shared<PyCallable>(std::move(runner));
-  return [holder](const std::vector<percolite::ExportEntry>& entries) {
+  std::optional<FastCodec> kc = ParseFastCodec(key_codec), vc = ParseFastCodec(value_codec);
+  std::shared_ptr<PyCallable> type;
+  if (kc && vc) type = std::make_shared<PyCallable>(std::move(entry_type));
+  return [holder, type, kc, vc](const std::vector<percolite::ExportEntry>& entries) {
     return CallPython([&] {
       py::list items(entries.size());
       for (size_t i = 0; i < entries.size(); ++i) {
         const auto& e = entries[i];
-        items[i] = py::make_tuple(py::bytes(e.key), py::bytes(e.value), e.seq);
+        if (!type) {
+          items[i] = py::make_tuple(py::bytes(e.key), py::bytes(e.value), e.seq);
+          continue;
+        }
+        std::string_view value(e.value);
+        if (value.empty() || (value[0] != '\0' && value[0] != '\1')) {
+          throw percolite::Error(ErrorCode::kCorruption, "a queued export value has no tag byte");
+        }
+        py::object decoded = value[0] == '\0' ? py::none() : DecodeFast(value.substr(1), *vc);
+        items[i] = type->fn(DecodeFast(e.key, *kc), decoded, e.seq);
       }
       return RunnerStatus(holder->fn(items));
     });
@@ -472,7 +620,8 @@ PYBIND11_MODULE(_core, m) {
       .def_static(
           "create",
           [](const std::string& id, uint32_t buckets, size_t buffer_size, py::object combiner,
-             const std::string& value_type, size_t tuple_length, py::object on_change) {
+             const std::string& value_type, size_t tuple_length, py::object on_change,
+             const std::vector<std::shared_ptr<percolite::ExportQueue>>& export_to) {
             percolite::CombineQueueOptions options;
             options.id = id;
             options.buckets = buckets;
@@ -486,10 +635,12 @@ PYBIND11_MODULE(_core, m) {
               options.combiner = MakeCombineFn(combiner);
             }
             if (!on_change.is_none()) options.on_change = MakeChangeFn(on_change);
+            options.export_to.assign(export_to.begin(), export_to.end());
             return percolite::CombineQueue::Create(std::move(options));
           },
           py::arg("id"), py::arg("buckets"), py::arg("buffer_size"), py::arg("combiner"),
-          py::arg("value_type"), py::arg("tuple_length"), py::arg("on_change"))
+          py::arg("value_type"), py::arg("tuple_length"), py::arg("on_change"),
+          py::arg("export_to") = std::vector<std::shared_ptr<percolite::ExportQueue>>())
       .def("add",
            [](percolite::CombineQueue& self, Tx& tx, py::list updates) {
              std::vector<std::pair<std::string, std::string>> pairs;
@@ -499,6 +650,40 @@ PYBIND11_MODULE(_core, m) {
                pairs.emplace_back(ToBytes(t[0], "key"), ToBytes(t[1], "value"));
              }
              self.Add(tx, pairs);  // buffers in memory only: keeps the GIL
+           })
+      // Encodes with built-in codecs here; False, with nothing queued, when an
+      // item does not fit them exactly (the caller then encodes in Python).
+      .def("add_native",
+           [](percolite::CombineQueue& self, Tx& tx, py::handle updates, py::handle key_codec,
+              py::handle value_codec) {
+             const FastCodec kc = *ParseFastCodec(key_codec);
+             const FastCodec vc = *ParseFastCodec(value_codec);
+             std::vector<std::pair<std::string, std::string>> pairs;
+             auto encode = [&](PyObject* key, PyObject* value) {
+               pairs.emplace_back();
+               return EncodeFast(key, kc, &pairs.back().first) &&
+                      EncodeFast(value, vc, &pairs.back().second);
+             };
+             PyObject* obj = updates.ptr();
+             if (PyDict_CheckExact(obj)) {
+               pairs.reserve(PyDict_GET_SIZE(obj));
+               Py_ssize_t pos = 0;
+               PyObject *key, *value;
+               while (PyDict_Next(obj, &pos, &key, &value)) {
+                 if (!encode(key, value)) return false;
+               }
+             } else if (PyList_CheckExact(obj)) {
+               pairs.reserve(PyList_GET_SIZE(obj));
+               for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); ++i) {
+                 PyObject* item = PyList_GET_ITEM(obj, i);
+                 if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) return false;
+                 if (!encode(PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1))) return false;
+               }
+             } else {
+               return false;
+             }
+             self.Add(tx, pairs);  // buffers in memory only: keeps the GIL
+             return true;
            })
       .def("get",
            [](percolite::CombineQueue& self, Tx& tx, py::bytes key) {
@@ -512,9 +697,11 @@ PYBIND11_MODULE(_core, m) {
            })
       .def("bucket_of", [](percolite::CombineQueue& self,
                            py::bytes key) { return self.BucketOf(std::string(key)); })
-      .def_property_readonly(
-          "data_row_prefix",
-          [](percolite::CombineQueue& self) { return py::bytes(self.DataRowPrefix()); })
+      .def("data_row_prefix",
+           [](percolite::CombineQueue& self, uint32_t bucket) {
+             if (bucket >= self.options().buckets) throw py::value_error("no such bucket");
+             return py::bytes(self.DataRowPrefix(bucket));
+           })
       .def_property_readonly("notify_column", [](percolite::CombineQueue& self) {
         auto c = self.NotifyColumn();
         return py::make_tuple(py::bytes(c.family), py::bytes(c.qualifier), c.observer);
@@ -523,15 +710,19 @@ PYBIND11_MODULE(_core, m) {
   py::class_<percolite::ExportQueue, std::shared_ptr<percolite::ExportQueue>>(m, "ExportQueue")
       .def_static(
           "create",
-          [](const std::string& id, uint32_t buckets, size_t batch_size, py::object exporter) {
+          [](const std::string& id, uint32_t buckets, size_t batch_size, py::object exporter,
+             py::object entry_type, py::object key_codec, py::object value_codec) {
             percolite::ExportQueueOptions options;
             options.id = id;
             options.buckets = buckets;
             options.batch_size = batch_size;
-            options.exporter = MakeExportFn(std::move(exporter));
+            options.exporter = MakeExportFn(std::move(exporter), std::move(entry_type),
+                                            std::move(key_codec), std::move(value_codec));
             return percolite::ExportQueue::Create(std::move(options));
           },
-          py::arg("id"), py::arg("buckets"), py::arg("batch_size"), py::arg("exporter"))
+          py::arg("id"), py::arg("buckets"), py::arg("batch_size"), py::arg("exporter"),
+          py::arg("entry_type") = py::none(), py::arg("key_codec") = py::none(),
+          py::arg("value_codec") = py::none())
       .def("add",
            [](percolite::ExportQueue& self, Tx& tx, py::bytes key, py::bytes value) {
              self.Add(tx, std::string(key), std::string(value));  // buffers only: keeps the GIL

@@ -143,8 +143,12 @@ std::string CombineQueue::BucketName(uint32_t bucket) const {
   return queue_rows::BucketName(bucket);
 }
 
+std::string CombineQueue::DataRowPrefix(uint32_t bucket) const {
+  return options_.id + ":d:" + BucketName(bucket) + ":";
+}
+
 std::string CombineQueue::DataRow(std::string_view key) const {
-  std::string row = DataRowPrefix();
+  std::string row = DataRowPrefix(BucketOf(key));
   row.append(key);
   return row;
 }
@@ -288,7 +292,13 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   if (more || !cursor.empty()) {
     transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   }
-  if (!changes.empty() && options_.on_change) return options_.on_change(transaction, changes);
+  if (changes.empty()) return Status::Ok();
+  for (const std::shared_ptr<const ExportQueue>& queue : options_.export_to) {
+    for (const Change& change : changes) {
+      queue->Add(*transaction, change.key, ExportValue(change.new_value));
+    }
+  }
+  if (options_.on_change) return options_.on_change(transaction, changes);
   return Status::Ok();
 }
 

@@ -38,9 +38,39 @@ void Drain(int fd) {
 
 }  // namespace
 
+void Workers::Lanes::Push(size_t lane, std::string key) {
+  queues_[lane].push_back(std::move(key));
+  ++size_;
+}
+
+std::pair<size_t, std::string> Workers::Lanes::Take() {
+  size_t best = queues_.size();
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    const size_t lane = (next_ + i) % queues_.size();
+    if (!queues_[lane].empty() && (best == queues_.size() || running_[lane] < running_[best])) {
+      best = lane;
+    }
+  }
+  next_ = (best + 1) % queues_.size();
+  std::string key = std::move(queues_[best].front());
+  queues_[best].pop_front();
+  --size_;
+  ++running_[best];
+  return {best, std::move(key)};
+}
+
+void Workers::Lanes::Clear() {
+  for (auto& queue : queues_) queue.clear();
+  size_ = 0;
+}
+
 Workers::Workers(std::shared_ptr<Env> env, std::shared_ptr<Store> store,
                  std::vector<Observer> observers, const WorkerOptions& options)
-    : env_(env), store_(std::move(store)), observers_(std::move(observers)), options_(options) {
+    : env_(env),
+      store_(std::move(store)),
+      observers_(std::move(observers)),
+      options_(options),
+      ready_(observers_.size() + 1) {
   for (const Observer& o : observers_) {
     ObserverStats os;
     os.column = o.column;
@@ -87,7 +117,7 @@ void Workers::Stop() {
   wake_fd_ = -1;
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
-  ready_.clear();
+  ready_.Clear();
   delayed_.clear();
 }
 
@@ -103,8 +133,13 @@ void Workers::EnqueueLocked(const Notification& notification) {
     return;
   }
   if (entries_.size() >= options_.queue_capacity) return;  // the scanner finds it later
-  entries_.emplace(notification.cell_key, Entry{notification});
-  ready_.push_back(notification.cell_key);
+  Entry entry{notification};
+  Cell cell;
+  if (!DecodeCellKey(notification.cell_key, &cell) || Find(cell, &entry.lane) == nullptr) {
+    entry.lane = observers_.size();
+  }
+  entries_.emplace(notification.cell_key, std::move(entry));
+  ready_.Push(entries_[notification.cell_key].lane, notification.cell_key);
   work_cv_.notify_one();
 }
 
@@ -181,7 +216,8 @@ void Workers::WorkerLoop() {
     if (stopping_) return;
     const auto now = Clock::now();
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
-      ready_.push_back(std::move(delayed_.begin()->second));
+      auto delayed = entries_.find(delayed_.begin()->second);
+      if (delayed != entries_.end()) ready_.Push(delayed->second.lane, delayed->first);
       delayed_.erase(delayed_.begin());
     }
     if (ready_.empty()) {
@@ -192,10 +228,12 @@ void Workers::WorkerLoop() {
       }
       continue;
     }
-    std::string key = std::move(ready_.front());
-    ready_.pop_front();
+    auto [lane, key] = ready_.Take();
     auto it = entries_.find(key);
-    if (it == entries_.end() || it->second.running) continue;
+    if (it == entries_.end() || it->second.running) {
+      ready_.Done(lane);
+      continue;
+    }
     it->second.running = true;
     it->second.again = false;
     const Notification notification = it->second.notification;
@@ -208,6 +246,7 @@ void Workers::WorkerLoop() {
 
     lock.lock();
     --active_;
+    ready_.Done(lane);
     it = entries_.find(key);
     if (it != entries_.end()) {
       Entry& entry = it->second;
@@ -218,7 +257,7 @@ void Workers::WorkerLoop() {
           if (outcome == Outcome::kCommitted) ++stats_[observer_index].commits;
           if (entry.again && !stopping_) {
             entry.attempts = 0;
-            ready_.push_back(key);
+            ready_.Push(entry.lane, key);
           } else {
             entries_.erase(it);
           }

@@ -18,16 +18,19 @@ CombineQueue, shared/seeds 000-002). In short:
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
-from .codecs import Codec, get_codec
+from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
     from ._app import App
+    from ._export import ExportQueue
     from ._transaction import Transaction
 
 __all__ = ["CombineQueue", "Change", "NATIVE_COMBINERS"]
@@ -123,6 +126,9 @@ class CombineQueue:
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
         self._on_change: Callable | None = None
+        self._export_to: list = []
+        kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
+        self._native_codecs = None if kl is None or vl is None else (kl, vl)
         self._core = None
         self._core = self._make_core()  # validates id and value type now
 
@@ -143,6 +149,39 @@ class CombineQueue:
         self._core = self._make_core()
         self.app._rebind()
         return fn
+
+    def export_to(self, queue: ExportQueue) -> ExportQueue:
+        """Feed every change of this queue into the export queue ``queue``:
+        each processed batch adds ``(key, new)`` to it for every changed key
+        (``new`` is ``None`` for a deleted key), in C++, inside the processing
+        transaction, before any :meth:`on_change` observer runs. The same as
+        an ``on_change`` that calls ``queue.add(tx, c.key, c.new)``, without
+        Python per change. Both queues must use the same key and value
+        codecs. Returns ``queue``."""
+        from ._export import ExportQueue as _ExportQueue
+
+        if not isinstance(queue, _ExportQueue):
+            raise TypeError(f"export_to needs a percolite.ExportQueue, not {type(queue).__name__}")
+        if queue.app is not self.app:
+            raise ValueError(
+                f"export queue {queue.id!r} belongs to another App than combine queue {self.id!r}"
+            )
+        if any(q is queue for q in self._export_to):
+            raise ValueError(f"combine queue {self.id!r} already exports to {queue.id!r}")
+        for role, ours, theirs in (
+            ("key", self.key_codec, queue.key_codec),
+            ("value", self.value_codec, queue.value_codec),
+        ):
+            if type(ours) is not type(theirs) or ours.name != theirs.name:
+                raise ValueError(
+                    f"combine queue {self.id!r} cannot export to {queue.id!r}: {role} codecs "
+                    f"differ ({ours.name!r} and {theirs.name!r})"
+                )
+        self.app._before_change(f"an export from combine queue {self.id!r}")
+        self._export_to.append(queue)
+        self._core = self._make_core()
+        self.app._rebind()
+        return queue
 
     def _make_core(self):
         kc, vc = self.key_codec, self.value_codec
@@ -185,6 +224,7 @@ class CombineQueue:
             vc.native,
             vc.length,
             on_change,
+            [queue._core for queue in self._export_to],
         )
 
     def _core_spec(self) -> tuple:
@@ -198,6 +238,9 @@ class CombineQueue:
         """Queue ``{key: update}`` (or ``(key, update)`` pairs) in ``tx``.
         Every key and update is encoded first: if one cannot be, nothing is
         queued and the error names it."""
+        native = self._native_codecs
+        if native is not None and self._core.add_native(tx._tx, updates, *native):
+            return  # encoded in C++: a dict or list of pairs of the codecs' exact types
         items = updates.items() if isinstance(updates, Mapping) else updates
         encoded = []
         kc, vc = self.key_codec, self.value_codec
@@ -218,13 +261,20 @@ class CombineQueue:
         """``(key, value)`` pairs of current values, in key order (of the
         encoded keys); ``prefix`` keeps the keys whose encoding starts with
         the encoding of ``prefix``."""
-        row_prefix = self._core.data_row_prefix
-        if prefix is not None:
-            row_prefix += self.key_codec.encode(prefix)
-        skip = len(self._core.data_row_prefix)
         kc, vc = self.key_codec, self.value_codec
-        for row, _column, value in tx.scan(prefix=row_prefix, columns=[(b"cq", b"v")]):
-            yield kc.decode(row[skip:]), vc.decode(value)
+        wanted = b"" if prefix is None else kc.encode(prefix)
+        column = [(b"cq", b"v")]
+
+        def bucket(number: int) -> Iterator[tuple[bytes, bytes]]:
+            # Values sit by bucket (combine_queue.h): each bucket in key order.
+            row_prefix = self._core.data_row_prefix(number)
+            skip = len(row_prefix)
+            for row, _column, value in tx.scan(prefix=row_prefix + wanted, columns=column):
+                yield row[skip:], value
+
+        merged = heapq.merge(*(bucket(n) for n in range(self.buckets)), key=itemgetter(0))
+        for key, value in merged:
+            yield kc.decode(key), vc.decode(value)
 
     def depth(self, tx: Transaction) -> int:
         """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
 from ._combine import _accepts, check_queue_options, encode_or_raise
-from .codecs import Codec, get_codec
+from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
     from ._app import App
@@ -47,7 +47,8 @@ class SequencedExport(NamedTuple):
 
 
 # A queued value is one tag byte, then the encoded value: deletions (None) are
-# representable whatever the codec.
+# representable whatever the codec (ExportValue in export_queue.h, which the
+# combine queue's native export_to writes too).
 _DELETED = b"\x00"
 _PRESENT = b"\x01"
 
@@ -89,19 +90,34 @@ class ExportQueue:
         self.exporter = exporter
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
-        self._core = _core.ExportQueue.create(queue_id, buckets, batch_size, self._runner())
+        kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
+        native = kl is not None and vl is not None
+        self._core = _core.ExportQueue.create(
+            queue_id,
+            buckets,
+            batch_size,
+            self._runner(decoded=native),
+            SequencedExport if native else None,
+            kl if native else None,
+            vl if native else None,
+        )
 
-    def _runner(self) -> Callable:
+    def _runner(self, decoded: bool) -> Callable:
+        """The exporter's wrapper; ``decoded``: the core decodes the entries
+        (built-in codecs), else they come as ``(key, value, seq)`` bytes."""
         kc, vc, exporter = self.key_codec, self.value_codec, self.exporter
 
         def run(items: list) -> tuple:
             try:
-                entries = [
-                    SequencedExport(
-                        kc.decode(k), None if v[:1] == _DELETED else vc.decode(v[1:]), seq
-                    )
-                    for k, v, seq in items
-                ]
+                if decoded:
+                    entries = items
+                else:
+                    entries = [
+                        SequencedExport(
+                            kc.decode(k), None if v[:1] == _DELETED else vc.decode(v[1:]), seq
+                        )
+                        for k, v, seq in items
+                    ]
                 exporter(entries)
                 return (True, None)
             except BaseException:

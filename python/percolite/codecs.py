@@ -177,3 +177,22 @@ def get_codec(spec: Any, role: str = "codec") -> Codec:
     except KeyError:
         names = ", ".join(repr(n) for n in [*_BY_NAME, "int64s:N"])
         raise ValueError(f"{role} must be one of {names}, not {spec!r}") from None
+
+
+# The built-in codecs the C++ queues also encode and decode themselves (the
+# hot path of cq.add and of export deliveries, cpp/bindings/module.cc). Only
+# these exact classes: a subclass may change the encoding.
+_NATIVE_LAYOUTS = {
+    _Str: "str",
+    _Bytes: "bytes",
+    _Int64: "int64",
+    _Float64: "float64",
+    int64s: "int64s",
+}
+
+
+def native_layout(codec: Codec) -> tuple[str, int] | None:
+    """``(layout, tuple length)`` when the core can encode and decode values
+    of ``codec`` itself, else ``None``."""
+    name = _NATIVE_LAYOUTS.get(type(codec))
+    return None if name is None else (name, codec.length)

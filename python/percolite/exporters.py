@@ -156,6 +156,10 @@ def _check_seq(entry: Any) -> int:
 
 
 _SQL_SCALARS = (int, float, str, bytes)
+# Exact types stored as they are (no bool, no subclasses): the fast path of
+# _Layout.collapse.
+_PLAIN_TYPES = frozenset(_SQL_SCALARS)
+_PLAIN_OR_NONE = frozenset((*_SQL_SCALARS, type(None)))
 
 
 def _sql_scalar(item: Any, describe: Callable[[], str]) -> Any:
@@ -251,6 +255,11 @@ class _Layout:
     def collapse(self, entries: Iterable) -> list:
         """The newest entry of each key, checked and mapped to cells, in key
         order. Raises ValueError for a bad entry before anything is written."""
+        if not isinstance(entries, (list, tuple)):
+            entries = list(entries)
+        rows = self._collapse_plain(entries)
+        if rows is not None:
+            return rows
         newest: dict = {}
         for entry in entries:
             seq = _check_seq(entry)
@@ -260,6 +269,43 @@ class _Layout:
             if kept is None or seq > kept.seq:
                 newest[key_cells] = _Row(entry.key, key_cells, value_cells, seq)
         return sorted(newest.values(), key=lambda row: _sort_key(row.key_cells))
+
+    def _collapse_plain(self, entries: Sequence) -> list | None:
+        """What :meth:`collapse` returns, for the usual batch: one key column,
+        keys and cells of exactly int, float, str or bytes (None in values),
+        int seqs in range. One tight loop instead of the checks per cell;
+        ``None`` when an entry needs the general path (which also names what
+        is wrong with it)."""
+        if not isinstance(self.key, str):
+            return None
+        scalar = isinstance(self.columns, str)
+        width = len(self.value_columns)
+        plain, plain_or_none = _PLAIN_TYPES, _PLAIN_OR_NONE
+        newest: dict = {}
+        for entry in entries:
+            key, value, seq = entry.key, entry.value, entry.seq
+            if type(seq) is not int or not 0 <= seq < _SEQ_LIMIT or type(key) not in plain:
+                return None
+            if value is None:
+                cells = None
+            elif scalar:
+                if type(value) not in plain:
+                    return None
+                cells = (value,)
+            elif (
+                type(value) is tuple
+                and len(value) == width
+                and plain_or_none.issuperset(map(type, value))
+            ):
+                cells = value
+            else:
+                return None
+            kept = newest.get(key)
+            if kept is None or seq > kept.seq:
+                newest[key] = _Row(key, (key,), cells, seq)
+        if len({type(key) for key in newest}) > 1:
+            return sorted(newest.values(), key=lambda row: _sort_key(row.key_cells))
+        return [newest[key] for key in sorted(newest)]
 
     def key_from_cells(self, cells: Sequence) -> Any:
         return cells[0] if isinstance(self.key, str) else tuple(cells)

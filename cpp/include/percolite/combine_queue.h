@@ -24,6 +24,9 @@
 //   every update of that key committed before the processing transaction
 //   started; (2) the old value reported for a key is the new value of the
 //   previous report for that key (the first report's old value is absent).
+// - Native forwarding: for each queue in export_to, every Change is added to
+//   it as (key, ExportValue(new)) inside the processing transaction, before
+//   on_change runs, with no Python and no GIL (a deletion exports as one).
 // - on_change runs inside the processing transaction: what it writes (for
 //   instance adds to an export queue or another combine queue) commits
 //   atomically with the new values. It must not write the queue's own rows.
@@ -31,8 +34,11 @@
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
 //   <id>:u:<bucket>   family "u", qualifier escaped(key) 0x00 0x01 stamp   queued update
 //   <id>:b:<bucket>   family "cq:<id>", qualifiers "notify" and "cursor"   bucket state
-//   <id>:d:<key>      family "cq", qualifier "v"                            current value
-// where <bucket> is the bucket number in 6 decimal digits.
+//   <id>:d:<bucket>:<key>  family "cq", qualifier "v"                       current value
+// where <bucket> is the bucket number in 6 decimal digits. Current values sit
+// by bucket (as in the seed: "data is organized to make reading existing
+// values for keys in a bucket more efficient"): a run's reads and writes stay
+// within its bucket's pages instead of touching pages all over the store.
 //
 // Native combiners (no Python, no GIL): "sum", "max", "min" over int64,
 // float64 and fixed-length int64 tuples (elementwise), and "last" over any
@@ -51,6 +57,7 @@
 #include <utility>
 #include <vector>
 
+#include "percolite/export_queue.h"
 #include "percolite/notifications.h"
 #include "percolite/status.h"
 #include "percolite/workers.h"
@@ -85,6 +92,8 @@ struct CombineQueueOptions {
   size_t tuple_length = 0;  // for kInt64Tuple
   CombineFn combiner;
   ChangeFn on_change;  // optional
+  // Export queues fed natively with every change (key, new value).
+  std::vector<std::shared_ptr<const ExportQueue>> export_to;
 };
 
 class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
@@ -107,7 +116,8 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
   ObserverFn Processor() const;
 
   std::string DataRow(std::string_view key) const;
-  std::string DataRowPrefix() const { return options_.id + ":d:"; }
+  // Rows of the current values of the keys in `bucket` start with this.
+  std::string DataRowPrefix(uint32_t bucket) const;
   static constexpr std::string_view kDataFamily = "cq";
   static constexpr std::string_view kDataQualifier = "v";
 

@@ -35,13 +35,16 @@
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
 //   <id>:e:<bucket>   family "e", qualifier escaped(key) 0x00 0x01 stamp   queued entry
 //   <id>:b:<bucket>   family "eq:<id>", qualifiers "notify" and "cursor"   bucket state
-// where <bucket> is the bucket number in 6 decimal digits. Values are opaque
-// bytes (the Python layer marks deletions in them).
+// where <bucket> is the bucket number in 6 decimal digits. A queued value is
+// one tag byte, then the value's bytes: ExportValue() gives "\x01" + value for
+// a value and "\x00" for a deletion (the Python layer and the combine
+// queue's native forwarding, combine_queue.h, both use it).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +62,14 @@ constexpr uint64_t kMaxSeqCommitTs = uint64_t{1} << (63 - kSeqIndexBits);
 
 inline uint64_t Seq(uint64_t commit_ts, uint32_t index) {
   return (commit_ts << kSeqIndexBits) | index;
+}
+
+// The queued form of a value: "\x01" + bytes, or "\x00" for a deletion.
+inline std::string ExportValue(const std::optional<std::string>& value) {
+  if (!value) return std::string(1, '\0');
+  std::string out(1, '\1');
+  out.append(*value);
+  return out;
 }
 
 struct ExportEntry {

@@ -12,6 +12,11 @@
 //   the notify table from a random point. It sleeps on inotify events of the
 //   store's data file, so an idle pool costs no CPU, and wakes at once when
 //   any process commits.
+// - Scheduling: ready notifications wait in one FIFO per observer, and a free
+//   thread serves the observer with the fewest runs going (ties in turn). So
+//   one observer whose runs are slow or wait on something (an exporter on its
+//   sink) cannot hold every thread while other observers have work; alone, it
+//   gets them all.
 // - Sharing: worker process `index` of `count` takes the notifications whose
 //   row hash is index mod count. Duplicates across processes are harmless: the
 //   ack cell lets at most one run of a notification commit.
@@ -114,9 +119,29 @@ class Workers {
   enum class Outcome { kCommitted, kGone, kConflict, kFailed, kNoObserver };
   struct Entry {
     Notification notification;
+    size_t lane = 0;  // its observer's index in observers_ (observers_.size(): none)
     int attempts = 0;
     bool running = false;
     bool again = false;  // offered again while running
+  };
+
+  // Ready keys, one FIFO ("lane") per observer; Take serves the lane with the
+  // fewest runs going, ties in turn. Guarded by the caller (mu_).
+  class Lanes {
+   public:
+    explicit Lanes(size_t count) : queues_(count), running_(count, 0) {}
+    void Push(size_t lane, std::string key);
+    std::pair<size_t, std::string> Take();  // requires !empty(); counts a run
+    void Done(size_t lane) { --running_[lane]; }
+    bool empty() const { return size_ == 0; }
+    size_t size() const { return size_; }
+    void Clear();
+
+   private:
+    std::vector<std::deque<std::string>> queues_;
+    std::vector<int> running_;
+    size_t size_ = 0;
+    size_t next_ = 0;  // where ties start
   };
 
   bool Mine(uint64_t row_hash) const;
@@ -136,7 +161,7 @@ class Workers {
   std::condition_variable work_cv_;                        // workers wait here
   std::condition_variable idle_cv_;                        // WaitIdle waits here
   std::unordered_map<std::string, Entry> entries_;         // GUARDED_BY(mu_), by cell key
-  std::deque<std::string> ready_;                          // GUARDED_BY(mu_)
+  Lanes ready_;                                            // GUARDED_BY(mu_)
   std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
   std::vector<ObserverStats> stats_;                       // GUARDED_BY(mu_)
   int active_ = 0;                                         // GUARDED_BY(mu_)

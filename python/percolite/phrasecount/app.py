@@ -16,7 +16,7 @@ Data flow::
     index_document (observer)     v  adds or subtracts the document's phrases
       combine queue "phrases"        native sum over (doc_count, total_count)
                                   |
-    on_change                     v  one export entry per changed phrase
+    export_to                     v  one export entry per changed phrase
       export queue "export"  ---->   sink: phrase_counts(phrase, doc_count,
                                      total_count, seq), SQLite or PostgreSQL
 
@@ -114,10 +114,9 @@ def export(entries: list) -> None:
     _current_sink()(entries)
 
 
-@phrase_counts.on_change
-def _changed(tx: percolite.Transaction, changes: list) -> None:
-    for change in changes:
-        export.add(tx, change.key, change.new)
+# Every changed count goes to the sink; in C++, like an on_change that calls
+# export.add(tx, change.key, change.new) for each change.
+phrase_counts.export_to(export)
 
 
 @app.observer(STATUS, notify=percolite.STRONG)
