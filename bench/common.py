@@ -259,9 +259,19 @@ def open_sqlite(path: Path) -> sqlite3.Connection:
 
 
 def peak_rss_mib() -> float | None:
-    """Peak resident memory of this process so far, MiB (``None`` where
-    ``resource`` is missing); it never goes down, so measure the biggest job
-    last or in a child process."""
+    """Peak resident memory of this process so far, MiB (``None`` where it
+    cannot be read); it never goes down, so measure the biggest job last or in
+    a child process. On Linux it is ``VmHWM`` of ``/proc/self/status``, the
+    high-water mark since this program was exec'd: ``ru_maxrss`` survives
+    exec, so in a child (``subprocess``, ``multiprocessing`` with spawn) it
+    would include the RSS of the parent it was forked from."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:
