@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from common import Plot, Target, format_table
+from common import Plot, Target, format_ratio, format_table
 
 REPORT_NAME = "REPORT.md"
 SUMMARY_NAME = "summary.json"
@@ -96,7 +96,7 @@ def target_rows(targets: Sequence[Target]) -> list[list[str]]:
     """The rows of the targets table: name, measured, target, verdict."""
     rows = []
     for target in targets:
-        measured = "-" if target.measured is None else f"{target.measured:.2f}x"
+        measured = "-" if target.measured is None else f"{format_ratio(target.measured)}x"
         verdict = {None: "not measured", True: "met", False: "NOT met"}[target.met]
         rows.append([target.name, measured, f">= {target.target:g}x", verdict])
     return rows
