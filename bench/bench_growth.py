@@ -135,6 +135,16 @@ def write_corpus(directory: Path, documents: int) -> list[Path]:
     return folders
 
 
+def corpus_paths(folders: list[Path], documents: int) -> list[str]:
+    """The paths to index for the first ``documents`` documents of ``write_corpus``:
+    its full directories, then the files of a partly used one."""
+    full, rest = divmod(documents, DOCS_PER_DIRECTORY)
+    paths = [str(folder) for folder in folders[:full]]
+    first = full * DOCS_PER_DIRECTORY
+    paths += [str(folders[full] / f"{index:06d}.txt") for index in range(first, first + rest)]
+    return paths
+
+
 def _status_kib(pid: int) -> dict[str, int]:
     """The ``kB`` fields of ``/proc/<pid>/status`` ({} once the process is gone)."""
     fields = {}
@@ -151,9 +161,8 @@ def _status_kib(pid: int) -> dict[str, int]:
 
 def measure_size(scratch: Path, folders: list[Path], documents: int, threads: int) -> dict:
     """One child process indexes the first ``documents`` documents on a fresh store."""
-    directories = folders[: -(-documents // DOCS_PER_DIRECTORY)]
     db = scratch / f"phrasecount-{documents}"
-    settings = {"paths": [str(d) for d in directories], "db": str(db), "threads": threads}
+    settings = {"paths": corpus_paths(folders, documents), "db": str(db), "threads": threads}
     peaks = {"RssAnon": 0, "RssFile": 0, "VmRSS": 0}
     with tempfile.TemporaryFile(mode="w+") as output:
         child = subprocess.Popen(
