@@ -58,7 +58,7 @@ def draw_plot(plot: Plot, path: Path) -> None:
             # Labels at 1, 2 and 5 of each decade: data within one decade still gets some.
             axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axes.yaxis.set_minor_formatter(NullFormatter())
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _tick_label(value)))
         axes.set_title(plot.title, fontsize=10)
         axes.set_xlabel(plot.x_label)
         axes.set_ylabel(plot.y_label)
@@ -69,6 +69,12 @@ def draw_plot(plot: Plot, path: Path) -> None:
         figure.savefig(path, dpi=PLOT_DPI)
     finally:
         pyplot.close(figure)
+
+
+def _tick_label(value: float) -> str:
+    """Thousands separated, with up to two decimals where the ticks need them
+    (a narrow axis, e.g. 49.5 to 52 MiB, would otherwise label 50 twice)."""
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
 def _draw_bars(axes: Any, plot: Plot) -> None:
