@@ -2,30 +2,34 @@
 
 What is measured (issue 5; issue 7 workload 4), with ``sync="full"``:
 
-* **Throughput**, entries per second. ``--entries`` entries (distinct keys,
-  int values) are queued up front with ``eq.add`` in transactions of 1000;
-  then ``env.process(threads)`` starts the workers and waits until nothing is
-  pending. The time is from the start of the workers until they are idle: the
-  queue is empty and every entry is in the sink. The sink is then read back
-  and must equal the reference (every key with its value). Beside it, **sink
-  alone**: the same exporter called directly, in one thread, with the same
-  batches (``batch_size`` entries, in key order), without percolite; the
-  ratio of the two is what percolite's queue costs on top of the sink.
-* **Latency**, p50/p99/max in ms, from the moment ``commit()`` is called:
-  commit -> exported row visible in the sink (the exporter is wrapped: the
-  time is taken when the sink call returned, i.e. when its transaction is
-  committed and the row is visible to other connections; at the end every row
-  is read back from the sink) and commit -> observer start (an observer that
-  records when it first starts). Single-entry commits are spaced 5-15 ms
-  apart, so the system is otherwise idle, and then again **under load**:
-  ``--load-threads`` threads keep adding export entries (transactions of 100)
-  at ``--load-fraction`` of the throughput measured above for that sink, so
-  the workers are busy but the queue does not grow without bound.
+* **Throughput**, entries per second. ``--export-entries`` entries
+  (distinct keys, int values) are queued up front with ``eq.add`` in
+  transactions of 1000; then ``env.process(threads)`` (``--export-threads``)
+  starts the workers and waits until nothing is pending. The time is from the
+  start of the workers until they are idle: the queue is empty and every entry
+  is in the sink. The sink is then read back and must equal the reference
+  (every key with its value). Beside it, **sink alone**: the same exporter
+  called directly, in one thread, with the same batches (``batch_size``
+  entries, in key order), without percolite; the ratio of the two is what
+  percolite's queue costs on top of the sink.
+* **Latency** (workload 4), p50/p99/max in ms, from the moment ``commit()``
+  is called: commit -> exported row visible in the sink (the exporter is
+  wrapped: the time is taken when the sink call returned, i.e. when its
+  transaction is committed and the row is visible to other connections; at
+  the end every row is read back from the sink) and commit -> observer start
+  (an observer that records when it first starts). ``--export-latency-commits``
+  single-entry commits spaced 5-15 ms apart, so the system is otherwise idle,
+  and then again **under load**: ``--export-load-threads`` threads keep adding
+  export entries (transactions of 100) at ``--export-load-fraction`` of the
+  throughput measured above for that sink, so the workers are busy but the
+  queue does not grow without bound.
 
-The sinks: ``percolite.exporters.SQLite`` (a file in the scratch directory)
-and ``percolite.exporters.Postgres`` against a temporary PostgreSQL server
-(``tests/python/_postgres.py``; durable, ``fsync=on``, unless ``--pg-fast``). Both live on
-the filesystem being measured. Run it alone (``python bench/bench_export.py``,
+The sinks (``--export-sinks``): ``percolite.exporters.SQLite`` (a file in the
+scratch directory) and ``percolite.exporters.Postgres`` against a temporary
+PostgreSQL server (``tests/python/_postgres.py``, started only when
+``postgres`` is among the sinks; durable, ``fsync=on``, unless
+``--export-pg-fast``). Both live on the filesystem being measured. No targets:
+the issues ask for the numbers. Run it alone (``python bench/bench_export.py``,
 report in ``bench/results/export.json``) or through ``bench/run.py``.
 """
 
@@ -46,7 +50,12 @@ import percolite
 from common import (
     REPO_ROOT,
     OptionGroup,
-    format_table,
+    Plot,
+    Table,
+    Target,
+    chosen,
+    format_tables,
+    format_targets,
     log,
     machine_info,
     median,
@@ -64,6 +73,9 @@ LOAD_TRANSACTION = 100  # entries per transaction of the background load
 BATCH_SIZE = 1024  # the export queue's default
 BUCKETS = 16
 LATENCY_TIMEOUT = 120.0
+DEFAULT_ENTRIES, QUICK_ENTRIES = 200_000, 5000
+DEFAULT_EXPORT_THREADS, QUICK_EXPORT_THREADS = (1, 4), (4,)
+DEFAULT_LATENCY_COMMITS, QUICK_LATENCY_COMMITS = 300, 20
 PING = ("bench", "ping")  # the observed column of the latency app
 
 
@@ -341,75 +353,101 @@ def measure_latency(
 
 # -- the benchmark ------------------------------------------------------------------
 def add_arguments(parser: OptionGroup) -> None:
-    """Options of this benchmark only."""
+    """Options of this benchmark only (prefixed: ``run.py`` shares one parser)."""
     parser.add_argument(
-        "--entries",
+        "--export-entries",
         type=int,
-        default=200_000,
-        help="entries exported per throughput run (default: %(default)s; --quick: 5000)",
+        default=None,
+        metavar="N",
+        help=f"entries exported per throughput run (default: {DEFAULT_ENTRIES}; "
+        f"--quick: {QUICK_ENTRIES})",
     )
     parser.add_argument(
         "--export-threads",
         type=int,
         nargs="+",
-        default=[1, 4],
+        default=None,
         metavar="N",
-        help="worker threads of the throughput runs (default: %(default)s)",
+        help=f"worker threads of the throughput runs (default: "
+        f"{' '.join(map(str, DEFAULT_EXPORT_THREADS))}; --quick: "
+        f"{' '.join(map(str, QUICK_EXPORT_THREADS))})",
     )
     parser.add_argument(
-        "--sinks",
+        "--export-sinks",
         nargs="+",
         choices=SINKS,
         default=list(SINKS),
-        help="sinks to measure (default: %(default)s)",
+        metavar="SINK",
+        help=f"sinks to measure (default: {' '.join(SINKS)}; postgres starts a temporary "
+        "PostgreSQL server)",
     )
     parser.add_argument(
-        "--latency-commits",
+        "--export-latency-commits",
         type=int,
-        default=300,
-        help="spaced-out commits per latency measurement (default: %(default)s; --quick: 20)",
+        default=None,
+        metavar="N",
+        help=f"spaced-out commits per latency measurement (default: {DEFAULT_LATENCY_COMMITS}; "
+        f"--quick: {QUICK_LATENCY_COMMITS})",
     )
     parser.add_argument(
-        "--latency-workers",
+        "--export-latency-workers",
         type=int,
         default=4,
+        metavar="N",
         help="worker threads during the latency runs (default: %(default)s)",
     )
     parser.add_argument(
-        "--load-threads",
+        "--export-load-threads",
         type=int,
         default=2,
+        metavar="N",
         help="threads adding the background load (default: %(default)s)",
     )
     parser.add_argument(
-        "--load-fraction",
+        "--export-load-fraction",
         type=float,
         default=0.5,
+        metavar="F",
         help="background load as a fraction of the measured throughput (default: %(default)s)",
     )
     parser.add_argument(
-        "--pg-fast",
+        "--export-pg-fast",
         action="store_true",
         help="run PostgreSQL with fsync=off, synchronous_commit=off (as the tests do)",
     )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    entries = 5000 if args.quick else args.entries
-    commits = 20 if args.quick else args.latency_commits
-    export_threads = [4] if args.quick else list(args.export_threads)
-    if entries < 1 or commits < 1 or not 0 < args.load_fraction <= 1:
+    entries = chosen(args.export_entries, QUICK_ENTRIES if args.quick else DEFAULT_ENTRIES)
+    commits = chosen(
+        args.export_latency_commits,
+        QUICK_LATENCY_COMMITS if args.quick else DEFAULT_LATENCY_COMMITS,
+    )
+    export_threads = list(
+        chosen(args.export_threads, QUICK_EXPORT_THREADS if args.quick else DEFAULT_EXPORT_THREADS)
+    )
+    if (
+        entries < 1
+        or commits < 1
+        or min(export_threads) < 1
+        or args.export_latency_workers < 1
+        or args.export_load_threads < 1
+        or not 0 < args.export_load_fraction <= 1
+    ):
         raise ValueError(
-            "--entries and --latency-commits must be positive, --load-fraction in (0, 1]"
+            "--export-entries, --export-latency-commits and the thread counts must be "
+            "positive, --export-load-fraction in (0, 1]"
         )
+    sinks_wanted = [sink for sink in SINKS if sink in args.export_sinks]
     settings = {
         "entries": entries,
+        "sinks": sinks_wanted,
         "export_threads": export_threads,
         "repeat": args.repeat,
         "latency_commits": commits,
-        "latency_workers": args.latency_workers,
-        "load_threads": args.load_threads,
-        "load_fraction": args.load_fraction,
+        "latency_workers": args.export_latency_workers,
+        "load_threads": args.export_load_threads,
+        "load_fraction": args.export_load_fraction,
         "load_transaction": LOAD_TRANSACTION,
         "preload_transaction": PRELOAD_TRANSACTION,
         "batch_size": BATCH_SIZE,
@@ -430,11 +468,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         settings["store_on_repo_filesystem"] = same_filesystem(scratch, REPO_ROOT)
         os.chmod(scratch, 0o755)  # the PostgreSQL server user must reach its data
-        with _postgres_if(scratch, "postgres" in args.sinks, not args.pg_fast) as server:
+        with _postgres_if(scratch, "postgres" in sinks_wanted, not args.export_pg_fast) as server:
             if server is not None:
                 settings["postgres"] = server.settings()
             sinks = Sinks(scratch, server.dsn if server else None)
-            for sink in args.sinks:
+            for sink in sinks_wanted:
                 report["sinks"][sink] = _measure_sink(
                     sink, sinks, scratch, entries, export_threads, commits, args
                 )
@@ -491,8 +529,8 @@ def _measure_sink(
     for summary in throughput.values():
         summary["fraction_of_sink_alone"] = round(summary["median_entries_per_s"] / alone_rate, 3)
     # The load runs at a fraction of what the workers of the latency runs can export.
-    reference_rate = _throughput_near(throughput, args.latency_workers)
-    load_rate = args.load_fraction * reference_rate
+    reference_rate = _throughput_near(throughput, args.export_latency_workers)
+    load_rate = args.export_load_fraction * reference_rate
     latency = {}
     for mode, rate in (("idle", None), ("load", load_rate)):
         with sinks.fresh(sink) as exporter:
@@ -500,8 +538,8 @@ def _measure_sink(
                 scratch / f"{sink}-latency-{mode}",
                 exporter,
                 commits,
-                args.latency_workers,
-                args.load_threads,
+                args.export_latency_workers,
+                args.export_load_threads,
                 rate,
             )
         log(
@@ -539,101 +577,128 @@ def _versions() -> dict[str, Any]:
 
 
 # -- output --------------------------------------------------------------------------
-def format_report(report: dict[str, Any]) -> str:
+def tables(report: dict[str, Any]) -> list[Table]:
+    """The tables of ``REPORT.md`` (see ``common.py``): export throughput, and
+    the notification latency of issue 7's workload 4."""
     settings = report["settings"]
-    rows = []
-    for sink, measured in report["sinks"].items():
-        for threads, summary in measured["throughput"].items():
-            rows.append(
-                [
-                    SINK_LABELS[sink],
-                    threads,
-                    f"{summary['median_entries_per_s']:,.0f}",
-                    f"{measured['sink_alone']['median_entries_per_s']:,.0f}",
-                    f"{summary['fraction_of_sink_alone']:.2f}",
-                ]
-            )
-    throughput = format_table(["sink", "threads", "entries/s", "sink alone", "fraction"], rows)
+    sinks = report["sinks"]
+    throughput = Table(
+        title=(
+            f"Export throughput, entries/s: {settings['entries']:,} entries queued, then "
+            f"exported from the workers' start until idle (sync=full, median of "
+            f"{settings['repeat']})"
+        ),
+        headers=["sink", "worker threads", "entries/s", "sink alone", "fraction of sink alone"],
+        rows=[
+            [
+                SINK_LABELS[sink],
+                threads,
+                f"{summary['median_entries_per_s']:,.0f}",
+                f"{measured['sink_alone']['median_entries_per_s']:,.0f}",
+                f"{summary['fraction_of_sink_alone']:.2f}",
+            ]
+            for sink, measured in sinks.items()
+            for threads, summary in measured["throughput"].items()
+        ],
+        notes=[
+            "sink alone: the same exporter called directly in one thread with the same "
+            f"batches ({settings['batch_size']} entries), without percolite. Every run's "
+            "sink is read back and compared with the entries queued."
+        ],
+    )
     latency_rows = []
-    for sink, measured in report["sinks"].items():
+    for sink, measured in sinks.items():
         for mode, result in measured["latency"].items():
-            for kind, what in (("export", "row visible"), ("observer", "observer start")):
+            system = "idle" if mode == "idle" else _load_label(result)
+            for kind, what in (("export", "exported row visible"), ("observer", "observer start")):
                 r = result[kind]
                 latency_rows.append(
                     [
-                        f"{SINK_LABELS[sink]}, {mode}",
+                        SINK_LABELS[sink],
+                        system,
                         what,
-                        r["p50_ms"],
-                        r["p99_ms"],
-                        r["max_ms"],
-                        r["commit_p50_ms"],
+                        f"{r['p50_ms']:.1f}",
+                        f"{r['p99_ms']:.1f}",
+                        f"{r['max_ms']:.1f}",
+                        f"{r['commit_p50_ms']:.1f}",
                     ]
                 )
-    latency = format_table(
-        ["sink, system", "commit ->", "p50 ms", "p99 ms", "max ms", "commit p50"], latency_rows
+    latency = Table(
+        title=(
+            "Notification latency, ms from the commit() call (workload 4): commit -> "
+            "exported row visible in the sink and commit -> observer start"
+        ),
+        headers=["sink", "system", "commit ->", "p50", "p99", "max", "commit() p50"],
+        rows=latency_rows,
+        notes=[
+            f"{settings['latency_commits']} single-entry commits per line, 5-15 ms apart, "
+            f"sync=full, {settings['latency_workers']} worker threads. Under load: "
+            f"{settings['load_threads']} threads add export entries (transactions of "
+            f"{settings['load_transaction']}) at {settings['load_fraction']:g} of the measured "
+            "throughput of that sink; the rate reached is in the system column."
+        ],
     )
-    loads = ", ".join(
-        f"{SINK_LABELS[sink]} {m['latency']['load']['load_entries_per_s']:,.0f} entries/s"
-        for sink, m in report["sinks"].items()
-    )
-    return "\n".join(
-        [
-            f"Export throughput, entries/s (median of {settings['repeat']}; "
-            f"{settings['entries']:,} entries, sync=full, from workers' start to idle; "
-            "fraction = of the sink called directly)",
-            "",
-            throughput,
-            "",
-            f"Latency from the commit() call (sync=full, {settings['latency_workers']} workers, "
-            f"commits 5-15 ms apart; load: {loads})",
-            "",
-            latency,
-        ]
-    )
+    return [throughput, latency]
 
 
-def targets(report: dict[str, Any]) -> list[tuple[str, float, float]]:
+def _load_label(result: dict[str, Any]) -> str:
+    rate = result.get("load_entries_per_s")
+    return "under load" if rate is None else f"load {rate:,.0f}/s"
+
+
+def plots(report: dict[str, Any]) -> list[Plot]:
+    """Throughput per sink (with the sink alone), and latency p50/p99."""
+    sinks = report["sinks"]
+    thread_counts = list(dict.fromkeys(t for m in sinks.values() for t in m["throughput"]))
+    throughput = Plot(
+        name="throughput",
+        title="Export throughput (entries/s)",
+        x_label="sink",
+        y_label="entries/s",
+        x=[SINK_LABELS[sink] for sink in sinks],
+        series={
+            **{
+                f"{threads} worker{'s' if threads != '1' else ''}": [
+                    m["throughput"][threads]["median_entries_per_s"]
+                    if threads in m["throughput"]
+                    else None
+                    for m in sinks.values()
+                ]
+                for threads in thread_counts
+            },
+            "sink alone": [m["sink_alone"]["median_entries_per_s"] for m in sinks.values()],
+        },
+        kind="bar",
+    )
+    cases = [(sink, mode) for sink, m in sinks.items() for mode in m["latency"]]
+    latency = Plot(
+        name="latency",
+        title="Latency from commit() (ms)",
+        x_label="sink, system",
+        y_label="ms",
+        x=[f"{SINK_LABELS[sink]} {mode}" for sink, mode in cases],
+        series={
+            f"{label} {quantile}": [
+                sinks[sink]["latency"][mode][kind][f"{quantile}_ms"] for sink, mode in cases
+            ]
+            for kind, label in (("export", "row"), ("observer", "observer"))
+            for quantile in ("p50", "p99")
+        },
+        kind="bar",
+        log_y=True,
+    )
+    return [throughput, latency]
+
+
+def targets(report: dict[str, Any]) -> list[Target]:
     """Issue 5 and workload 4 ask for numbers, not ratios: no targets."""
     return []
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
-    """Throughput bars (with the sink alone) and latency p50/p99 bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    labels, rates = [], []
-    for sink, measured in report["sinks"].items():
-        for threads, summary in measured["throughput"].items():
-            labels.append(f"{SINK_LABELS[sink]}\n{threads} thr")
-            rates.append(summary["median_entries_per_s"])
-        labels.append(f"{SINK_LABELS[sink]}\nalone")
-        rates.append(measured["sink_alone"]["median_entries_per_s"])
-    left.bar(range(len(rates)), rates, color="tab:blue")
-    left.set_xticks(range(len(rates)), labels, fontsize=8)
-    left.set_ylabel("entries/s")
-    left.set_title("Export throughput")
-
-    names, p50, p99 = [], [], []
-    for sink, measured in report["sinks"].items():
-        for mode, result in measured["latency"].items():
-            for kind in ("export", "observer"):
-                names.append(f"{SINK_LABELS[sink][:6]}\n{mode}\n{kind}")
-                p50.append(result[kind]["p50_ms"])
-                p99.append(result[kind]["p99_ms"])
-    positions = range(len(names))
-    right.bar([p - 0.2 for p in positions], p50, width=0.4, label="p50")
-    right.bar([p + 0.2 for p in positions], p99, width=0.4, label="p99")
-    right.set_xticks(list(positions), names, fontsize=7)
-    right.set_ylabel("ms from commit()")
-    right.set_title("Latency")
-    right.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+def format_report(report: dict[str, Any]) -> str:
+    text = format_tables(tables(report))
+    goals = format_targets(targets(report))
+    return f"{text}\n\n{goals}" if goals else text
 
 
 def main(argv: list[str] | None = None) -> int:

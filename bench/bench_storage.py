@@ -4,26 +4,29 @@ Issue 7, workload 3: py-lmdb batched random puts and one durable commit per
 transaction, measured in the same run as percolite, so that percolite's
 overhead reads as a fraction of what LMDB itself can do.
 
-* **py-lmdb batched random puts**, puts/s: ``--updates`` puts of random 8-byte
-  keys with 8-byte values, ``--batch`` puts per write transaction
-  (``txn.put`` in a loop), each transaction durable (``sync=True,
+* **py-lmdb batched random puts**, puts/s: ``--storage-updates`` puts of
+  random 8-byte keys with 8-byte values, ``--storage-batch`` puts per write
+  transaction (``txn.put`` in a loop), each transaction durable (``sync=True,
   metasync=True``). ``putmulti`` (the same puts through
   ``Cursor.putmulti``) is reported beside it, for information.
 * **Combine-queue throughput**, updates/s end to end: the same number of
   updates ``(random 8-byte key, +1)`` to a combine queue with the native
   ``"sum"`` (``key_codec="bytes"``, ``value_codec="int64"``, default buckets),
-  queued by ``--adders`` threads in transactions of ``--batch`` updates
-  (``cq.add(tx, pairs)``, ``sync="full"``) while ``--workers`` worker
-  threads fold them. The time runs from the first add until every update is
-  folded (``env.wait()`` idle); the folded values are then read back and must
-  sum to the number of updates, one key per distinct key. The time at which
-  the last add committed is reported too (add rate).
+  queued by ``--storage-adders`` threads in transactions of
+  ``--storage-batch`` updates (``cq.add(tx, pairs)``, ``sync="full"``) while
+  ``--storage-workers`` worker threads fold them. The time runs from the
+  first add until every update is folded (``env.wait()`` idle); the folded
+  values are then read back and must sum to the number of updates, one key per
+  distinct key. The time at which the last add committed is reported too (add
+  rate).
 * **Durable single-cell commits**, 1 and 16 threads: ``bench_commit.py``'s
   measurement, called from here (same code, same settings).
 
 Targets: combine-queue updates/s at least 0.2x py-lmdb batched random puts;
 percolite's durable commits at 16 threads at least 4x py-lmdb's one commit per
-transaction.
+transaction (the target of ``bench_commit.py``, measured again here).
+Run it alone (``python bench/bench_storage.py``, report in
+``bench/results/storage.json``) or through ``bench/run.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,12 @@ import percolite
 from common import (
     REPO_ROOT,
     OptionGroup,
-    format_table,
+    Plot,
+    Table,
+    Target,
+    chosen,
+    format_tables,
+    format_targets,
     log,
     machine_info,
     median,
@@ -58,6 +66,8 @@ VALUE = b"\x01" * 8
 LMDB_MAP_SIZE = 1 << 30
 COMBINE_TARGET = 0.2
 COMMIT_THREADS = [1, 16]
+DEFAULT_UPDATES, QUICK_UPDATES = 500_000, 20_000
+DEFAULT_BATCH, QUICK_BATCH = 10_000, 2000
 SYSTEMS = ("lmdb_put", "lmdb_putmulti", "combine_queue")
 SYSTEM_LABELS = {
     "lmdb_put": "py-lmdb puts",
@@ -173,38 +183,48 @@ MEASURE = {
 
 
 def add_arguments(parser: OptionGroup) -> None:
-    """Options of this benchmark only."""
+    """Options of this benchmark only (prefixed: ``run.py`` shares one parser)."""
     parser.add_argument(
-        "--updates",
+        "--storage-updates",
         type=int,
-        default=500_000,
-        help="puts / combine-queue updates per run (default: %(default)s; --quick: 20000)",
+        default=None,
+        metavar="N",
+        help=f"puts / combine-queue updates per run (default: {DEFAULT_UPDATES}; "
+        f"--quick: {QUICK_UPDATES})",
     )
     parser.add_argument(
-        "--batch",
+        "--storage-batch",
         type=int,
-        default=10_000,
-        help="puts or updates per write transaction (default: %(default)s; --quick: 2000)",
+        default=None,
+        metavar="N",
+        help=f"puts or updates per write transaction (default: {DEFAULT_BATCH}; "
+        f"--quick: {QUICK_BATCH})",
     )
     parser.add_argument(
-        "--adders",
+        "--storage-adders",
         type=int,
         default=2,
+        metavar="N",
         help="threads queueing combine-queue updates (default: %(default)s)",
     )
     parser.add_argument(
-        "--workers",
+        "--storage-workers",
         type=int,
         default=4,
+        metavar="N",
         help="worker threads folding the combine queue (default: %(default)s)",
     )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    updates = 20_000 if args.quick else args.updates
-    batch = 2000 if args.quick else args.batch
-    if updates < 1 or batch < 1 or args.adders < 1 or args.workers < 1:
-        raise ValueError("--updates, --batch, --adders and --workers must be positive")
+    updates = chosen(args.storage_updates, QUICK_UPDATES if args.quick else DEFAULT_UPDATES)
+    batch = chosen(args.storage_batch, QUICK_BATCH if args.quick else DEFAULT_BATCH)
+    adders, workers = args.storage_adders, args.storage_workers
+    if updates < 1 or batch < 1 or adders < 1 or workers < 1:
+        raise ValueError(
+            "--storage-updates, --storage-batch, --storage-adders and --storage-workers "
+            "must be positive"
+        )
     runs: dict[str, list[dict[str, Any]]] = {system: [] for system in SYSTEMS}
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         on_repo_filesystem = same_filesystem(scratch, REPO_ROOT)
@@ -213,7 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
             for system in order:
                 store = scratch / f"{system}-{repetition}"
-                measured = MEASURE[system](store, batches, adders=args.adders, workers=args.workers)
+                measured = MEASURE[system](store, batches, adders=adders, workers=workers)
                 shutil.rmtree(store, ignore_errors=True)
                 runs[system].append(measured)
                 log(
@@ -250,8 +270,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "batch": batch,
             "key_bytes": KEY_BYTES,
             "value_bytes": len(VALUE),
-            "adders": args.adders,
-            "workers": args.workers,
+            "adders": adders,
+            "workers": workers,
             "repeat": args.repeat,
             "quick": args.quick,
             "store_parent": str(Path(args.dir).resolve()),
@@ -280,101 +300,91 @@ def _spread(rates: list[float]) -> float | None:
     return round(max(rates) / min(rates), 3) if min(rates) > 0 else None
 
 
-def targets(report: dict[str, Any]) -> list[tuple[str, float, float]]:
-    """(target, measured ratio, target ratio) rows."""
-    rows = [
-        (
-            "combine-queue updates/s vs py-lmdb batched random puts/s",
-            report["combine_ratio"],
-            COMBINE_TARGET,
-        )
-    ]
-    commit_target = report["durable_commits"]["target"]
-    if commit_target["ratio"] is not None:
-        rows.append(
-            (
-                f"durable commits at {commit_target['threads']} threads vs py-lmdb "
-                "one commit per transaction",
-                commit_target["ratio"],
-                commit_target["min_ratio"],
-            )
-        )
-    return rows
-
-
-def format_report(report: dict[str, Any]) -> str:
+# -- output --------------------------------------------------------------------------
+def tables(report: dict[str, Any]) -> list[Table]:
+    """The tables of ``REPORT.md`` (see ``common.py``): the batched writes,
+    then ``bench_commit``'s table of the durable commits measured here."""
     settings = report["settings"]
     results = report["results"]
     baseline = results["lmdb_put"]["median_per_s"]
-    rows = [
-        [
-            SYSTEM_LABELS[system],
-            f"{results[system]['median_per_s']:,.0f}",
-            f"{results[system]['median_per_s'] / baseline:.3f}",
-            f"{results[system]['spread']:.2f}",
-        ]
-        for system in SYSTEMS
-    ]
-    cq_runs = results["combine_queue"]["runs"]
-    adds = median([run["adds_per_s"] for run in cq_runs])
-    verdicts = [
-        f"target: {name}: {measured:.3f}x, want >= {wanted:g}x: "
-        f"{'met' if measured >= wanted else 'NOT met'}"
-        for name, measured, wanted in targets(report)
-    ]
-    return "\n".join(
-        [
-            f"Raw storage floor: {settings['updates']:,} random 8-byte keys, "
-            f"{settings['batch']:,} per durable write transaction, median of "
-            f"{settings['repeat']}",
-            "",
-            format_table(["system", "per second", "vs puts", "spread"], rows),
-            "",
-            f"combine queue (native sum, {settings['adders']} adders, {settings['workers']} "
-            f"workers): updates folded per second, end to end; queued at {adds:,.0f}/s",
-            "",
-            bench_commit.format_report(report["durable_commits"]),
-            "",
-            *verdicts,
-        ]
+    adds = median([run["adds_per_s"] for run in results["combine_queue"]["runs"]])
+    writes = Table(
+        title=(
+            f"Raw storage floor: {settings['updates']:,} random {settings['key_bytes']}-byte "
+            f"keys, {settings['batch']:,} per durable write transaction, median of "
+            f"{settings['repeat']}"
+        ),
+        headers=["system", "per second", "vs py-lmdb puts", "spread"],
+        rows=[
+            [
+                SYSTEM_LABELS[system],
+                f"{results[system]['median_per_s']:,.0f}",
+                f"{results[system]['median_per_s'] / baseline:.3f}x",
+                "-" if results[system]["spread"] is None else f"{results[system]['spread']:.2f}",
+            ]
+            for system in SYSTEMS
+        ],
+        notes=[
+            f"combine queue: native sum, {settings['adders']} adder threads, "
+            f"{settings['workers']} worker threads; updates folded per second, end to end "
+            f"(until every update is folded); queued at {adds:,.0f}/s. py-lmdb: sync=True, "
+            "metasync=True; spread = fastest / slowest run."
+        ],
     )
+    commits = bench_commit.tables(report["durable_commits"])
+    for table in commits:
+        table.title = f"Storage floor: {table.title}"
+    return [writes, *commits]
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
-    """Bars: operations/s of each system, and the durable-commit rates."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    rates = [report["results"][system]["median_per_s"] for system in SYSTEMS]
-    left.bar(range(len(SYSTEMS)), rates, color=["tab:gray", "tab:gray", "tab:blue"])
-    left.set_xticks(range(len(SYSTEMS)), [SYSTEM_LABELS[s] for s in SYSTEMS])
-    left.set_ylabel("puts or updates per second")
-    left.set_title(f"Batched random writes (ratio {report['combine_ratio']:.2f})")
+def plots(report: dict[str, Any]) -> list[Plot]:
+    results = report["results"]
     commits = report["durable_commits"]["results"]
-    positions = range(len(commits))
-    right.bar(
-        [p - 0.2 for p in positions],
-        [r["percolite"]["median_tx_per_s"] for r in commits],
-        width=0.4,
-        label="percolite",
-    )
-    right.bar(
-        [p + 0.2 for p in positions],
-        [r["lmdb"]["median_tx_per_s"] for r in commits],
-        width=0.4,
-        label="py-lmdb",
-        color="tab:gray",
-    )
-    right.set_xticks(list(positions), [f"{r['threads']} threads" for r in commits])
-    right.set_ylabel("durable commits per second")
-    right.set_title("Single-cell durable commits")
-    right.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return [
+        Plot(
+            name="writes",
+            title="Batched random writes, durable (puts or updates per second)",
+            x_label="",
+            y_label="per second",
+            x=[SYSTEM_LABELS[system] for system in SYSTEMS],
+            series={"median": [results[system]["median_per_s"] for system in SYSTEMS]},
+            kind="bar",
+        ),
+        Plot(
+            name="commits",
+            title="Durable single-cell commits per second",
+            x_label="threads",
+            y_label="transactions/s",
+            x=[r["threads"] for r in commits],
+            series={
+                label: [r[system]["median_tx_per_s"] for r in commits]
+                for system, label in (("percolite", "percolite"), ("lmdb", "py-lmdb"))
+            },
+            kind="bar",
+        ),
+    ]
+
+
+def targets(report: dict[str, Any]) -> list[Target]:
+    """Combine queue vs py-lmdb puts, and the durable commits' target."""
+    commit_target = report["durable_commits"]["target"]
+    return [
+        Target(
+            "storage: combine-queue updates/s / py-lmdb batched random puts/s",
+            report["combine_ratio"],
+            COMBINE_TARGET,
+        ),
+        Target(
+            f"storage: durable commits at {commit_target['threads']} threads / py-lmdb "
+            "one commit per transaction",
+            commit_target["ratio"],
+            commit_target["min_ratio"],
+        ),
+    ]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    return format_tables(tables(report)) + "\n\n" + format_targets(targets(report))
 
 
 def main(argv: list[str] | None = None) -> int:

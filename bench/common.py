@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -105,6 +105,15 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="parent directory of the scratch stores, removed afterwards; keep it on the "
         "filesystem you want to measure (default: %(default)s)",
     )
+
+
+_Value = TypeVar("_Value")
+
+
+def chosen(value: _Value | None, default: _Value) -> _Value:
+    """An option's value, or ``default`` when it was not given (options whose
+    default depends on ``--quick`` default to ``None``)."""
+    return default if value is None else value
 
 
 def finish_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -259,9 +268,19 @@ def open_sqlite(path: Path) -> sqlite3.Connection:
 
 
 def peak_rss_mib() -> float | None:
-    """Peak resident memory of this process so far, MiB (``None`` where
-    ``resource`` is missing); it never goes down, so measure the biggest job
-    last or in a child process."""
+    """Peak resident memory of this process so far, MiB (``None`` where it
+    cannot be read); it never goes down, so measure the biggest job last or in
+    a child process. On Linux it is ``VmHWM`` of ``/proc/self/status``, the
+    high-water mark since this program was exec'd: ``ru_maxrss`` survives
+    exec, so in a child (``subprocess``, ``multiprocessing`` with spawn) it
+    would include the RSS of the parent it was forked from."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:
@@ -332,6 +351,11 @@ def format_tables(tables: Sequence[Table]) -> str:
     return "\n\n".join(parts)
 
 
+def format_ratio(value: float) -> str:
+    """A ratio with two decimals, three below 1 (0.946 is not 0.95)."""
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
 def format_targets(targets: Sequence[Target]) -> str:
     """One line per target: ``target: NAME: met (1.23x, needs >= 1x)``."""
     lines = []
@@ -339,7 +363,7 @@ def format_targets(targets: Sequence[Target]) -> str:
         if target.met is None:
             verdict = "not measured"
         else:
-            verdict = f"{'met' if target.met else 'NOT met'} ({target.measured:.2f}x"
+            verdict = f"{'met' if target.met else 'NOT met'} ({format_ratio(target.measured)}x"
             verdict += f", needs >= {target.target:g}x)"
         lines.append(f"target: {target.name}: {verdict}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from common import Plot, Target, format_table
+from common import Plot, Target, format_ratio, format_table
 
 REPORT_NAME = "REPORT.md"
 SUMMARY_NAME = "summary.json"
@@ -58,7 +58,7 @@ def draw_plot(plot: Plot, path: Path) -> None:
             # Labels at 1, 2 and 5 of each decade: data within one decade still gets some.
             axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axes.yaxis.set_minor_formatter(NullFormatter())
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _tick_label(value)))
         axes.set_title(plot.title, fontsize=10)
         axes.set_xlabel(plot.x_label)
         axes.set_ylabel(plot.y_label)
@@ -69,6 +69,12 @@ def draw_plot(plot: Plot, path: Path) -> None:
         figure.savefig(path, dpi=PLOT_DPI)
     finally:
         pyplot.close(figure)
+
+
+def _tick_label(value: float) -> str:
+    """Thousands separated, with up to two decimals where the ticks need them
+    (a narrow axis, e.g. 49.5 to 52 MiB, would otherwise label 50 twice)."""
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
 def _draw_bars(axes: Any, plot: Plot) -> None:
@@ -96,7 +102,7 @@ def target_rows(targets: Sequence[Target]) -> list[list[str]]:
     """The rows of the targets table: name, measured, target, verdict."""
     rows = []
     for target in targets:
-        measured = "-" if target.measured is None else f"{target.measured:.2f}x"
+        measured = "-" if target.measured is None else f"{format_ratio(target.measured)}x"
         verdict = {None: "not measured", True: "met", False: "NOT met"}[target.met]
         rows.append([target.name, measured, f">= {target.target:g}x", verdict])
     return rows

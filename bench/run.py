@@ -27,9 +27,12 @@ from types import ModuleType
 from typing import Any
 
 import bench_commit
+import bench_export
+import bench_growth
 import bench_hotkeys
 import bench_notify
 import bench_phrasecount
+import bench_storage
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
 from report import SUMMARY_NAME, format_targets_table, write_report
 
@@ -37,7 +40,10 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_commit,
     bench_notify,
     bench_hotkeys,
+    bench_storage,
+    bench_export,
     bench_phrasecount,
+    bench_growth,
 )
 
 

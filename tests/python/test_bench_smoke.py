@@ -2,9 +2,12 @@
 reports, REPORT.md and the plots, measure something for every system, get
 exact results, and clean up their scratch stores.
 
-They run the scripts in quick mode in a child process (with a timeout, so a
-hang fails instead of freezing the suite) and never check the performance
-target: timings on a test machine say nothing.
+One ``run.py --quick`` run covers every registered benchmark (about 30 s on
+two cores); the checks of each report are separate functions. The scripts run
+in a child process (with a timeout, so a hang fails instead of freezing the
+suite), and no test checks whether a performance target is met: timings on a
+test machine say nothing. ``test_bench_smoke_more.py`` checks what needs no
+full run: options, standalone runs, target arithmetic, older JSON.
 """
 
 from __future__ import annotations
@@ -86,17 +89,118 @@ def check_phrasecount_report(report: dict[str, Any]) -> None:
         assert result["percolite_vs_counter"] > 0
 
 
+def check_notify_report(report: dict[str, Any]) -> None:
+    for where in ("local", "two_processes"):
+        latency = report[where]
+        assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"], (where, latency)
+    assert report["idle"]["cpu_seconds"] >= 0
+
+
+def check_storage_report(report: dict[str, Any]) -> None:
+    assert report["benchmark"] == "storage"
+    assert report["settings"]["quick"] is True
+    assert (report["settings"]["updates"], report["settings"]["batch"]) == (20_000, 2000)
+    results = report["results"]
+    assert set(results) == {"lmdb_put", "lmdb_putmulti", "combine_queue"}
+    for system, measured in results.items():
+        assert measured["median_per_s"] > 0, system
+        assert [run["operations"] for run in measured["runs"]] == [20_000], system
+    # The combine queue folded every update (checked by the benchmark) and
+    # the ratio is that of the medians.
+    assert report["combine_ratio"] == round(
+        results["combine_queue"]["median_per_s"] / results["lmdb_put"]["median_per_s"], 4
+    )
+    assert results["combine_queue"]["runs"][0]["adds_per_s"] > 0
+    commits = report["durable_commits"]
+    check_commit_report(commits, [1, 16])
+    assert commits["target"]["threads"] == 16
+
+
+def check_export_report(report: dict[str, Any]) -> None:
+    assert report["benchmark"] == "export"
+    settings = report["settings"]
+    assert settings["quick"] is True and settings["export_threads"] == [4]
+    assert set(report["sinks"]) == {"sqlite", "postgres"} == set(settings["sinks"])
+    assert settings["postgres"]["fsync"] is True  # durable, as the benchmark says
+    for sink, measured in report["sinks"].items():
+        alone = measured["sink_alone"]["median_entries_per_s"]
+        assert alone > 0, sink
+        assert list(measured["throughput"]) == ["4"], sink
+        for summary in measured["throughput"].values():
+            assert summary["median_entries_per_s"] > 0, sink
+            # Every run exported all the entries (the sink was read back and compared).
+            assert [run["exporter_calls"] > 0 for run in summary["runs"]] == [True]
+            assert summary["fraction_of_sink_alone"] == round(
+                summary["median_entries_per_s"] / alone, 3
+            )
+        assert set(measured["latency"]) == {"idle", "load"}, sink
+        for mode, result in measured["latency"].items():
+            for kind in ("export", "observer"):
+                latency = result[kind]
+                assert latency["commits"] == settings["latency_commits"] == 20
+                assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"], (
+                    sink,
+                    mode,
+                    kind,
+                    latency,
+                )
+        assert measured["latency"]["load"]["load_entries_per_s"] > 0, sink
+
+
+def check_growth_report(report: dict[str, Any]) -> None:
+    assert report["benchmark"] == "growth"
+    settings = report["settings"]
+    assert settings["quick"] is True and settings["sizes"] == [200, 400]
+    assert settings["peak_rss"].startswith("VmHWM")
+    sizes = report["sizes"]
+    assert [size["documents"] for size in sizes] == [200, 400]
+    for size in sizes:
+        assert size["phrases"] > 0 and size["data_mdb_mib"] > 0 and size["sink_mib"] > 0
+        # The child's own high-water mark is at least any RSS sampled while it ran
+        # (give or take the kernel's approximate, per-CPU batched RSS counters).
+        assert size["peak_rss_mib"] >= 0.95 * size["peak_rss_sampled_mib"], size
+        assert size["peak_rss_mib"] >= size["peak_rss_anon_mib"] > 0, size
+    assert sizes[1]["phrases"] > sizes[0]["phrases"]
+    rounds = report["drain"]["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert all(r["data_mdb_mib"] > 0 for r in rounds)
+    # Each round's changes are exported: one entry per changed key, 500 keys.
+    exported = [r["exported_entries"] for r in rounds]
+    assert exported[0] > 0 and exported == sorted(exported)
+
+
 def check_report_files(out: Path) -> None:
     """REPORT.md, summary.json and the PNGs: present, complete, small."""
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert set(summary["benchmarks"]) == {"commit", "notify", "hotkeys", "phrasecount"}
+    assert list(summary["benchmarks"]) == [
+        "commit",
+        "notify",
+        "hotkeys",
+        "storage",
+        "export",
+        "phrasecount",
+        "growth",
+    ]
     names = [target["name"] for target in summary["targets"]]
-    assert len(names) == 4, names
-    assert any(name.startswith("hot keys:") for name in names)
-    assert sum(name.startswith("phrase count:") for name in names) == 2
+    owners = ["commit", "hot keys", "storage", "storage", "phrase count", "phrase count"]
+    assert [name.split(":")[0] for name in names] == owners + ["growth", "growth"], names
     for target in summary["targets"]:
         assert set(target) == {"name", "measured_ratio", "target_ratio", "met"}
+        assert target["target_ratio"] > 0, target
+        if target["name"].startswith("growth: peak RSS at 10,000 docs / at 100,000 docs"):
+            # Only measured with 10k and 100k documents, which --quick does not run.
+            assert target["measured_ratio"] is None and target["met"] is None, target
+            assert target["target_ratio"] == 0.8
+            continue
         assert target["measured_ratio"] > 0 and isinstance(target["met"], bool), target
+        assert target["met"] == (target["measured_ratio"] >= target["target_ratio"])
+    growth = json.loads((out / "growth.json").read_text(encoding="utf-8"))
+    rounds = growth["drain"]["rounds"]
+    drain = summary["targets"][-1]
+    assert drain["name"].startswith("growth: data.mdb after drain round 2 / after round 3")
+    assert drain["measured_ratio"] == round(
+        rounds[1]["data_mdb_mib"] / rounds[-1]["data_mdb_mib"], 3
+    )
 
     markdown = (out / summary["report"]).read_text(encoding="utf-8")
     assert markdown.startswith("# percolite benchmarks")
@@ -106,8 +210,18 @@ def check_report_files(out: Path) -> None:
     assert set(summary["plots"]) >= {
         "commit-throughput.png",
         "hotkeys-throughput.png",
+        "storage-writes.png",
+        "storage-commits.png",
+        "export-throughput.png",
+        "export-latency.png",
         "phrasecount-docs-per-s.png",
+        "growth-sizes.png",
+        "growth-drain.png",
     }
+    # Workload 4 (notification latency) is a table of its own: 2 sinks x idle/load x 2 kinds.
+    latency = markdown.split("**Notification latency, ms from the commit() call")[1]
+    rows = latency.split("\n\n")[1].splitlines()[2:]
+    assert len(rows) == 8 and all(row.startswith("| SQLite |") for row in rows[:4]), rows
     for picture in summary["plots"]:
         data = (out / picture).read_bytes()
         assert data.startswith(b"\x89PNG"), picture
@@ -123,10 +237,20 @@ def test_run_quick_writes_every_report(tmp_path: Path) -> None:
     check_commit_report(report, [1, 4, 16])
     assert report["settings"]["quick"] is True
     assert isinstance(report["target"]["met"], bool)
+    check_notify_report(json.loads((out / "notify.json").read_text(encoding="utf-8")))
     check_hotkeys_report(json.loads((out / "hotkeys.json").read_text(encoding="utf-8")))
+    check_storage_report(json.loads((out / "storage.json").read_text(encoding="utf-8")))
+    check_export_report(json.loads((out / "export.json").read_text(encoding="utf-8")))
     check_phrasecount_report(json.loads((out / "phrasecount.json").read_text(encoding="utf-8")))
+    check_growth_report(json.loads((out / "growth.json").read_text(encoding="utf-8")))
+    for name in ("commit", "notify", "hotkeys", "storage", "export", "phrasecount", "growth"):
+        report = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+        assert {"machine", "settings"} <= set(report), name
     check_report_files(out)
     assert "target: percolite" in stdout and "Targets (measured ratio vs target)" in stdout
+    assert "Notification latency, ms from the commit() call" in stdout
+    assert "target: storage: combine-queue updates/s" in stdout
+    assert "target: growth: peak RSS at 10,000 docs / at 100,000 docs" in stdout
     assert list(stores.iterdir()) == [], "scratch stores were left behind"
 
     # The report can be rebuilt from the JSON files alone.

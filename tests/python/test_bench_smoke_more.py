@@ -1,35 +1,43 @@
-"""Smoke tests of the export, storage and growth benchmarks in ``bench/``:
-each runs in quick mode in a child process (with a timeout, so a hang fails
-instead of freezing the suite), writes its JSON report with the expected
-keys, and removes its scratch stores. Targets are not checked: timings on a
-test machine say nothing.
+"""Checks of the benchmarks in ``bench/`` that need no full run (the quick run
+of every benchmark is in ``test_bench_smoke.py``): the options of all of them
+fit into ``run.py``'s one parser, the storage, export and growth benchmarks
+still run on their own, their targets compute the ratios they name, and the
+reports already in ``bench/results/`` still make tables, plots and targets.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO_ROOT / "bench"
 TIMEOUT_SECONDS = 120
+NEW_MODULES = ("bench_storage", "bench_export", "bench_growth")
 
 
-def run_quick(script: str, tmp_path: Path) -> dict[str, Any]:
-    out, stores = tmp_path / "report.json", tmp_path / "stores"
+@pytest.fixture(scope="module")
+def bench() -> Iterator[ModuleType]:
+    """``bench/run.py`` imported (with ``bench/`` on the path, as when run)."""
+    sys.path.insert(0, str(BENCH_DIR))
+    try:
+        yield importlib.import_module("run")
+    finally:
+        sys.path.remove(str(BENCH_DIR))
+
+
+def run_script(script: str, *options: str) -> subprocess.CompletedProcess:
     completed = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH_DIR / script),
-            "--quick",
-            "--out",
-            str(out),
-            "--dir",
-            str(stores),
-        ],
+        [sys.executable, str(BENCH_DIR / script), *options],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -39,60 +47,153 @@ def run_quick(script: str, tmp_path: Path) -> dict[str, Any]:
         f"{script} exited {completed.returncode}\n"
         f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     )
-    assert list(stores.iterdir()) == [], "scratch stores were left behind"
+    return completed
+
+
+def test_every_benchmark_is_registered_in_order(bench: ModuleType) -> None:
+    names = [module.NAME for module in bench.BENCHMARKS]
+    assert names == ["commit", "notify", "hotkeys", "storage", "export", "phrasecount", "growth"]
+    for module in bench.BENCHMARKS:
+        for function in ("add_arguments", "run", "format_report"):
+            assert callable(getattr(module, function)), (module.NAME, function)
+        # The report interface: no module draws its own plots any more.
+        assert not hasattr(module, "plot"), module.NAME
+
+
+def test_options_do_not_clash(bench: ModuleType) -> None:
+    """argparse refuses two modules defining one option string; two options
+    with one destination would silently share a value, so check those too."""
+    common = argparse.ArgumentParser()
+    bench.add_common_arguments(common)
+    taken = {action.dest for action in common._actions}
+    for module in bench.BENCHMARKS:
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        own = {action.dest for action in parser._actions} - {"help"}
+        assert own, module.NAME
+        assert not own & taken, (module.NAME, own & taken)
+        taken |= own
+
+    args = bench.parse_arguments(["--quick"])
+    assert args.export_threads is None and args.growth_sizes is None  # --quick decides
+    assert args.pc_threads == 4 and args.growth_threads == 4
+
+    help_text = run_script("run.py", "--help").stdout
+    for name in ("storage", "export", "growth"):
+        assert f"{name} benchmark:" in help_text
+    for option in ("--storage-updates", "--export-sinks", "--growth-sizes", "--growth-rounds"):
+        assert option in help_text
+
+
+@pytest.mark.parametrize("module", NEW_MODULES)
+def test_runs_alone_help(module: str) -> None:
+    help_text = run_script(f"{module}.py", "--help").stdout
+    prefix = module.removeprefix("bench_")
+    assert f"--{prefix}-" in help_text and "--quick" in help_text and "--out" in help_text
+
+
+def test_growth_alone_with_explicit_options(tmp_path: Path) -> None:
+    """Standalone, tiny: explicit options win over the defaults; the two
+    targets are a ratio (drain) and 'not measured' (RSS: no 10k/100k run)."""
+    out, stores = tmp_path / "growth.json", tmp_path / "stores"
+    stdout = run_script(
+        "bench_growth.py",
+        *("--growth-sizes", "150", "30", "--growth-threads", "2", "--growth-rounds", "3"),
+        *("--growth-drain-updates", "300", "--growth-drain-keys", "30"),
+        *("--out", str(out), "--dir", str(stores)),
+    ).stdout
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert report["settings"]["quick"] is True
-    assert {"machine", "versions"} <= set(report)
-    return report
+    settings = report["settings"]
+    assert settings["quick"] is False
+    assert settings["sizes"] == [30, 150]
+    assert (settings["rounds"], settings["drain_updates"], settings["drain_keys"]) == (3, 300, 30)
+    # Not multiples of the 100 documents per directory: exactly these were indexed.
+    assert [size["documents"] for size in report["sizes"]] == [30, 150]
+    assert all(size["peak_rss_mib"] > 0 for size in report["sizes"])
+    assert [r["exported_entries"] > 0 for r in report["drain"]["rounds"]] == [True] * 3
+    assert "peak RSS at 10,000 docs / at 100,000 docs (RSS grows at most 1.25x): not measured" in (
+        stdout
+    )
+    assert "target: growth: data.mdb after drain round 2 / after round 3" in stdout
+    assert list(stores.iterdir()) == [], "scratch stores were left behind"
 
 
-def check_targets(script: str, report: dict[str, Any]) -> None:
-    sys.path.insert(0, str(BENCH_DIR))
-    try:
-        module = __import__(script.removesuffix(".py"))
-    finally:
-        sys.path.remove(str(BENCH_DIR))
-    for name, measured, wanted in module.targets(report):
-        assert isinstance(name, str) and measured > 0 and wanted > 0, (name, measured, wanted)
+def _growth_report(peaks: dict[int, float], files: list[float]) -> dict[str, Any]:
+    return {
+        "settings": {"pc_threads": 4, "drain_updates": 10, "drain_keys": 5},
+        "sizes": [
+            {
+                "documents": documents,
+                "phrases": documents * 10,
+                "peak_rss_mib": peak,
+                "peak_rss_anon_mib": peak / 2,
+                "peak_rss_file_mib": peak / 2,
+                "data_mdb_mib": 1.0,
+                "sink_mib": None,
+                "seconds": 1.0,
+            }
+            for documents, peak in peaks.items()
+        ],
+        "drain": {
+            "rounds": [
+                {"round": i + 1, "data_mdb_mib": f, "allocated_mib": f, "exported_entries": 5}
+                for i, f in enumerate(files)
+            ]
+        },
+    }
 
 
-def test_export_quick(tmp_path: Path) -> None:
-    report = run_quick("bench_export.py", tmp_path)
-    assert report["benchmark"] == "export"
-    assert set(report["sinks"]) == {"sqlite", "postgres"}
-    for measured in report["sinks"].values():
-        assert measured["sink_alone"]["median_entries_per_s"] > 0
-        for summary in measured["throughput"].values():
-            assert summary["median_entries_per_s"] > 0
-            assert summary["runs"]
-        assert set(measured["latency"]) == {"idle", "load"}
-        for mode in measured["latency"].values():
-            for kind in ("export", "observer"):
-                assert set(mode[kind]) >= {"p50_ms", "p99_ms", "max_ms", "commits"}
-        assert measured["latency"]["load"]["load_entries_per_s"] > 0
-    check_targets("bench_export.py", report)
+@pytest.mark.parametrize(
+    ("peaks", "files", "rss", "drain"),
+    [
+        # 125 MiB at 100k is exactly 1.25x 100 MiB at 10k; the file grew 4% after round 2.
+        ({10_000: 100.0, 50_000: 110.0, 100_000: 125.0}, [10.0, 12.0, 12.5], (0.8, True), 0.96),
+        # 1.5x more RSS; the file keeps growing (10% after round 2).
+        ({10_000: 100.0, 100_000: 150.0}, [10.0, 12.0, 13.2], (0.667, False), 0.909),
+        # Neither 10k nor 100k measured: the RSS target is not measured.
+        ({200: 50.0, 400: 60.0}, [10.0, 12.0, 12.0, 12.0], (None, None), 1.0),
+    ],
+)
+def test_growth_targets(
+    bench: ModuleType,
+    peaks: dict[int, float],
+    files: list[float],
+    rss: tuple[float | None, bool | None],
+    drain: float,
+) -> None:
+    growth = sys.modules["bench_growth"]
+    report = _growth_report(peaks, files)
+    rss_target, drain_target = growth.targets(report)
+    assert (rss_target.measured, rss_target.met, rss_target.target) == (*rss, 0.8)
+    assert "peak RSS at 10,000 docs / at 100,000 docs" in rss_target.name
+    assert (drain_target.measured, drain_target.target) == (drain, 0.95)
+    assert drain_target.met == (drain >= 0.95)
+    assert f"after drain round 2 / after round {len(files)}" in drain_target.name
+    # Tables and plots read the same report.
+    sizes, rounds = growth.tables(report)
+    assert [row[0] for row in sizes.rows] == [f"{n:,}" for n in peaks]
+    changes = [f"{after - before:+.2f}" for before, after in zip(files, files[1:])]
+    assert [row[2] for row in rounds.rows] == ["-", *changes]
+    assert [plot.name for plot in growth.plots(report)] == ["sizes", "drain"]
 
 
-def test_storage_quick(tmp_path: Path) -> None:
-    report = run_quick("bench_storage.py", tmp_path)
-    assert report["benchmark"] == "storage"
-    assert set(report["results"]) == {"lmdb_put", "lmdb_putmulti", "combine_queue"}
-    for system in report["results"].values():
-        assert system["median_per_s"] > 0
-    assert report["combine_ratio"] > 0
-    assert report["durable_commits"]["benchmark"] == "commit"
-    assert report["durable_commits"]["target"]["threads"] == 16
-    check_targets("bench_storage.py", report)
+def test_export_has_no_targets(bench: ModuleType) -> None:
+    assert sys.modules["bench_export"].targets({"sinks": {}}) == []
 
 
-def test_growth_quick(tmp_path: Path) -> None:
-    report = run_quick("bench_growth.py", tmp_path)
-    assert report["benchmark"] == "growth"
-    assert [size["documents"] for size in report["sizes"]] == report["settings"]["sizes"]
-    for size in report["sizes"]:
-        assert size["peak_rss_mib"] > 0 and size["data_mdb_mib"] > 0
-        assert size["phrases"] > 0
-    rounds = report["drain"]["rounds"]
-    assert [r["round"] for r in rounds] == list(range(1, report["settings"]["rounds"] + 1))
-    assert all(r["data_mdb_mib"] > 0 for r in rounds)
-    check_targets("bench_growth.py", report)
+@pytest.mark.parametrize("name", ["storage", "export", "growth"])
+def test_reports_in_results_still_readable(bench: ModuleType, name: str) -> None:
+    """The JSON in ``bench/results/`` (possibly from an older version of the
+    benchmark) still makes tables, plots and targets, as ``--report-only``
+    needs."""
+    path = BENCH_DIR / "results" / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"no {path.name} in bench/results")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    module = sys.modules[f"bench_{name}"]
+    tables = module.tables(report)
+    assert tables and all(table.rows for table in tables)
+    assert all(plot.x and plot.series for plot in module.plots(report))
+    for target in module.targets(report):
+        assert target.measured is None or target.measured > 0, target
+    assert module.format_report(report)
