@@ -559,6 +559,9 @@ class SQLite(_SQLExporter):
         )
         try:
             self._switch_to_wal(conn)
+            # The batch table (temp.percolite_batch) lives in memory, not in
+            # a temporary file written and deleted on every call.
+            conn.execute("PRAGMA temp_store=MEMORY")
         except BaseException:
             conn.close()
             raise

@@ -108,7 +108,9 @@ def _current_sink() -> Any:
         return _sink[0]
 
 
-@app.export_queue("export", buckets=16, value_codec="int64s:2", batch_size=4096)
+# Few buckets and big batches: each call is one durable SQLite (or PostgreSQL)
+# transaction, and the sink's cost is per transaction as much as per row.
+@app.export_queue("export", buckets=4, value_codec="int64s:2", batch_size=16384)
 def export(entries: list) -> None:
     """Sends changed counts to the sink (a deletion when a phrase reaches 0)."""
     _current_sink()(entries)
