@@ -54,6 +54,7 @@ class CombineQueue:
             [Transaction, list[tuple[bytes, bytes | None, bytes | None]]], tuple[bool, Any]
         ]
         | None,
+        export_to: list[ExportQueue] = ...,
     ) -> CombineQueue: ...
     def add(self, tx: Transaction, updates: list[tuple[bytes, bytes]]) -> None: ...
     def get(self, tx: Transaction, key: bytes) -> bytes | None: ...
@@ -75,7 +76,10 @@ class ExportQueue:
         id: str,
         buckets: int,
         batch_size: int,
-        exporter: Callable[[list[tuple[bytes, bytes, int]]], tuple[bool, Any]],
+        exporter: Callable[[list[Any]], tuple[bool, Any]],
+        entry_type: Callable[[Any, Any, int], Any] | None = None,
+        key_codec: tuple[str, int] | None = None,
+        value_codec: tuple[str, int] | None = None,
     ) -> ExportQueue: ...
     def add(self, tx: Transaction, key: bytes, value: bytes) -> None: ...
     def bucket_of(self, key: bytes) -> int: ...

@@ -22,7 +22,9 @@ counter of the snapshot).
 from __future__ import annotations
 
 import bisect
+import enum
 import itertools
+import math
 import textwrap
 from collections import Counter, defaultdict
 
@@ -1275,3 +1277,376 @@ def test_int64_sum_overflow_is_unstuck_by_a_compensating_update(tmp_path):
             assert q.get(tx, "k") == 2**63 - 1
     finally:
         env.close()
+
+
+# -- native encoding in cq.add (module.cc EncodeFast) -------------------------------
+#
+# With built-in key and value codecs, cq.add encodes in C++ (_core.add_native)
+# and falls back to the Python codecs when that returns False. These tests pin
+# the C++ encodings to the codecs' bytes and check that whatever the C++ path
+# refuses behaves exactly as the Python path does.
+
+
+def raw_data_cells(env, queue):
+    """{encoded key: stored value bytes} of the queue's current values, read
+    from the documented rows ``<id>:d:<bucket>:<key>`` (column cq:v)."""
+    out = {}
+    with env.transaction() as tx:
+        for bucket in range(queue.buckets):
+            prefix = queue._core.data_row_prefix(bucket)
+            for row, _column, value in tx.scan(prefix=prefix, columns=[(b"cq", b"v")]):
+                key = row[len(prefix) :]
+                assert key not in out, f"key {key!r} stored in two buckets"
+                assert queue._core.bucket_of(key) == bucket, f"key {key!r} in a foreign bucket"
+                out[key] = value
+    return out
+
+
+def queued_update_values(env, queue):
+    """Sorted values of the queued (not yet folded) update cells."""
+    with env.transaction() as tx:
+        return sorted(value for _row, _col, value in tx.scan(prefix=f"{queue.id}:u:"))
+
+
+def same_value(got, expected, codec):
+    """Equal as the codec sees it (so -0.0 != 0.0 and nan == nan), and of the same type."""
+    return type(got) is type(expected) and codec.encode(got) == codec.encode(expected)
+
+
+FAST_CASES = {
+    # name: (key codec, value codec, {key: value}); every item of the exact types
+    # the C++ encoder takes, with the edges of each layout.
+    "str-int64": (
+        "str",
+        "int64",
+        {
+            "": 0,
+            "a": INT64_MIN,
+            "ab": INT64_MAX,
+            "ä\u00e9": -1,
+            "\U0001f600 astral": -(1 << 40),
+            "nul\x00inside": 255,
+            "日本語": 1 << 32,
+        },
+    ),
+    "bytes-float64": (
+        "bytes",
+        "float64",
+        {
+            b"": -0.0,
+            b"\x00": 0.0,
+            b"\x00\x00": math.inf,
+            b"\x00\xff": -math.inf,
+            b"\xff": 1.7976931348623157e308,
+            b"big": -1e300,
+            b"tiny": 5e-324,
+            b"neg": -2.5,
+            b"nan": math.nan,
+            b"a\x00b": 0.1,
+        },
+    ),
+    "int64-int64s:3": (
+        "int64",
+        "int64s:3",
+        {
+            0: (0, 0, 0),
+            -1: (INT64_MIN, INT64_MAX, -1),
+            INT64_MAX: (1, -2, 3),
+            INT64_MIN: (-(1 << 62), 1 << 62, 0),
+            1 << 40: (7, 7, 7),
+        },
+    ),
+    "str-str": (
+        "str",
+        "str",
+        {
+            "empty": "",
+            "astral": "\U0001f600\U0001d11e",
+            "nul": "a\x00b",
+            "latin": "ñé",
+            "long": "x" * 5000,
+            "\U0010ffff": "max code point \U0010ffff",
+        },
+    ),
+    "str-bytes": (
+        "str",
+        "bytes",
+        {"empty": b"", "nuls": b"\x00\x00", "ff": b"\xff\x00\x01", "all": bytes(range(256))},
+    ),
+    "int64-float64": ("int64", "float64", {-5: -0.0, 5: 1e-300, 0: 2.0**53 + 2}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAST_CASES))
+@pytest.mark.parametrize("form", ["dict", "pairs"])
+def test_native_add_stores_exactly_the_codec_bytes(tmp_path, case, form):
+    """cq.add through the C++ encoder: the queued update cells and, after
+    processing ("last" keeps an update's bytes as they are), the stored current
+    values are byte for byte what the Python codecs encode; get and scan read
+    back equal values of the same types, scan in encoded-key order."""
+    key_codec, value_codec, items = FAST_CASES[case]
+    app = percolite.App()
+    queue = app.combine_queue(
+        "q", buckets=8, combiner="last", key_codec=key_codec, value_codec=value_codec
+    )
+    kc, vc = queue.key_codec, queue.value_codec
+    updates = dict(items) if form == "dict" else list(items.items())
+    with percolite.open(tmp_path / "db", app=app, sync="none") as env:
+        # The C++ path takes these inputs (else this test would not test it).
+        probe = env.transaction()
+        assert queue._core.add_native(probe._tx, updates, *queue._native_codecs) is True
+        probe.abort()
+
+        with env.transaction() as tx:
+            queue.add(tx, updates)
+        assert queued_update_values(env, queue) == sorted(vc.encode(v) for v in items.values())
+        assert env.process(threads=1, timeout=30)["idle"]
+        assert raw_data_cells(env, queue) == {kc.encode(k): vc.encode(v) for k, v in items.items()}
+        with env.transaction() as tx:
+            for key, value in items.items():
+                assert same_value(queue.get(tx, key), value, vc), key
+            scanned = list(queue.scan(tx))
+    assert [kc.encode(k) for k, _ in scanned] == sorted(kc.encode(k) for k in items)
+    for key, value in scanned:
+        assert type(key) is type(next(iter(items)))
+        assert same_value(value, items[key], vc), key
+    if value_codec == "float64" and b"" in items:
+        assert math.copysign(1.0, dict(scanned)[b""]) == -1.0, "-0.0 keeps its sign"
+
+
+class Color(enum.IntEnum):
+    RED = 1
+    BLUE = -(1 << 40)
+
+
+class Name(str):
+    pass
+
+
+# (id, queue options, a function making the updates, what happens). What
+# happens: "ok", or (error type, words of its message): the queue and the key.
+# Each input is one the C++ encoder must refuse or take exactly as the codecs.
+Q = "combine queue 'q'"
+FALLBACK_CASES = [
+    ("bool value", {}, lambda: {"k": True}, (TypeError, [Q, "True", "key 'k'"])),
+    (
+        "bool after good values",
+        {},
+        lambda: [("a", 1), ("b", 2), ("k", False)],
+        (TypeError, [Q, "False", "key 'k'"]),
+    ),
+    ("IntEnum value", {}, lambda: {"k": Color.BLUE, "r": Color.RED}, "ok"),
+    ("IntEnum key", {"key_codec": "int64"}, lambda: {Color.RED: 5}, "ok"),
+    ("int above int64", {}, lambda: {"a": 1, "k": INT64_MAX + 1}, (ValueError, [Q, "key 'k'"])),
+    ("int below int64", {}, lambda: [("k", INT64_MIN - 1)], (ValueError, [Q, "key 'k'"])),
+    ("huge int", {}, lambda: {"k": 1 << 200}, (ValueError, [Q, "key 'k'"])),
+    ("float for int64", {}, lambda: {"k": 1.0}, (TypeError, [Q, "key 'k'"])),
+    ("str for int64", {}, lambda: {"k": "1"}, (TypeError, [Q, "key 'k'"])),
+    ("None value", {}, lambda: {"k": None}, (TypeError, [Q, "key 'k'"])),
+    ("int for float64", {"value_codec": "float64"}, lambda: {"k": 3, "j": -(1 << 60)}, "ok"),
+    # float(1 << 2000) raises OverflowError in the Python codec, which
+    # encode_or_raise does not reword (it names neither queue nor key): as before.
+    (
+        "huge int for float64",
+        {"value_codec": "float64"},
+        lambda: {"k": 1 << 2000},
+        (OverflowError, []),
+    ),
+    ("bool for float64", {"value_codec": "float64"}, lambda: {"k": True}, (TypeError, [Q])),
+    ("list for int64s", {"value_codec": "int64s:3"}, lambda: {"k": [1, -2, INT64_MIN]}, "ok"),
+    ("bool in int64s", {"value_codec": "int64s:3"}, lambda: {"k": (1, True, 3)}, (TypeError, [Q])),
+    ("short int64s", {"value_codec": "int64s:3"}, lambda: {"k": (1, 2)}, (ValueError, [Q])),
+    ("long int64s", {"value_codec": "int64s:3"}, lambda: {"k": [1, 2, 3, 4]}, (ValueError, [Q])),
+    (
+        "overflow in int64s",
+        {"value_codec": "int64s:3"},
+        lambda: {"k": (1, 2, 1 << 63)},
+        (ValueError, [Q, "key 'k'"]),
+    ),
+    ("int for int64s", {"value_codec": "int64s:3"}, lambda: {"k": 3}, (TypeError, [Q])),
+    (
+        "lone surrogate key",
+        {},
+        lambda: {"ok": 1, "bad\ud800": 1},
+        (ValueError, [Q, "key 'bad\\ud800'"]),
+    ),
+    (
+        "lone surrogate value",
+        {"value_codec": "str"},
+        lambda: {"k": "\udfff"},
+        (ValueError, [Q, "key 'k'"]),
+    ),
+    ("bytes key for str", {}, lambda: {b"k": 1}, (TypeError, [Q, "key b'k'"])),
+    ("int key for str", {}, lambda: [(7, 1)], (TypeError, [Q, "key 7"])),
+    ("str subclass key", {}, lambda: {Name("k"): 1}, "ok"),
+    ("bytearray key", {"key_codec": "bytes"}, lambda: [(bytearray(b"k\x00"), 1)], "ok"),
+    ("memoryview value", {"value_codec": "bytes"}, lambda: {"k": memoryview(b"v\x00")}, "ok"),
+    ("str key for bytes", {"key_codec": "bytes"}, lambda: {"k": 1}, (TypeError, [Q, "key 'k'"])),
+    ("generator of pairs", {}, lambda: (p for p in [("a", 1), ("b", -1)]), "ok"),
+    ("tuple of pairs", {}, lambda: (("a", 1), ("b", 2)), "ok"),
+    ("list of lists", {}, lambda: [["a", 1], ["b", 2]], "ok"),
+    ("Counter", {}, lambda: Counter({"a": 2, "b": -3}), "ok"),
+    ("dict items view", {}, lambda: {"a": 1}.items(), "ok"),
+    ("a triple in the list", {}, lambda: [("a", 1), ("b", 2, 3)], (ValueError, ["unpack"])),
+    ("not a pair", {}, lambda: ["abc"], (ValueError, ["unpack"])),
+    ("not iterable", {}, lambda: 5, (TypeError, ["int"])),
+]
+
+
+def _add_outcome(store, options, updates, python_only):
+    """Add ``updates`` to queue "q" in a new store, in a transaction that also
+    writes another cell and then commits. Returns ("ok", queued update values,
+    stored current values after processing) or (error type, message); checks
+    that a raising add queued nothing while the rest of its transaction
+    committed."""
+    app = percolite.App()
+    queue = app.combine_queue("q", buckets=4, **options)
+    if python_only:
+        queue._native_codecs = None  # the Python codecs, as before the C++ path existed
+    with percolite.open(store, app=app, sync="none") as env:
+        tx = env.transaction()
+        tx.set("other", ("f", "q"), "x")
+        try:
+            queue.add(tx, updates)
+        except Exception as e:  # any error: compared with the Python path's below
+            tx.commit()
+            with env.transaction() as check:
+                assert queue.depth(check) == 0, "an add that raised queued something"
+                assert check.get("other", ("f", "q")) == b"x"
+            assert env.status()["pending"] == 0, "no bucket was notified"
+            return (type(e), str(e))
+        tx.commit()
+        values = queued_update_values(env, queue)
+        assert values, "the add queued nothing"
+        assert env.process(threads=1, timeout=30)["idle"]
+        return ("ok", values, raw_data_cells(env, queue))
+
+
+@pytest.mark.parametrize(
+    ("options", "make", "outcome"),
+    [case[1:] for case in FALLBACK_CASES],
+    ids=[case[0] for case in FALLBACK_CASES],
+)
+def test_inputs_off_the_native_path_behave_as_the_python_codecs(tmp_path, options, make, outcome):
+    """Inputs the C++ encoder refuses (add_native returns False and queues
+    nothing) go through the Python codecs: they work exactly as before the C++
+    path existed (the same bytes queued and stored) or raise the same error,
+    naming the queue and the key, with nothing queued. The few it may take
+    (IntEnum, a str subclass, a list for int64s) must give the Python bytes."""
+    options = {"combiner": "last", **options}
+    got = _add_outcome(tmp_path / "native", options, make(), python_only=False)
+    expected = _add_outcome(tmp_path / "python", options, make(), python_only=True)
+    assert got == expected
+    if outcome == "ok":
+        assert got[0] == "ok", got
+    else:
+        error, words = outcome
+        assert got[0] is error, got
+        for word in words:
+            assert word in got[1], (word, got[1])
+
+
+def test_add_native_refuses_without_queuing(store_path):
+    """The C++ encoder returns False for anything not of the codecs' exact
+    kinds (bool is not an int64, an int not a float64, ...) and then has
+    queued nothing, even after encoding the items before the refused one."""
+    app = percolite.App()
+    ints = app.combine_queue("i", buckets=2)
+    floats = app.combine_queue("f", buckets=2, value_codec="float64")
+    tuples = app.combine_queue("t", buckets=2, value_codec="int64s:2")
+    raw = app.combine_queue("b", buckets=2, key_codec="bytes", value_codec="bytes", combiner="last")
+    refused = [
+        (ints, [("a", 1), ("b", True)]),
+        (ints, {"a": 1, "b": 1 << 63}),
+        (ints, {"a": 1, 2: 1}),
+        (ints, [("a", 1), ["b", 1]]),
+        (ints, [("a", 1), ("b", 1, 2)]),
+        (ints, (("a", 1),)),
+        (ints, Counter({"a": 1})),
+        (ints, {"a\ud800": 1}),
+        (floats, {"a": 1.5, "b": 2}),
+        (tuples, {"a": (1, 2), "b": (1, False)}),
+        (tuples, {"a": (1, 2), "b": (1, 2, 3)}),
+        (raw, [(b"a", b"1"), (bytearray(b"b"), b"2")]),
+        (raw, {b"a": b"1", b"b": memoryview(b"2")}),
+    ]
+    with percolite.open(store_path, app=app, sync="none") as env:
+        for queue, updates in refused:
+            tx = env.transaction()
+            assert queue._core.add_native(tx._tx, updates, *queue._native_codecs) is False
+            tx.commit()
+        assert env.status()["pending"] == 0
+        with env.transaction() as tx:
+            assert [q.depth(tx) for q in (ints, floats, tuples, raw)] == [0, 0, 0, 0]
+
+
+# -- scan over bucket-local values (rows <id>:d:<bucket>:<key>) --------------------
+
+
+def _scan_keys():
+    """Keys that prefix each other, with NULs, 0xff, non-ASCII and long ones."""
+    keys = {f"k{i:04d}" for i in range(0, 600, 3)}
+    keys |= {"", "a", "a\x00", "a\x00b", "ab", "abc", "b", "\x7f", "é", "\U0001f600", "\x00"}
+    keys |= {"p" + "x" * n for n in range(0, 40, 7)}
+    keys |= {"long:" + "y" * 600 + str(i) for i in range(3)}  # past the inline key limit
+    return sorted(keys)
+
+
+def test_scan_merges_many_buckets_in_encoded_key_order(tmp_path):
+    """64 buckets: scan returns every key exactly once, in the order of the
+    encoded keys, with the right value; a prefix keeps exactly the keys whose
+    encoding starts with the prefix's; each value sits in its key's bucket
+    row; a reopened store (another App declaring the same queue) reads the
+    same."""
+    keys = _scan_keys()
+    expected = {k: i + 1 for i, k in enumerate(keys)}
+
+    def declare():
+        app = percolite.App()
+        return app, app.combine_queue("s", buckets=64, buffer_size=7)
+
+    app, queue = declare()
+    with percolite.open(tmp_path / "db", app=app, sync="none") as env:
+        for start in range(0, len(keys), 50):
+            with env.transaction() as tx:
+                queue.add(tx, {k: expected[k] for k in keys[start : start + 50]})
+        assert env.process(threads=2, timeout=60)["idle"]
+        cells = raw_data_cells(env, queue)
+        assert len({queue.bucket_of(k) for k in keys}) > 40, "keys spread over the buckets"
+
+        with env.transaction() as tx:
+            scanned = list(queue.scan(tx))
+            prefixed = {p: list(queue.scan(tx, prefix=p)) for p in ("a", "k01", "p", "", "zz")}
+            got = {k: queue.get(tx, k) for k in keys}
+    encoded_order = sorted(keys, key=lambda k: k.encode("utf-8"))
+    assert [k for k, _ in scanned] == encoded_order
+    assert dict(scanned) == expected == got
+    assert cells == {k.encode("utf-8"): v.to_bytes(8, "big") for k, v in expected.items()}
+    for prefix, pairs in prefixed.items():
+        want = [(k, expected[k]) for k in encoded_order if k.startswith(prefix)]
+        assert pairs == want, prefix
+    assert len(prefixed["k01"]) == 33 and prefixed["zz"] == []
+
+    app, queue = declare()
+    with percolite.open(tmp_path / "db", app=app, sync="none") as env:
+        with env.transaction() as tx:
+            assert list(queue.scan(tx)) == scanned
+            assert list(queue.scan(tx, prefix="a")) == prefixed["a"]
+            assert {k: queue.get(tx, k) for k in keys} == expected
+
+
+def test_scan_orders_int64_keys_by_their_encoding(store_path):
+    """int64 keys encode big-endian two's complement: scan yields 0..max,
+    then min..-1 (the encoded order), each key once, across 16 buckets."""
+    keys = [0, 1, 2, 255, 256, 1 << 40, INT64_MAX, INT64_MIN, -(1 << 40), -256, -2, -1]
+    app = percolite.App()
+    queue = app.combine_queue("n", buckets=16, key_codec="int64", combiner="last")
+    with percolite.open(store_path, app=app, sync="none") as env:
+        with env.transaction() as tx:
+            queue.add(tx, {k: k // 3 for k in reversed(keys)})
+        assert env.process(threads=1, timeout=30)["idle"]
+        with env.transaction() as tx:
+            assert list(queue.scan(tx)) == [(k, k // 3) for k in keys]
+            assert list(queue.scan(tx, prefix=1 << 40)) == [(1 << 40, (1 << 40) // 3)]
+    with pytest.raises(ValueError, match="no such bucket"):
+        queue._core.data_row_prefix(16)

@@ -11,7 +11,9 @@ the reference even when calls fail or repeat.
 
 from __future__ import annotations
 
+import math
 import textwrap
+from collections import defaultdict
 
 import percolite
 import pytest
@@ -402,3 +404,351 @@ def test_unencodable_entries_are_refused_and_nothing_is_queued(env, key, value, 
     with env.transaction() as tx:
         assert eq.depth(tx) == 0
         assert tx.get("other", ("f", "q")) == b"x"
+
+
+# -- CombineQueue.export_to: native forwarding of every change --------------------
+
+
+def test_export_to_sink_ends_equal_to_the_combine_queue_under_concurrent_adds(tmp_path):
+    """3 adder threads against 2 worker threads; the combine queue forwards
+    every change to the export queue in C++ (no on_change). The seq-guarded
+    sink ends equal to the queue's final values; then keys brought to zero
+    leave as deletions (value None, with a larger seq than their last value)."""
+    out = child(
+        """
+        app = percolite.App()
+        counts = app.combine_queue("counts", buckets=8, buffer_size=16)
+        eq = app.export_queue("out", guarded, buckets=4, batch_size=32,
+                              key_codec="str", value_codec="int64")
+        returned = counts.export_to(eq)
+        env = percolite.open(path, app=app, sync="none")
+        env.start_workers(threads=2, retry_initial=0.01, retry_max=0.2)
+        def adder(t):
+            r = random.Random(t)
+            for i in range(200):
+                updates = {}
+                for _ in range(5):
+                    k = "w%02d" % r.randrange(40)
+                    updates[k] = updates.get(k, 0) + r.choice([1, 1, 2, -1, 3])
+                tx = env.transaction()
+                counts.add(tx, updates)
+                tx.commit()
+        threads = [threading.Thread(target=adder, args=(t,)) for t in range(3)]
+        for th in threads: th.start()
+        for th in threads: th.join()
+        assert env.wait(timeout=60)
+        with env.transaction() as tx:
+            final = dict(counts.scan(tx))
+        sink_then = live(sink)
+        # Bring five keys to exactly zero: the native sum deletes them.
+        zeroed = sorted(final)[:5]
+        seq_before = {k: sink[k][0] for k in zeroed}
+        with env.transaction() as tx:
+            counts.add(tx, {k: -final[k] for k in zeroed})
+        assert env.wait(timeout=60)
+        env.stop_workers()
+        with env.transaction() as tx:
+            after = dict(counts.scan(tx))
+        emit(returned_same=returned is eq, final=final, sink_then=sink_then, after=after,
+             sink_after=live(sink), zeroed=zeroed,
+             deletions={k: [sink[k][1], sink[k][0] > seq_before[k]] for k in zeroed},
+             delivered=sum(len(c) for c in calls), calls=len(calls), depth=depth(env, eq),
+             failures=[observer(env, n)["failures"] for n in ("combine queue counts",
+                                                              "export queue out")])
+        """,
+        path=str(tmp_path / "db"),
+        timeout=120,
+    )
+    assert out["returned_same"]
+    assert out["failures"] == [0, 0]
+    assert len(out["final"]) > 30
+    assert out["sink_then"] == out["final"]
+    assert out["delivered"] > len(out["final"]), "values changed many times"
+    assert out["after"] == {k: v for k, v in out["final"].items() if k not in out["zeroed"]}
+    assert out["sink_after"] == out["after"]
+    assert out["deletions"] == {k: [None, True] for k in out["zeroed"]}
+    assert out["depth"] == 0
+
+
+def test_export_to_and_on_change_both_see_every_change_forwarding_first(store_path):
+    """With export_to and an on_change, both get every change of a batch: the
+    exporter gets (key, new) for exactly the changes on_change sees, None for
+    a deleted key. Forwarding happens before on_change runs: an entry that
+    on_change adds to the same export queue gets a larger seq (index in the
+    transaction) than every forwarded entry of its commit."""
+    app = percolite.App()
+    exported, seen = [], []
+    counts = app.combine_queue("counts", buckets=2)
+    eq = app.export_queue("out", exported.extend, key_codec="str", value_codec="int64")
+    counts.export_to(eq)
+
+    @counts.on_change
+    def changed(tx, changes):
+        seen.append([(c.key, c.old, c.new) for c in changes])
+        eq.add(tx, "~marker", len(changes))
+
+    with percolite.open(store_path, app=app, sync="none") as env:
+        with env.transaction() as tx:
+            counts.add(tx, {"a": 5, "b": 2, "c": 1, "d": 7})
+        first = env.process(threads=1, timeout=30)
+        with env.transaction() as tx:
+            counts.add(tx, {"a": -5, "b": 1, "c": 0, "e": 3})
+        second = env.process(threads=1, timeout=30)
+        with env.transaction() as tx:
+            final = dict(counts.scan(tx))
+    for result in (first, second):
+        assert result["idle"] and result["failures"] == 0 and result["conflicts"] == 0
+    changes = [change for batch in seen for change in batch]
+    assert len(changes) == 7
+    assert set(changes) == {
+        ("a", 5, None),
+        ("a", None, 5),
+        ("b", 2, 3),
+        ("b", None, 2),
+        ("c", None, 1),
+        ("d", None, 7),
+        ("e", None, 3),
+    }
+    assert final == {"b": 3, "c": 1, "d": 7, "e": 3}
+    forwarded = [e for e in exported if e.key != "~marker"]
+    markers = [e for e in exported if e.key == "~marker"]
+    assert len(forwarded) == len(changes)
+    assert {(e.key, e.value) for e in forwarded} == {(k, new) for k, _, new in changes}
+    assert len(markers) == len(seen) >= 2, "one processing run per bucket and round"
+    by_commit = defaultdict(list)
+    for e in forwarded:
+        by_commit[e.seq >> percolite._export.SEQ_INDEX_BITS].append(e.seq)
+    for marker in markers:
+        commit = marker.seq >> percolite._export.SEQ_INDEX_BITS
+        assert len(by_commit[commit]) == marker.value, "the marker counts its commit's changes"
+        assert marker.seq > max(by_commit[commit]), "forwarded before on_change ran"
+
+
+def test_export_to_refuses_what_cannot_work():
+    app = percolite.App()
+    counts = app.combine_queue("counts", value_codec="int64s:2")
+    good = app.export_queue("good", lambda e: None, key_codec="str", value_codec="int64s:2")
+    assert counts.export_to(good) is good
+
+    with pytest.raises(TypeError, match="needs a percolite.ExportQueue, not CombineQueue"):
+        counts.export_to(app.combine_queue("other"))
+    with pytest.raises(TypeError, match="not function"):
+        counts.export_to(lambda entries: None)
+    with pytest.raises(TypeError, match="not ExportQueue"):
+        counts.export_to(good._core)  # the core object is not the Python queue
+
+    elsewhere = percolite.App().export_queue(
+        "far", lambda e: None, key_codec="str", value_codec="int64s:2"
+    )
+    with pytest.raises(ValueError, match="'far' belongs to another App than combine queue"):
+        counts.export_to(elsewhere)
+    with pytest.raises(ValueError, match="'counts' already exports to 'good'"):
+        counts.export_to(good)
+
+    mismatched = [
+        (
+            "k1",
+            dict(key_codec="bytes", value_codec="int64s:2"),
+            "key codecs differ ('str' and 'bytes')",
+        ),
+        (
+            "v1",
+            dict(key_codec="str", value_codec="json"),
+            "value codecs differ ('int64s:2' and 'json')",
+        ),
+        ("v2", dict(key_codec="str", value_codec="int64s:3"), "('int64s:2' and 'int64s:3')"),
+        ("v3", dict(key_codec="str", value_codec="int64"), "('int64s:2' and 'int64')"),
+    ]
+    for queue_id, codecs, words in mismatched:
+        queue = app.export_queue(queue_id, lambda e: None, **codecs)
+        with pytest.raises(ValueError) as info:
+            counts.export_to(queue)
+        message = str(info.value)
+        assert f"combine queue 'counts' cannot export to '{queue_id}'" in message
+        assert words in message, message
+    assert counts._export_to == [good], "refused registrations left nothing"
+
+
+def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(tmp_path):
+    out = child(
+        """
+        app = percolite.App()
+        counts = app.combine_queue("counts", buckets=2)
+        eq = app.export_queue("out", guarded, key_codec="str", value_codec="int64")
+        env = percolite.open(path, app=app, sync="none")
+        env.start_workers(1)
+        try:
+            counts.export_to(eq)
+            error = None
+        except percolite.Error as e:
+            error = str(e)
+        with env.transaction() as tx:
+            counts.add(tx, {"before": 1})
+        assert env.wait(timeout=30)
+        env.stop_workers()
+        nothing = list(calls)
+        counts.export_to(eq)  # allowed once the workers are stopped
+        with env.transaction() as tx:
+            counts.add(tx, {"after": 2})
+        result = env.process(threads=1, timeout=30)
+        emit(error=error, nothing=nothing, sink=live(sink), idle=result["idle"])
+        """,
+        path=str(tmp_path / "db"),
+    )
+    assert "cannot register an export from combine queue 'counts'" in out["error"]
+    assert "workers are running" in out["error"]
+    assert out["nothing"] == [], "the refused export_to forwarded changes"
+    assert out["idle"]
+    assert out["sink"] == {"after": 2}
+
+
+def test_export_to_sends_nothing_from_an_aborted_processing_transaction(tmp_path):
+    """Forwarding writes into the processing transaction: while on_change
+    raises (so the transaction aborts and is retried), nothing reaches the
+    export queue or the exporter, and the failure shows in env.status(). Once
+    on_change passes, each key leaves exactly once, with its value."""
+    out = child(
+        """
+        failing = threading.Event()
+        failing.set()
+        app = percolite.App()
+        counts = app.combine_queue("counts", buckets=2)
+        eq = app.export_queue("out", guarded, buckets=2, key_codec="str", value_codec="int64")
+        counts.export_to(eq)
+        @counts.on_change
+        def changed(tx, changes):
+            if failing.is_set():
+                raise ValueError("observer says no")
+        env = percolite.open(path, app=app, sync="none")
+        with env.transaction() as tx:
+            counts.add(tx, {"a": 1, "b": 2, "c": 3})
+        env.start_workers(2, retry_initial=0.01, retry_max=0.1)
+        deadline = time.monotonic() + 20
+        while observer(env, "combine queue counts")["failures"] < 6:
+            assert time.monotonic() < deadline, "the change observer never failed"
+            time.sleep(0.01)
+        with env.transaction() as tx:
+            during = {"depth": eq.depth(tx), "queued": counts.depth(tx),
+                      "values": dict(counts.scan(tx))}
+        during["calls"] = list(calls)
+        o = observer(env, "combine queue counts")
+        failing.clear()
+        assert env.wait(timeout=30)
+        env.stop_workers()
+        with env.transaction() as tx:
+            final = dict(counts.scan(tx))
+        emit(during=during, failures=o["failures"], error=o["last_error"], final=final,
+             sink=live(sink), delivered=sorted(k for c in calls for k, _v, _s in c),
+             depth=depth(env, eq))
+        """,
+        path=str(tmp_path / "db"),
+    )
+    assert out["failures"] >= 6
+    assert "ValueError: observer says no" in out["error"]
+    assert out["during"] == {"depth": 0, "queued": 3, "values": {}, "calls": []}
+    assert out["final"] == out["sink"] == {"a": 1, "b": 2, "c": 3}
+    assert out["delivered"] == ["a", "b", "c"], "each change left once, none from aborted runs"
+    assert out["depth"] == 0
+
+
+# -- entries decoded in C++ (built-in codecs) or in Python (others) --------------
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+DECODE_CASES = {
+    # name: (key codec, value codec, [(key, value or None for a deletion), ...])
+    "str-int64": (
+        "str",
+        "int64",
+        [("a", 1), ("", INT64_MIN), ("\U0001f600é", INT64_MAX), ("nul\x00", -1), ("gone", None)],
+    ),
+    "bytes-float64": (
+        "bytes",
+        "float64",
+        [(b"", -0.0), (b"\x00\xff", math.inf), (b"big", 1e300), (b"tiny", 5e-324), (b"d", None)],
+    ),
+    "int64-int64s:3": (
+        "int64",
+        "int64s:3",
+        [
+            (INT64_MIN, (1, -2, INT64_MAX)),
+            (-1, (0, 0, 0)),
+            (INT64_MAX, (INT64_MIN, 0, 1)),
+            (7, None),
+        ],
+    ),
+    "str-str": ("str", "str", [("k", ""), ("u", "ñ\U0001f600\x00x"), ("d", None)]),
+    "str-bytes": ("str", "bytes", [("k", b"\x00\x01"), ("e", b""), ("d", None)]),
+    "int64-bytes": ("int64", "bytes", [(0, b"\xff"), (-5, None)]),
+    # Python path: a json value codec, then a pickle key codec.
+    "str-json": (
+        "str",
+        "json",
+        [("k", {"x": [1, None]}), ("l", [1.5, "s"]), ("n", 0), ("d", None)],
+    ),
+    "pickle-int64": ("pickle", "int64", [((1, "a"), 3), (frozenset({2}), None)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DECODE_CASES))
+def test_exporter_gets_decoded_sequenced_exports(store_path, case):
+    """The exporter receives percolite.SequencedExport entries whose key and
+    value have the codecs' Python types and values (tuple for int64s:N, None
+    for a deletion) and whose seq is commit_ts << 20 | index in the
+    transaction, ordered by key then seq; whether the core decodes them (the
+    built-in codecs) or Python does."""
+    key_codec, value_codec, items = DECODE_CASES[case]
+    exported = []
+    app = percolite.App()
+    eq = app.export_queue(
+        "ex", exported.extend, buckets=3, key_codec=key_codec, value_codec=value_codec
+    )
+    kc, vc = eq.key_codec, eq.value_codec
+    with percolite.open(store_path, app=app, sync="none") as env:
+        tx = env.transaction()
+        for key, value in items:
+            eq.add(tx, key, value)
+        tx.commit()
+        result = env.process(threads=1, timeout=30)
+    assert result["idle"] and result["failures"] == 0
+    assert all(type(e) is percolite.SequencedExport for e in exported)
+    assert sorted(e.seq for e in exported) == [
+        (tx.commit_ts << percolite._export.SEQ_INDEX_BITS) | i for i in range(len(items))
+    ]
+    by_seq = {e.seq & ((1 << percolite._export.SEQ_INDEX_BITS) - 1): e for e in exported}
+    for index, (key, value) in enumerate(items):
+        entry = by_seq[index]
+        assert type(entry.key) is type(key) and entry.key == key, (entry, key)
+        if value is None:
+            assert entry.value is None, entry
+        else:
+            assert type(entry.value) is type(value), entry
+            assert vc.encode(entry.value) == vc.encode(value), entry  # -0.0 keeps its sign
+    for bucket in {eq.bucket_of(k) for k, _ in items}:
+        delivered = [kc.encode(e.key) for e in exported if eq.bucket_of(e.key) == bucket]
+        assert delivered == sorted(delivered), "each delivery is ordered by key"
+
+
+def test_a_combine_queue_exporting_int64_tuples_delivers_tuples(store_path):
+    """The phrasecount pipeline (int64s:2 sums forwarded by export_to): the
+    exporter gets tuples of ints, and None once the sum is all zeros."""
+    exported = []
+    app = percolite.App()
+    counts = app.combine_queue("c", buckets=4, value_codec="int64s:2")
+    counts.export_to(
+        app.export_queue("x", exported.extend, key_codec="str", value_codec="int64s:2")
+    )
+    with percolite.open(store_path, app=app, sync="none") as env:
+        with env.transaction() as tx:
+            counts.add(tx, {"the cat": (1, 3), "a dog": (2, 2)})
+        assert env.process(threads=1, timeout=30)["idle"]
+        with env.transaction() as tx:
+            counts.add(tx, [("the cat", (-1, -3)), ("a dog", (1, INT64_MAX - 2))])
+        assert env.process(threads=1, timeout=30)["idle"]
+    got = sorted(((e.seq, e.key, e.value) for e in exported), key=lambda t: t[0])
+    assert [(k, v) for _, k, v in got if k == "the cat"] == [("the cat", (1, 3)), ("the cat", None)]
+    assert [(k, v) for _, k, v in got if k == "a dog"] == [
+        ("a dog", (2, 2)),
+        ("a dog", (3, INT64_MAX)),
+    ]
+    assert all(type(v) is tuple and all(type(n) is int for n in v) for _, _, v in got if v)

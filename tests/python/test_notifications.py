@@ -611,3 +611,98 @@ def test_failing_observer_is_retried_with_backoff_and_reported(tmp_path):
     assert result["runs"] == {"doc:1": [1, 1], "doc:2": [1, 1]}
     assert result["final"]["commits"] == 2
     assert result["final"]["failures"] >= failing["failures"]
+
+
+# -- scheduling across observers ------------------------------------------------
+
+
+def test_a_blocked_observer_does_not_starve_another_observer(tmp_path):
+    """Fair scheduling (workers.h "Scheduling"): ready notifications wait per
+    observer and a free thread serves the observer with the fewest runs
+    going. Two worker threads; observer ``slow`` has 12 notifications and
+    every run blocks until the test releases it; observer ``quick`` has one.
+    All 13 are committed in ONE transaction, so they reach the pool in one
+    hand-off, ``slow``'s first: the transaction's writes go out in key order
+    and its rows "a:.." sort before quick's "b:0".
+
+    Under the former single FIFO, both threads would take slow's first two
+    notifications, block in them, and quick's notification would wait behind
+    the other ten until a slow run returned (20 s, when its wait times out):
+    the 10 s deadline below would fail. With fair scheduling, at most one
+    thread is in ``slow`` while ``quick`` has work, so ``quick`` commits at
+    once, while ``slow``'s event is still unset. Then, alone with work,
+    ``slow`` gets both threads; once released, all its runs commit."""
+    result = child(
+        """
+        app = percolite.App()
+        SLOW, QUICK = ("slow", "in"), ("quick", "in")
+        release = threading.Event()
+        lock = threading.Lock()
+        state = {"now": 0, "started": 0}
+        quick_saw_release = []
+
+        @app.observer(SLOW, notify=percolite.STRONG)
+        def slow(tx, row, column):
+            with lock:
+                state["now"] += 1
+                state["started"] += 1
+            try:
+                released = release.wait(20)
+            finally:
+                with lock:
+                    state["now"] -= 1
+            record_run(tx, row, released=released)
+
+        @app.observer(QUICK, notify=percolite.STRONG)
+        def quick(tx, row, column):
+            quick_saw_release.append(release.is_set())
+            record_run(tx, row)
+
+        env = percolite.open(DB, app=app, sync="none")
+        env.start_workers(2)
+        with env.transaction() as tx:
+            for i in range(N):
+                tx.set(f"a:{i:02}", SLOW, "x")
+            tx.set("b:0", QUICK, "x")
+        began = time.monotonic()
+        deadline = began + 10
+        while observer_stats(env)["quick"]["commits"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        quick_commits = observer_stats(env)["quick"]["commits"]
+        quick_after = time.monotonic() - began
+        # quick is done: the freed thread goes back to slow, which now has both.
+        while state["now"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with lock:
+            slow_during = dict(state)
+        slow_commits_during = observer_stats(env)["slow"]["commits"]
+        release.set()
+        idle = env.wait(timeout=30)
+        env.stop_workers()
+        stats = observer_stats(env)
+        print(json.dumps({
+            "quick_commits": quick_commits, "quick_after": quick_after,
+            "quick_saw_release": quick_saw_release, "slow_during": slow_during,
+            "slow_commits_during": slow_commits_during, "idle": idle,
+            "runs": committed_runs(env),
+            "released": sorted({m["released"] for i in range(N)
+                                for m in markers(env, f"a:{i:02}")}),
+            "commits": {name: stats[name]["commits"] for name in ("slow", "quick")},
+        }))
+        env.close()
+        """,
+        DB=tmp_path / "db",
+        N=12,
+    )
+    assert result["quick_commits"] == 1, (
+        f"quick did not commit within 10 s while slow was blocked: {result}"
+    )
+    assert result["quick_saw_release"] == [False], "quick ran while slow's event was unset"
+    assert result["slow_commits_during"] == 0, "no slow run had returned yet"
+    assert result["slow_during"]["now"] == 2, "alone with work, slow gets both threads"
+    assert result["idle"] is True
+    expected = {f"a:{i:02}": [1, 1] for i in range(12)}
+    expected["b:0"] = [1, 1]
+    assert result["runs"] == expected
+    assert result["released"] == [True], "every slow run ended by the release, none timed out"
+    assert result["commits"] == {"slow": 12, "quick": 1}
