@@ -21,7 +21,9 @@ namespace {
 
 constexpr std::string_view kCounterKey = "ts";
 constexpr std::string_view kFormatKey = "format";
-constexpr std::string_view kFormat = "percolite/1";
+// Bumped whenever what older versions wrote would be misread. 2: combine-queue
+// values moved to <id>:d:<bucket>:<key> (combine_queue.h).
+constexpr std::string_view kFormat = "percolite/2";
 constexpr std::string_view kObservedKey = "observed";
 constexpr size_t kTombstonesPerBatch = 1024;
 

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["CombineQueue", "Change", "NATIVE_COMBINERS"]
 
 NATIVE_COMBINERS = ("sum", "max", "min", "last")
+# Most buffer_size for export_to: half of the 2**20 export entries a
+# transaction may add (export_queue.h, kSeqIndexBits).
+_EXPORT_BUFFER_LIMIT = 1 << 19
 
 
 class Change(NamedTuple):
@@ -177,6 +180,13 @@ class CombineQueue:
                     f"combine queue {self.id!r} cannot export to {queue.id!r}: {role} codecs "
                     f"differ ({ours.name!r} and {theirs.name!r})"
                 )
+        if self.buffer_size > _EXPORT_BUFFER_LIMIT:
+            # A run forwards up to about buffer_size changes in one
+            # transaction, and a transaction holds at most 2**20 export entries.
+            raise ValueError(
+                f"combine queue {self.id!r}: buffer_size {self.buffer_size} is too large to "
+                f"export from; at most {_EXPORT_BUFFER_LIMIT} (2**19)"
+            )
         self.app._before_change(f"an export from combine queue {self.id!r}")
         self._export_to.append(queue)
         self._core = self._make_core()

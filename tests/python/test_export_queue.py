@@ -568,6 +568,11 @@ def test_export_to_refuses_what_cannot_work():
         assert words in message, message
     assert counts._export_to == [good], "refused registrations left nothing"
 
+    big = app.combine_queue("big", value_codec="int64s:2", buffer_size=(1 << 19) + 1)
+    with pytest.raises(ValueError, match="buffer_size 524289 is too large to export from"):
+        big.export_to(good)
+    assert big._export_to == []
+
 
 def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(tmp_path):
     out = child(

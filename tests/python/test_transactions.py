@@ -486,3 +486,20 @@ def test_with_block_raises_closed_error_when_store_closes_inside(tmp_path):
             tx.set("r", COL, "v")
             env.close()
     assert tx.state == "closed"
+
+
+def test_a_store_of_another_format_is_refused_naming_both(tmp_path):
+    import lmdb
+
+    path = tmp_path / "db"
+    percolite.open(path).close()
+    raw = lmdb.open(str(path), max_dbs=8, subdir=True)
+    with raw.begin(write=True) as txn:
+        meta = raw.open_db(b"meta", txn=txn)
+        assert txn.get(b"format", db=meta) == b"percolite/2"
+        txn.put(b"format", b"percolite/1", db=meta)  # combine-queue values by key, not bucket
+    raw.close()
+    with pytest.raises(
+        percolite.CorruptionError, match="format is 'percolite/1'.*reads 'percolite/2'"
+    ):
+        percolite.open(path)
