@@ -24,6 +24,7 @@ def python_blocks(path: Path) -> list[str]:
         ("docs/notifications.md", 0),
         ("docs/transactions.md", 0),
         ("docs/combine_queue.md", 0),
+        ("docs/combine_queue.md", 1),
         ("docs/sharded_counters.md", 0),
         ("docs/exporters.md", 0),
         ("docs/export_queue.md", 0),
@@ -59,3 +60,12 @@ def test_quickstart_runs_top_to_bottom(tmp_path):
     assert result.stdout.splitlines()[-1] == (
         "[('be', 2), ('never', 1), ('not', 1), ('now', 1), ('or', 2), ('to', 2)]"
     )
+
+
+def test_combine_queue_export_to_example_prints_what_it_says(tmp_path):
+    code = python_blocks(ROOT / "docs" / "combine_queue.md")[1]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{'be': 1}"
