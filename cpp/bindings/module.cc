@@ -313,12 +313,8 @@ bool EncodeFast(PyObject* h, const FastCodec& codec, std::string* out) {
     case FastCodec::kInt64:
       return AppendInt64Exact(h, out);
     case FastCodec::kFloat64: {
-      double v;
-      if (PyFloat_Check(h)) {
-        v = PyFloat_AS_DOUBLE(h);
-      } else {
-        return false;  // ints (and their range errors) go the Python way
-      }
+      if (!PyFloat_Check(h)) return false;  // ints (and their range errors) go the Python way
+      const double v = PyFloat_AS_DOUBLE(h);
       uint64_t u;
       std::memcpy(&u, &v, 8);
       percolite::AppendUint64BE(out, u);

@@ -179,18 +179,9 @@ void CombineQueue::CheckValue(std::string_view key, std::string_view value) cons
 void CombineQueue::Add(Transaction& transaction,
                        const std::vector<std::pair<std::string, std::string>>& updates) const {
   for (const auto& [key, value] : updates) CheckValue(key, value);  // all or nothing
-  std::vector<bool> notified(options_.buckets, false);
-  for (const auto& [key, value] : updates) {
-    const uint32_t bucket = BucketOf(key);
-    const std::string name = BucketName(bucket);
-    std::string qualifier;
-    AppendEscapedPart(&qualifier, key);
-    transaction.AddStamped({options_.id + ":u:" + name, kUpdateFamily, qualifier}, value);
-    if (!notified[bucket]) {
-      transaction.SetWeakNotification({options_.id + ":b:" + name, family_, kNotifyQualifier});
-      notified[bucket] = true;
-    }
-  }
+  queue_rows::Write(
+      transaction, options_.id, "u", kUpdateFamily, family_, options_.buckets,
+      [this](std::string_view key) { return BucketOf(key); }, updates);
 }
 
 std::optional<std::string> CombineQueue::Get(Transaction& transaction, std::string_view key) const {
@@ -293,9 +284,14 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
     transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   }
   if (changes.empty()) return Status::Ok();
-  for (const std::shared_ptr<const ExportQueue>& queue : options_.export_to) {
+  if (!options_.export_to.empty()) {
+    std::vector<std::pair<std::string, std::string>> exported;
+    exported.reserve(changes.size());
     for (const Change& change : changes) {
-      queue->Add(*transaction, change.key, ExportValue(change.new_value));
+      exported.emplace_back(change.key, ExportValue(change.new_value));
+    }
+    for (const std::shared_ptr<const ExportQueue>& queue : options_.export_to) {
+      queue->Add(*transaction, exported);
     }
   }
   if (options_.on_change) return options_.on_change(transaction, changes);

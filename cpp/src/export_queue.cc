@@ -30,16 +30,20 @@ uint32_t ExportQueue::BucketOf(std::string_view key) const {
 
 void ExportQueue::Add(Transaction& transaction, std::string_view key,
                       std::string_view value) const {
-  if (transaction.StampedCount() >= (size_t{1} << kSeqIndexBits)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "export queue '" + options_.id + "': a transaction may add at most " +
-                    std::to_string(size_t{1} << kSeqIndexBits) + " queued entries");
+  Add(transaction, {{std::string(key), std::string(value)}});
+}
+
+void ExportQueue::Add(Transaction& transaction,
+                      const std::vector<std::pair<std::string, std::string>>& entries) const {
+  constexpr size_t kLimit = size_t{1} << kSeqIndexBits;
+  if (transaction.StampedCount() + entries.size() > kLimit) {
+    throw Error(ErrorCode::kInvalidArgument, "export queue '" + options_.id +
+                                                 "': a transaction may add at most " +
+                                                 std::to_string(kLimit) + " queued entries");
   }
-  const std::string bucket = queue_rows::BucketName(BucketOf(key));
-  std::string qualifier;
-  AppendEscapedPart(&qualifier, key);
-  transaction.AddStamped({options_.id + ":e:" + bucket, kEntryFamily, qualifier}, value);
-  transaction.SetWeakNotification({options_.id + ":b:" + bucket, family_, kNotifyQualifier});
+  queue_rows::Write(
+      transaction, options_.id, "e", kEntryFamily, family_, options_.buckets,
+      [this](std::string_view key) { return BucketOf(key); }, entries);
 }
 
 ObservedColumn ExportQueue::NotifyColumn() const {

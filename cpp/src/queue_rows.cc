@@ -33,6 +33,25 @@ std::string BucketName(uint32_t bucket) {
   return digits;
 }
 
+void Write(Transaction& transaction, const std::string& id, std::string_view kind,
+           std::string_view family, const std::string& notify_family, uint32_t buckets,
+           const std::function<uint32_t(std::string_view)>& bucket_of,
+           const std::vector<std::pair<std::string, std::string>>& entries) {
+  const std::string entry_prefix = id + ":" + std::string(kind) + ":";
+  std::vector<bool> notified(buckets, false);
+  for (const auto& [key, value] : entries) {
+    const uint32_t bucket = bucket_of(key);
+    const std::string name = BucketName(bucket);
+    std::string qualifier;
+    AppendEscapedPart(&qualifier, key);
+    transaction.AddStamped({entry_prefix + name, family, qualifier}, value);
+    if (!notified[bucket]) {
+      transaction.SetWeakNotification({id + ":b:" + name, notify_family, kNotifyQualifier});
+      notified[bucket] = true;
+    }
+  }
+}
+
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
             std::vector<Entry>* out, bool* more) {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "percolite/status.h"
@@ -27,6 +29,15 @@ void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets
                   std::string_view batch_name, size_t batch);
 
 std::string BucketName(uint32_t bucket);  // 6 decimal digits
+
+// Queues each (key, value) of `entries` as a stamped write in row
+// "<id>:<kind>:<bucket>" (bucket = bucket_of(key)), family `family`, and sets
+// one weak notification per touched bucket on row "<id>:b:<bucket>", column
+// `notify_family`/"notify". Only buffers in `transaction`.
+void Write(Transaction& transaction, const std::string& id, std::string_view kind,
+           std::string_view family, const std::string& notify_family, uint32_t buckets,
+           const std::function<uint32_t(std::string_view)>& bucket_of,
+           const std::vector<std::pair<std::string, std::string>>& entries);
 
 struct Entry {
   std::string key;        // decoded from the qualifier

@@ -138,8 +138,9 @@ void Workers::EnqueueLocked(const Notification& notification) {
   if (!DecodeCellKey(notification.cell_key, &cell) || Find(cell, &entry.lane) == nullptr) {
     entry.lane = observers_.size();
   }
+  const size_t lane = entry.lane;
   entries_.emplace(notification.cell_key, std::move(entry));
-  ready_.Push(entries_[notification.cell_key].lane, notification.cell_key);
+  ready_.Push(lane, notification.cell_key);
   work_cv_.notify_one();
 }
 

@@ -47,6 +47,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "percolite/notifications.h"
@@ -98,6 +99,11 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
   // Queues (key, value) in `transaction`. Throws kInvalidArgument (nothing
   // queued) when the transaction already holds 2^kSeqIndexBits stamped writes.
   void Add(Transaction& transaction, std::string_view key, std::string_view value) const;
+  // Queues every (key, value) of `entries`, all or nothing: throws
+  // kInvalidArgument, queuing none, when they would take the transaction past
+  // 2^kSeqIndexBits stamped writes.
+  void Add(Transaction& transaction,
+           const std::vector<std::pair<std::string, std::string>>& entries) const;
 
   // The observer exporting one bucket; register it WEAK for NotifyColumn().
   ObservedColumn NotifyColumn() const;
