@@ -428,6 +428,7 @@ py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
   d["commits"] = s.commits;
   d["conflicts"] = s.conflicts;
   d["failures"] = s.failures;
+  d["deferrals"] = s.deferrals;
   d["running"] = s.running;
   d["last_error"] =
       s.last_error.empty() ? py::object(py::none()) : py::object(py::str(s.last_error));
@@ -707,18 +708,19 @@ PYBIND11_MODULE(_core, m) {
       .def_static(
           "create",
           [](const std::string& id, uint32_t buckets, size_t batch_size, py::object exporter,
-             py::object entry_type, py::object key_codec, py::object value_codec) {
+             py::object entry_type, py::object key_codec, py::object value_codec, double linger) {
             percolite::ExportQueueOptions options;
             options.id = id;
             options.buckets = buckets;
             options.batch_size = batch_size;
+            options.linger_seconds = linger;
             options.exporter = MakeExportFn(std::move(exporter), std::move(entry_type),
                                             std::move(key_codec), std::move(value_codec));
             return percolite::ExportQueue::Create(std::move(options));
           },
           py::arg("id"), py::arg("buckets"), py::arg("batch_size"), py::arg("exporter"),
           py::arg("entry_type") = py::none(), py::arg("key_codec") = py::none(),
-          py::arg("value_codec") = py::none())
+          py::arg("value_codec") = py::none(), py::arg("linger") = 0.0)
       .def("add",
            [](percolite::ExportQueue& self, Tx& tx, py::bytes key, py::bytes value) {
              self.Add(tx, std::string(key), std::string(value));  // buffers only: keeps the GIL

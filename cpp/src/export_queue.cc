@@ -1,5 +1,7 @@
 #include "percolite/export_queue.h"
 
+#include <algorithm>
+
 #include "percolite/encoding.h"
 #include "percolite/transaction.h"
 #include "queue_rows.h"
@@ -10,6 +12,7 @@ namespace {
 constexpr std::string_view kEntryFamily = "e";
 using queue_rows::kCursorQualifier;
 using queue_rows::kNotifyQualifier;
+constexpr double kMaxLingerSeconds = 3600;
 
 }  // namespace
 
@@ -18,6 +21,11 @@ std::shared_ptr<ExportQueue> ExportQueue::Create(ExportQueueOptions options) {
                            options.batch_size);
   if (!options.exporter)
     throw Error(ErrorCode::kInvalidArgument, "an export queue needs an exporter");
+  if (!(options.linger_seconds >= 0 && options.linger_seconds <= kMaxLingerSeconds)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "export queue '" + options.id + "': linger must be between 0 and " +
+                    std::to_string(int(kMaxLingerSeconds)) + " seconds");
+  }
   return std::shared_ptr<ExportQueue>(new ExportQueue(std::move(options)));
 }
 
@@ -84,6 +92,14 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
                                  /*whole_keys=*/false, what, &queued, &more);
   if (!read.ok()) return read;
 
+  if (options_.linger_seconds > 0 && cursor.empty()) {
+    const bool short_batch = !queued.empty() && !more && queued.size() < options_.batch_size;
+    const double wait = LingerFor(bucket_row, queued.size(), short_batch);
+    if (wait > 0) {
+      transaction->DeferTrigger(wait);
+      return Status::Ok();
+    }
+  }
   if (!queued.empty()) {
     std::vector<ExportEntry> batch;
     batch.reserve(queued.size());
@@ -107,6 +123,28 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
     transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   }
   return Status::Ok();
+}
+
+double ExportQueue::LingerFor(const std::string& bucket_row, size_t found, bool short_batch) const {
+  const auto now = std::chrono::steady_clock::now();
+  const double linger = options_.linger_seconds;
+  const double step = linger / 4;
+  std::lock_guard<std::mutex> lock(linger_mu_);
+  if (!short_batch) {
+    short_since_.erase(bucket_row);
+    return 0;
+  }
+  auto [it, first] = short_since_.try_emplace(bucket_row, Short{now, found});
+  if (first) return step;
+  const double waited = std::chrono::duration<double>(now - it->second.since).count();
+  // Export now when nothing arrived since the last look (the adders have
+  // paused), or once linger has passed (1 ms of slack for early wake-ups).
+  if (found <= it->second.found || waited + 0.001 >= linger) {
+    short_since_.erase(it);
+    return 0;
+  }
+  it->second.found = found;
+  return std::min(step, linger - waited);
 }
 
 }  // namespace percolite

@@ -1,5 +1,6 @@
 #include "percolite/transaction.h"
 
+#include <algorithm>
 #include <set>
 
 #include "percolite/env.h"
@@ -137,6 +138,21 @@ void Transaction::SetTrigger(std::string cell_key) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   extras_.trigger = std::move(cell_key);
+}
+
+void Transaction::DeferTrigger(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  if (!extras_.trigger) {
+    throw Error(ErrorCode::kWrongState, "only an observer run can be deferred");
+  }
+  if (!(seconds > 0)) throw Error(ErrorCode::kInvalidArgument, "a deferral needs seconds > 0");
+  deferred_seconds_ = std::max(deferred_seconds_, seconds);
+}
+
+double Transaction::DeferredSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deferred_seconds_;
 }
 
 bool Transaction::NotificationPending(const std::string& cell_key) {

@@ -162,7 +162,7 @@ const Observer* Workers::Find(const Cell& cell, size_t* index) const {
 }
 
 Workers::Outcome Workers::RunOne(const Notification& notification, size_t* observer_index,
-                                 std::string* error) {
+                                 std::string* error, double* deferred_seconds) {
   Cell cell;
   if (!DecodeCellKey(notification.cell_key, &cell)) return Outcome::kNoObserver;
   const Observer* observer = Find(cell, observer_index);
@@ -196,6 +196,11 @@ Workers::Outcome Workers::RunOne(const Notification& notification, size_t* obser
       transaction->Abort();
       *error = status.message();
       return Outcome::kFailed;
+    }
+    if (const double seconds = transaction->DeferredSeconds(); seconds > 0) {
+      transaction->Abort();
+      *deferred_seconds = seconds;
+      return Outcome::kDeferred;
     }
     transaction->Commit();
     return Outcome::kCommitted;
@@ -243,7 +248,8 @@ void Workers::WorkerLoop() {
 
     size_t observer_index = SIZE_MAX;
     std::string error;
-    const Outcome outcome = RunOne(notification, &observer_index, &error);
+    double deferred_seconds = 0;
+    const Outcome outcome = RunOne(notification, &observer_index, &error, &deferred_seconds);
 
     lock.lock();
     --active_;
@@ -265,6 +271,14 @@ void Workers::WorkerLoop() {
           break;
         case Outcome::kNoObserver:
           entries_.erase(it);  // left pending for an application that observes it
+          break;
+        case Outcome::kDeferred:
+          ++stats_[observer_index].deferrals;
+          if (stopping_) break;
+          entry.attempts = 0;
+          delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(deferred_seconds)),
+                           key);
           break;
         case Outcome::kConflict: {
           ++stats_[observer_index].conflicts;

@@ -212,6 +212,7 @@ class App:
         key_codec: Any = "str",
         value_codec: Any = "json",
         batch_size: int = 1024,
+        linger: float = 0.0,
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
         whose ``exporter(entries)`` receives lists of
@@ -227,7 +228,10 @@ class App:
             counts.add(tx, "key", 42)
 
         Built-in exporters: :mod:`percolite.exporters`. ``batch_size`` bounds
-        the entries of one call (and one processing transaction).
+        the entries of one call (and one processing transaction). ``linger``
+        (seconds, 0 to 3600) lets a bucket with fewer than ``batch_size``
+        entries wait up to that long for more before the exporter is called:
+        fewer, fuller calls, for at most ``linger`` more latency.
         """
         from ._export import ExportQueue
 
@@ -243,6 +247,7 @@ class App:
                     key_codec=key_codec,
                     value_codec=value_codec,
                     batch_size=batch_size,
+                    linger=linger,
                 ),
             )
 

@@ -281,7 +281,7 @@ class Env:
 
     def status(self, *, queues: bool = True) -> dict:
         """What the engine is doing: pending notifications per observed column,
-        observers' runs, commits, conflicts and failures (with the last
+        observers' runs, commits, conflicts, failures (with the last
         traceback), the entries queued in each queue of the bound app
         (``queues``: ``{id: count}``, found by a scan; ``queues=False``
         skips the scan, for frequent polling), and this process's commit
@@ -300,7 +300,7 @@ class Env:
                 notify=notify,
                 pending=pending.get((family, qualifier), 0),
             )
-            for key in ("runs", "commits", "conflicts", "failures", "running"):
+            for key in ("runs", "commits", "conflicts", "failures", "deferrals", "running"):
                 entry.setdefault(key, 0)
             entry.setdefault("last_error", None)
             entry.setdefault("last_failure_unix", None)

@@ -9,6 +9,7 @@ ExportQueue, shared/seeds 003). In short:
   key, a later commit always has a larger ``seq``;
 * one transaction per bucket reads a batch of entries, calls the exporter with
   them ordered by key, then seq, and deletes them when the exporter returns;
+  with ``linger``, a short batch first waits up to that many seconds to fill;
 * at least once: an exporter that raises leaves the batch queued and it is
   retried with backoff (a retry may deliver the same entries again, possibly
   with more); sinks absorb duplicates with a seq guard.
@@ -31,6 +32,8 @@ __all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
 
 # seq = commit_ts << SEQ_INDEX_BITS | index of the entry in its transaction.
 SEQ_INDEX_BITS = 20
+# The longest linger (seconds) a queue may declare (kMaxLingerSeconds in C++).
+MAX_LINGER = 3600
 
 
 class SequencedExport(NamedTuple):
@@ -58,7 +61,7 @@ class ExportQueue:
 
     Create it with :meth:`percolite.App.export_queue`; see
     ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
-    ``batch_size``, ``exporter``, ``key_codec``, ``value_codec`` (as
+    ``batch_size``, ``linger``, ``exporter``, ``key_codec``, ``value_codec`` (as
     declared).
     """
 
@@ -72,8 +75,19 @@ class ExportQueue:
         key_codec: Any,
         value_codec: Any,
         batch_size: int,
+        linger: float = 0.0,
     ) -> None:
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
+        if isinstance(linger, bool) or not isinstance(linger, (int, float)):
+            raise TypeError(
+                f"export queue {queue_id!r}: linger must be a number of seconds, "
+                f"not {type(linger).__name__}"
+            )
+        if not 0 <= linger <= MAX_LINGER:
+            raise ValueError(
+                f"export queue {queue_id!r}: linger must be between 0 and {MAX_LINGER} "
+                f"seconds, not {linger!r}"
+            )
         if not callable(exporter):
             raise TypeError(
                 f"export queue {queue_id!r}: the exporter must be callable, "
@@ -87,6 +101,7 @@ class ExportQueue:
         self.id = queue_id
         self.buckets = buckets
         self.batch_size = batch_size
+        self.linger = float(linger)
         self.exporter = exporter
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
@@ -100,6 +115,7 @@ class ExportQueue:
             SequencedExport if native else None,
             kl if native else None,
             vl if native else None,
+            self.linger,
         )
 
     def _runner(self, decoded: bool) -> Callable:

@@ -1,9 +1,14 @@
 // The export queue's processor, driven by hand: what it hands the exporter,
 // what it deletes, and what a failing exporter leaves behind.
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
 #include <map>
+#include <thread>
 
+#include "percolite/encoding.h"
 #include "percolite/export_queue.h"
+#include "percolite/transaction.h"
 #include "test_util.h"
 
 using percolite::ExportEntry;
@@ -19,11 +24,13 @@ struct Sink {
   bool fail = false;
 };
 
-std::shared_ptr<ExportQueue> MakeQueue(Sink* sink, uint32_t buckets, size_t batch_size) {
+std::shared_ptr<ExportQueue> MakeQueue(Sink* sink, uint32_t buckets, size_t batch_size,
+                                       double linger_seconds = 0) {
   ExportQueueOptions options;
   options.id = "ex";
   options.buckets = buckets;
   options.batch_size = batch_size;
+  options.linger_seconds = linger_seconds;
   options.exporter = [sink](const std::vector<ExportEntry>& entries) {
     sink->calls.push_back(entries);
     if (sink->fail) return percolite::Status::Make(percolite::ErrorCode::kCallback, "sink down");
@@ -44,6 +51,30 @@ percolite::Status RunBucket(percolite::Env& env, const ExportQueue& queue) {
     tx->Abort();
   }
   return status;
+}
+
+// Runs bucket 0 as a worker would (an observer run of its notification);
+// returns the seconds the run deferred itself, 0 when it exported and committed.
+double RunBucketAsWorker(percolite::Env& env, const ExportQueue& queue) {
+  auto tx = env.Begin();
+  auto column = queue.NotifyColumn();
+  percolite::CellRef ref{"ex:b:000000", column.family, column.qualifier};
+  tx->SetTrigger(percolite::EncodeCellKey(ref));
+  percolite::Cell cell{std::string(ref.row), std::string(ref.family), std::string(ref.qualifier)};
+  REQUIRE(queue.Processor()(tx, cell).ok());
+  const double deferred = tx->DeferredSeconds();
+  if (deferred > 0) {
+    tx->Abort();
+  } else {
+    tx->Commit();
+  }
+  return deferred;
+}
+
+void AddOne(percolite::Env& env, const ExportQueue& queue, const std::string& key) {
+  auto tx = env.Begin();
+  queue.Add(*tx, key, "v");
+  tx->Commit();
 }
 
 size_t Depth(percolite::Env& env) {
@@ -157,5 +188,87 @@ TEST_CASE("Export queue options are checked", "[export]") {
   CHECK(ErrorCodeOf([&] {
           ExportQueue::Create(ExportQueueOptions{"ok", 4, 10, nullptr});
         }) == invalid);
+  const percolite::ExportFn sink_fn = [](const std::vector<ExportEntry>&) {
+    return percolite::Status::Ok();
+  };
   CHECK(ErrorCodeOf([&] { make("ok", 4, 10); }) == percolite::ErrorCode::kOk);
+  for (double linger : {-1.0, 3600.5, std::nan("")}) {
+    CHECK(ErrorCodeOf([&] {
+            ExportQueueOptions options{"ok", 4, 10, sink_fn, linger};
+            ExportQueue::Create(std::move(options));
+          }) == invalid);
+  }
+}
+
+TEST_CASE("A lingering bucket defers while entries keep arriving, then exports them at once",
+          "[export]") {
+  TempDir dir;
+  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  Sink sink;
+  auto queue = MakeQueue(&sink, 1, /*batch_size=*/100, /*linger_seconds=*/0.4);
+  AddOne(*env, *queue, "a");
+  // First look at a short batch: wait a quarter of linger, export nothing.
+  CHECK(RunBucketAsWorker(*env, *queue) == Approx(0.1));
+  CHECK(sink.calls.empty());
+  AddOne(*env, *queue, "b");
+  // More arrived since the last look: wait again.
+  CHECK(RunBucketAsWorker(*env, *queue) > 0);
+  CHECK(sink.calls.empty());
+  CHECK(Depth(*env) == 2);
+  // Nothing arrived since: export what is there, in one call.
+  CHECK(RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(sink.calls.size() == 1);
+  CHECK(sink.calls[0].size() == 2);
+  CHECK(Depth(*env) == 0);
+}
+
+TEST_CASE("Lingering ends after linger_seconds even while entries keep arriving", "[export]") {
+  TempDir dir;
+  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  Sink sink;
+  auto queue = MakeQueue(&sink, 1, /*batch_size=*/1000, /*linger_seconds=*/0.2);
+  const auto start = std::chrono::steady_clock::now();
+  int added = 0;
+  double deferred = 0;
+  do {
+    AddOne(*env, *queue, "k" + std::to_string(added++));
+    deferred = RunBucketAsWorker(*env, *queue);
+    CHECK(deferred <= Approx(0.05));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (deferred > 0 && added < 1000);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(elapsed >= 0.2);
+  REQUIRE(sink.calls.size() == 1);
+  CHECK(sink.calls[0].size() == static_cast<size_t>(added));
+}
+
+TEST_CASE("A full batch is exported at once however long the linger", "[export]") {
+  TempDir dir;
+  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  Sink sink;
+  auto queue = MakeQueue(&sink, 1, /*batch_size=*/3, /*linger_seconds=*/3600);
+  for (const char* key : {"a", "b", "c", "d"}) AddOne(*env, *queue, key);
+  CHECK(RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(sink.calls.size() == 1);
+  CHECK(sink.calls[0].size() == 3);
+  // The run stopped at a cursor; the run after a cursor does not linger.
+  CHECK(RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(sink.calls.size() == 2);
+  CHECK(sink.calls[1].size() == 1);
+}
+
+TEST_CASE("Only an observer run can defer itself", "[export]") {
+  TempDir dir;
+  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto tx = env->Begin();
+  CHECK(percolite_test::ErrorCodeOf([&] { tx->DeferTrigger(1); }) ==
+        percolite::ErrorCode::kWrongState);
+  tx->SetTrigger(percolite::EncodeCellKey({"r", "f", "q"}));
+  CHECK(percolite_test::ErrorCodeOf([&] { tx->DeferTrigger(0); }) ==
+        percolite::ErrorCode::kInvalidArgument);
+  tx->DeferTrigger(0.5);
+  tx->DeferTrigger(0.2);
+  CHECK(tx->DeferredSeconds() == 0.5);
+  tx->Abort();
 }

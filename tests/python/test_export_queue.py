@@ -353,6 +353,12 @@ def test_decorator_form_returns_the_queue():
         (dict(value_codec=3), TypeError, "value_codec"),
         (dict(exporter=42), TypeError, "exporter must be callable"),
         (dict(exporter=lambda: None), TypeError, "must accept (entries)"),
+        (dict(linger=-0.5), ValueError, "linger must be between 0 and 3600 seconds, not -0.5"),
+        (dict(linger=3600.5), ValueError, "linger must be between 0 and 3600"),
+        (dict(linger=float("nan")), ValueError, "linger must be between"),
+        (dict(linger=float("inf")), ValueError, "linger must be between"),
+        (dict(linger="1"), TypeError, "linger must be a number of seconds, not str"),
+        (dict(linger=True), TypeError, "linger must be a number of seconds, not bool"),
     ],
 )
 def test_bad_declarations_are_refused(kwargs, kind, message):
@@ -363,6 +369,45 @@ def test_bad_declarations_are_refused(kwargs, kind, message):
     with pytest.raises(kind, match=message.replace("(", r"\(").replace(")", r"\)")):
         app.export_queue(queue_id, **args)
     assert app._queues == {}
+
+
+LINGER_CHILD = """
+    app = percolite.App()
+    eq = app.export_queue("ex", guarded, buckets=1, batch_size=1000, linger=linger)
+    env = percolite.open(path, app=app, sync="none")
+    env.start_workers(2)
+    for i in range(20):
+        with env.transaction() as tx:
+            eq.add(tx, "k%02d" % i, i)
+        time.sleep(0.01)
+    last_add = time.monotonic()
+    assert env.wait(timeout=30)
+    drain = time.monotonic() - last_add
+    stats = observer(env, "export queue ex")
+    env.stop_workers()
+    emit(calls=[len(c) for c in calls], keys=sorted(k for c in calls for k, _v, _s in c),
+         deferrals=stats["deferrals"], failures=stats["failures"], drain=drain,
+         linger=eq.linger, depth=depth(env, eq))
+"""
+
+
+def test_linger_gathers_a_stream_of_small_commits_into_one_call(tmp_path):
+    """20 commits of one entry, 10 ms apart: without linger each run exports
+    what it finds; with linger=1.0 the bucket waits while entries arrive, then
+    exports them together once they stop (within two quarter-linger steps)."""
+    eager = child(LINGER_CHILD, path=str(tmp_path / "eager"), linger=0)
+    lingering = child(LINGER_CHILD, path=str(tmp_path / "lingering"), linger=1.0)
+    expected = [f"k{i:02d}" for i in range(20)]
+    for out in (eager, lingering):
+        assert out["keys"] == expected and out["depth"] == 0 and out["failures"] == 0
+    assert eager["deferrals"] == 0
+    assert len(eager["calls"]) >= 3, eager["calls"]
+    assert lingering["linger"] == 1.0
+    assert lingering["deferrals"] >= 2
+    assert len(lingering["calls"]) <= 2 < len(eager["calls"]), lingering["calls"]
+    # env.wait waited for the deferred run: at least one quarter-linger step
+    # after the last entry, well before the linger cap plus scheduling slack.
+    assert 0.2 <= lingering["drain"] < 5.0
 
 
 def test_bad_decorator_arguments_fail_at_the_call():

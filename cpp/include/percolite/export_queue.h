@@ -24,6 +24,16 @@
 //   seq, and, when the exporter succeeds, deletes them in the same
 //   transaction. When entries remain, or when it began at a cursor, it
 //   records where it stopped and notifies the bucket again.
+// - Lingering (linger_seconds > 0, like Kafka's linger.ms): a run that
+//   begins at the start of its bucket and finds a short batch (fewer than
+//   batch_size entries) defers itself (workers.h) for linger_seconds / 4
+//   instead of exporting, and looks again. It exports when the batch is full,
+//   when no entries arrived since its last look, or when linger_seconds have
+//   passed since this process first found the bucket short. So the exporter
+//   gets fewer, fuller batches while adders are busy, an entry waits at most
+//   about linger_seconds longer, and an idle queue drains within
+//   linger_seconds / 2. With linger_seconds = 0 (the default) every run
+//   exports at once.
 // - At least once: an exporter that fails (or a run that dies, or loses the
 //   commit to a concurrent run of the same bucket: every run writes the
 //   cursor cell, so two runs of one bucket never both commit) leaves the
@@ -41,12 +51,15 @@
 // queue's native forwarding, combine_queue.h, both use it).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -86,6 +99,7 @@ struct ExportQueueOptions {
   uint32_t buckets = 64;
   size_t batch_size = 1024;
   ExportFn exporter;
+  double linger_seconds = 0;  // 0 to 3600 (see Lingering above)
 };
 
 class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
@@ -115,9 +129,18 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
  private:
   explicit ExportQueue(ExportQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
+  // Lingering: the seconds to defer a run of `bucket_row` that found `found`
+  // entries, or 0 to export now (and forget the bucket's short state).
+  double LingerFor(const std::string& bucket_row, size_t found, bool short_batch) const;
 
   const ExportQueueOptions options_;
   const std::string family_;  // "eq:<id>"
+  mutable std::mutex linger_mu_;
+  struct Short {
+    std::chrono::steady_clock::time_point since;  // when this process first found it short
+    size_t found = 0;                             // entries at the last look
+  };
+  mutable std::unordered_map<std::string, Short> short_since_;  // GUARDED_BY(linger_mu_)
 };
 
 }  // namespace percolite

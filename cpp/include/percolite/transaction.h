@@ -98,6 +98,11 @@ class Transaction {
   // of `cell_key`, and tells whether that notification is pending in its snapshot.
   void SetTrigger(std::string cell_key);
   bool NotificationPending(const std::string& cell_key);
+  // Observer runs only: asks the workers to abort this run and run the
+  // notification again after `seconds` (workers.h, "Deferring"). The largest
+  // request wins; DeferredSeconds() is 0 when none was made.
+  void DeferTrigger(double seconds);
+  double DeferredSeconds() const;
 
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
@@ -131,6 +136,7 @@ class Transaction {
   std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
   CommitExtras extras_;                          // GUARDED_BY(mu_)
   std::vector<Mutation> stamped_;                // GUARDED_BY(mu_)
+  double deferred_seconds_ = 0;                  // GUARDED_BY(mu_)
 };
 
 }  // namespace percolite

@@ -29,6 +29,11 @@
 //   jittered). Failures are counted per observer with the last error text.
 // - A run that loses a write-write conflict is retried after a short jittered
 //   delay; it re-checks that the notification is still pending.
+// - Deferring: a run that calls Transaction::DeferTrigger(seconds) and
+//   returns ok is aborted (nothing it wrote commits), is counted as a
+//   deferral, not a failure, and runs again after `seconds`; the
+//   notification stays pending meanwhile, so WaitIdle waits for it. New
+//   offers of the same notification do not bring the run forward.
 // - WaitIdle returns true once the notify table is empty and no observer is
 //   running in this pool; false when the timeout elapses first.
 // - Stop lets running observers finish, runs nothing new, and joins threads.
@@ -81,6 +86,7 @@ struct ObserverStats {
   uint64_t commits = 0;    // runs that committed
   uint64_t conflicts = 0;  // runs that lost a write-write conflict
   uint64_t failures = 0;   // runs that failed (raised)
+  uint64_t deferrals = 0;  // runs that deferred themselves (Transaction::DeferTrigger)
   int running = 0;
   std::string last_error;  // text of the last failure (the Python traceback)
   double last_failure_unix = 0;
@@ -116,7 +122,7 @@ class Workers {
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class Outcome { kCommitted, kGone, kConflict, kFailed, kNoObserver };
+  enum class Outcome { kCommitted, kGone, kConflict, kFailed, kDeferred, kNoObserver };
   struct Entry {
     Notification notification;
     size_t lane = 0;  // its observer's index in observers_ (observers_.size(): none)
@@ -149,7 +155,8 @@ class Workers {
   void WorkerLoop();
   void ScannerLoop();
   size_t ScanOnce(std::string* position);
-  Outcome RunOne(const Notification& notification, size_t* observer_index, std::string* error);
+  Outcome RunOne(const Notification& notification, size_t* observer_index, std::string* error,
+                 double* deferred_seconds);
   const Observer* Find(const Cell& cell, size_t* index) const;
 
   std::weak_ptr<Env> env_;

@@ -110,7 +110,7 @@ def _current_sink() -> Any:
 
 # Few buckets and big batches: each call is one durable SQLite (or PostgreSQL)
 # transaction, and the sink's cost is per transaction as much as per row.
-@app.export_queue("export", buckets=4, value_codec="int64s:2", batch_size=16384)
+@app.export_queue("export", buckets=4, value_codec="int64s:2", batch_size=16384, linger=1.0)
 def export(entries: list) -> None:
     """Sends changed counts to the sink (a deletion when a phrase reaches 0)."""
     _current_sink()(entries)
