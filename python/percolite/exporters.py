@@ -10,9 +10,11 @@ queued, to be retried later.
 
 Every exporter here is therefore idempotent through a **seq guard**: for each
 key it remembers the highest seq it applied (deleted keys included) and skips
-an entry whose seq is not higher. Within one call only the newest entry of
-each key matters, so calls collapse the batch per key first. Full description,
-table layouts and how to write your own: ``docs/exporters.md``.
+an entry whose seq is not higher. (SQLite keeps it in the row's ``seq`` and,
+for deleted keys, in a guard table; PostgreSQL in a guard row per key.)
+Within one call only the newest entry of each key matters, so calls collapse
+the batch per key first. Full description, table layouts and how to write
+your own: ``docs/exporters.md``.
 
 Thread and process safety: one exporter object may be called from several
 threads at once, and each worker process builds its own. Connections are
@@ -510,8 +512,9 @@ class SQLite(_SQLExporter):
     names). A None value deletes the row. Cells are int, float, str, bytes or
     None (bool is stored as int).
 
-    The guard table ``<table>_seq`` (key columns, ``seq``) holds the highest
-    seq applied for every key, deleted keys included. When ``create`` is
+    A row's ``seq`` is the highest seq applied for its key; the guard table
+    ``<table>_seq`` (key columns, ``seq``) holds it for deleted keys, until
+    a newer value brings the row back. When ``create`` is
     true, missing tables are created on first use, with column types from the
     first entries (int INTEGER, float REAL, str TEXT, bytes BLOB; a value
     column that is None in all of them gets no declared type). Existing
@@ -601,10 +604,13 @@ class SQLite(_SQLExporter):
 
     def _apply(self, conn: sqlite3.Connection, rows: list, has_main: bool) -> None:
         """Applies the batch set-wise, inside the caller's write transaction:
-        the rows go to a temporary table in one executemany, then four
-        statements drop the stale ones (guard seq >= theirs), raise the
-        guards, and upsert or delete in the main table. Same result as
-        checking the guard row by row, without a Python loop of statements."""
+        the rows go to a temporary table in one executemany, then statements
+        drop the stale ones (a guard or main-table seq >= theirs), upsert the
+        values (dropping their keys' guard rows), delete the deleted keys'
+        rows and raise their guard rows. Same result as checking row by row,
+        without a Python loop of statements. Only deleted keys have guard
+        rows: a key with a row is guarded by the row's seq, so a value costs
+        one B-tree write, not two."""
         sql = self._batch_sql()
         width = len(self._layout.value_columns)
         conn.execute(sql["create"])
@@ -622,10 +628,12 @@ class SQLite(_SQLExporter):
             ],
         )
         conn.execute(sql["drop_stale"])
-        conn.execute(sql["raise_guards"])
         if has_main:
+            conn.execute(sql["drop_stale_deletions"])
             conn.execute(sql["upsert"])
+            conn.execute(sql["clear_guards"])
             conn.execute(sql["delete"])
+        conn.execute(sql["raise_guards"])
         conn.execute(sql["clear"])
 
     def _batch_sql(self) -> dict:
@@ -640,6 +648,7 @@ class SQLite(_SQLExporter):
         batch = "temp.percolite_batch"
         columns = [*keys, *values, "seq", "present"]
         same_key = " AND ".join(f"{guard}.{k} = b.{k}" for k in keys)
+        same_key_main = " AND ".join(f"{table}.{k} = b.{k}" for k in keys)
         self._batch_statements = {
             "create": f"CREATE TEMP TABLE IF NOT EXISTS percolite_batch ({', '.join(columns)})",
             "clear": f"DELETE FROM {batch}",
@@ -648,9 +657,19 @@ class SQLite(_SQLExporter):
                 f"DELETE FROM {batch} AS b WHERE EXISTS (SELECT 1 FROM {guard}"
                 f" WHERE {same_key} AND {guard}.seq >= b.seq)"
             ),
+            # Deletions older than the key's row in the main table are stale too.
+            "drop_stale_deletions": (
+                f"DELETE FROM {batch} AS b WHERE NOT present AND EXISTS (SELECT 1 FROM {table}"
+                f" WHERE {same_key_main} AND {table}.seq >= b.seq)"
+            ),
+            # A key with a row needs no tombstone: the row's seq is its guard.
+            "clear_guards": (
+                f"DELETE FROM {guard} WHERE ({key_list}) IN"
+                f" (SELECT {key_list} FROM {batch} WHERE present)"
+            ),
             "raise_guards": (
                 f"INSERT INTO {guard} ({key_list}, seq) SELECT {key_list}, seq FROM {batch}"
-                f" WHERE true ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
+                f" WHERE NOT present ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
                 f" WHERE excluded.seq > {guard}.seq"
             ),
             "upsert": (

@@ -107,6 +107,17 @@ def guard_seqs(target, exporter):
     return dict(rows)
 
 
+def applied_seqs(target, exporter):
+    """The highest seq applied per key, deleted keys included: the larger of
+    the key's main-table seq and its guard seq (single key column). SQLite
+    keeps guard rows for deleted keys only; PostgreSQL for every key."""
+    applied = guard_seqs(target, exporter)
+    if target.column_types(exporter.table):
+        for key, seq in target.sql(f'SELECT "{exporter.key}", seq FROM "{exporter.table}"'):
+            applied[key] = max(seq, applied.get(key, seq))
+    return applied
+
+
 # --- Random histories, their batches, and the state they must end in -------
 
 
@@ -161,7 +172,28 @@ def test_upsert_then_delete(target):
     exporter([E("b", None, 4)])
     assert exporter.rows() == {"a": "z"}
     assert target.sql(f'SELECT key, value, seq FROM "{exporter.table}"') == [("a", "z", 3)]
-    assert guard_seqs(target, exporter) == {"a": 3, "b": 4}, "the guard remembers deleted keys"
+    assert applied_seqs(target, exporter) == {"a": 3, "b": 4}, "the guard remembers deleted keys"
+
+
+def test_guard_rows_sqlite_keeps_deleted_keys_postgres_every_key(target):
+    exporter = target.exporter()
+    exporter([E("a", "x", 1), E("b", "y", 2)])
+    exporter([E("b", None, 3)])
+    if target.kind == "sqlite":
+        # A key with a row is guarded by the row's seq: one B-tree write per
+        # entry. Only a deleted key needs a guard row, until it comes back.
+        assert guard_seqs(target, exporter) == {"b": 3}
+        exporter([E("b", "back", 4)])
+        assert guard_seqs(target, exporter) == {}
+    else:
+        # The guard row is also the row lock concurrent batches take in order.
+        assert guard_seqs(target, exporter) == {"a": 1, "b": 3}
+        exporter([E("b", "back", 4)])
+        assert guard_seqs(target, exporter) == {"a": 1, "b": 4}
+    assert exporter.rows() == {"a": "x", "b": "back"}
+    exporter([E("a", None, 1), E("b", None, 2), E("b", "stale", 3)])  # older than the rows
+    assert exporter.rows() == {"a": "x", "b": "back"}
+    assert applied_seqs(target, exporter) == {"a": 1, "b": 4}
 
 
 def test_tuple_keys_and_tuple_list_or_dict_values_fill_columns(target):
@@ -209,7 +241,7 @@ def test_existing_tables_are_used_as_they_are(target):
         ("b", 6, "kept"),
     ]
     assert exporter.guard_table == f"{name}_seq"
-    assert guard_seqs(target, exporter) == {"a": 1, "b": 2}
+    assert applied_seqs(target, exporter) == {"a": 1, "b": 2}
 
 
 def test_create_false_refuses_a_missing_table_and_writes_nothing(target):
@@ -230,7 +262,7 @@ def test_redelivered_batch_changes_nothing(target):
     exporter(batch + [E("d", "d6", 6)])  # redelivered with more entries
     assert exporter.rows() == {**state, "d": "d6"}
     assert exporter.rows()["b"] == "b5"
-    assert guard_seqs(target, exporter) == {"a": 1, "b": 5, "c": 3, "d": 6}
+    assert applied_seqs(target, exporter) == {"a": 1, "b": 5, "c": 3, "d": 6}
 
 
 def test_older_batch_after_newer_one_is_ignored(target):
@@ -256,7 +288,7 @@ def test_deletes_before_any_value_are_remembered(target):
     exporter = target.exporter()
     exporter([E("a", None, 5)])  # no value yet to type the columns: only the guard table
     assert exporter.rows() == {}
-    assert guard_seqs(target, exporter) == {"a": 5}
+    assert applied_seqs(target, exporter) == {"a": 5}
     exporter([E("a", 3, 4), E("b", 2, 6)])
     assert exporter.rows() == {"b": 2}
     assert target.column_types(exporter.table)["value"] in ("INTEGER", "BIGINT")
@@ -268,7 +300,7 @@ def test_batch_collapses_to_the_newest_entry_per_key(target):
     exporter([E("a", "a3", 3), E("a", "a9", 9), E("a", "a5", 5), E("b", "b1", 1), E("b", None, 2)])
     assert exporter.rows() == {"a": "a9"}
     assert target.sql(f'SELECT key, seq FROM "{exporter.table}"') == [("a", 9)]
-    assert guard_seqs(target, exporter) == {"a": 9, "b": 2}
+    assert applied_seqs(target, exporter) == {"a": 9, "b": 2}
 
 
 def test_value_that_does_not_fit_the_columns_raises_and_writes_nothing(target):
@@ -359,7 +391,7 @@ def test_four_threads_end_at_the_reference_state(target):
     assert not any(thread.is_alive() for thread in threads), "an export thread hangs"
     assert errors == []
     assert exporter.rows() == reference(entries)
-    assert guard_seqs(target, exporter) == highest_seqs(entries)
+    assert applied_seqs(target, exporter) == highest_seqs(entries)
 
 
 _EXPORT_PROCESS = """
@@ -419,7 +451,7 @@ def test_two_processes_end_at_the_reference_state(target, tmp_path):
     shares = [batches[0::2], batches[1::2]]
     export_from_processes(tmp_path, target.kind, target.location, exporter.table, shares)
     assert exporter.rows() == reference(entries)
-    assert guard_seqs(target, exporter) == highest_seqs(entries)
+    assert applied_seqs(target, exporter) == highest_seqs(entries)
 
 
 _FORK = """
@@ -712,3 +744,25 @@ def test_sqlite_processes_switching_a_new_file_to_wal_at_once(tmp_path):
     # Regression: "PRAGMA journal_mode=WAL" does not wait for the busy timeout;
     # processes opening a new file at the same time got "database is locked".
     run_isolated(_NEW_FILE_RACE, tmp_path, 8, 4, timeout=60)
+
+
+def test_sqlite_guard_rows_for_every_key_still_guard(tmp_path):
+    """Tables written before the SQLite exporter kept guard rows for deleted
+    keys only have a guard row for every key; they keep working."""
+    path = tmp_path / "earlier.sqlite"
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE t (key TEXT PRIMARY KEY, value TEXT, seq INTEGER NOT NULL)")
+        db.execute("CREATE TABLE t_seq (key TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?)", [("a", "a5", 5), ("b", "b6", 6)])
+        db.executemany("INSERT INTO t_seq VALUES (?, ?)", [("a", 5), ("b", 6), ("c", 7)])
+    exporter = percolite.exporters.SQLite(path, "t")
+    try:
+        exporter([E("a", "old", 4), E("b", "b8", 8), E("c", "old", 7), E("d", None, 1)])
+        assert exporter.rows() == {"a": "a5", "b": "b8"}
+        exporter([E("c", "c9", 9), E("d", "old", 1)])
+        assert exporter.rows() == {"a": "a5", "b": "b8", "c": "c9"}
+        with closing(sqlite3.connect(path)) as db:
+            guard = dict(db.execute("SELECT key, seq FROM t_seq"))
+        assert guard == {"a": 5, "d": 1}
+    finally:
+        exporter.close()
