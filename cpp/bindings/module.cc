@@ -618,11 +618,12 @@ PYBIND11_MODULE(_core, m) {
           "create",
           [](const std::string& id, uint32_t buckets, size_t buffer_size, py::object combiner,
              const std::string& value_type, size_t tuple_length, py::object on_change,
-             const std::vector<std::shared_ptr<percolite::ExportQueue>>& export_to) {
+             const std::vector<std::shared_ptr<percolite::ExportQueue>>& export_to, double linger) {
             percolite::CombineQueueOptions options;
             options.id = id;
             options.buckets = buckets;
             options.buffer_size = buffer_size;
+            options.linger_seconds = linger;
             options.value_type = ParseValueType(value_type);
             options.tuple_length = tuple_length;
             if (py::isinstance<py::str>(combiner)) {
@@ -637,7 +638,8 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("id"), py::arg("buckets"), py::arg("buffer_size"), py::arg("combiner"),
           py::arg("value_type"), py::arg("tuple_length"), py::arg("on_change"),
-          py::arg("export_to") = std::vector<std::shared_ptr<percolite::ExportQueue>>())
+          py::arg("export_to") = std::vector<std::shared_ptr<percolite::ExportQueue>>(),
+          py::arg("linger") = 0.0)
       .def("add",
            [](percolite::CombineQueue& self, Tx& tx, py::list updates) {
              std::vector<std::pair<std::string, std::string>> pairs;

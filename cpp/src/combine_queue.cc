@@ -133,7 +133,10 @@ std::shared_ptr<CombineQueue> CombineQueue::Create(CombineQueueOptions options) 
 }
 
 CombineQueue::CombineQueue(CombineQueueOptions options)
-    : options_(std::move(options)), family_("cq:" + options_.id) {}
+    : options_(std::move(options)),
+      family_("cq:" + options_.id),
+      linger_(std::make_shared<queue_rows::Linger>("combine queue", options_.id,
+                                                   options_.linger_seconds)) {}
 
 uint32_t CombineQueue::BucketOf(std::string_view key) const {
   return static_cast<uint32_t>(StableHash64(key, 11) % options_.buckets);
@@ -238,6 +241,14 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       queue_rows::Read(*transaction, update_row, kUpdateFamily, cursor, options_.buffer_size,
                        /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more);
   if (!read.ok()) return read;
+  if (linger_->enabled() && cursor.empty()) {
+    const bool short_batch = !entries.empty() && !more && entries.size() < options_.buffer_size;
+    const double wait = linger_->For(bucket_row, entries.size(), short_batch);
+    if (wait > 0) {
+      transaction->DeferTrigger(wait);
+      return Status::Ok();
+    }
+  }
   struct Group {
     std::string key;
     std::vector<std::string> values;  // current value inserted in front below

@@ -12,7 +12,6 @@ namespace {
 constexpr std::string_view kEntryFamily = "e";
 using queue_rows::kCursorQualifier;
 using queue_rows::kNotifyQualifier;
-constexpr double kMaxLingerSeconds = 3600;
 
 }  // namespace
 
@@ -21,16 +20,14 @@ std::shared_ptr<ExportQueue> ExportQueue::Create(ExportQueueOptions options) {
                            options.batch_size);
   if (!options.exporter)
     throw Error(ErrorCode::kInvalidArgument, "an export queue needs an exporter");
-  if (!(options.linger_seconds >= 0 && options.linger_seconds <= kMaxLingerSeconds)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "export queue '" + options.id + "': linger must be between 0 and " +
-                    std::to_string(int(kMaxLingerSeconds)) + " seconds");
-  }
   return std::shared_ptr<ExportQueue>(new ExportQueue(std::move(options)));
 }
 
 ExportQueue::ExportQueue(ExportQueueOptions options)
-    : options_(std::move(options)), family_("eq:" + options_.id) {}
+    : options_(std::move(options)),
+      family_("eq:" + options_.id),
+      linger_(std::make_shared<queue_rows::Linger>("export queue", options_.id,
+                                                   options_.linger_seconds)) {}
 
 uint32_t ExportQueue::BucketOf(std::string_view key) const {
   return static_cast<uint32_t>(StableHash64(key, 13) % options_.buckets);
@@ -92,9 +89,9 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
                                  /*whole_keys=*/false, what, &queued, &more);
   if (!read.ok()) return read;
 
-  if (options_.linger_seconds > 0 && cursor.empty()) {
+  if (linger_->enabled() && cursor.empty()) {
     const bool short_batch = !queued.empty() && !more && queued.size() < options_.batch_size;
-    const double wait = LingerFor(bucket_row, queued.size(), short_batch);
+    const double wait = linger_->For(bucket_row, queued.size(), short_batch);
     if (wait > 0) {
       transaction->DeferTrigger(wait);
       return Status::Ok();
@@ -123,28 +120,6 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
     transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   }
   return Status::Ok();
-}
-
-double ExportQueue::LingerFor(const std::string& bucket_row, size_t found, bool short_batch) const {
-  const auto now = std::chrono::steady_clock::now();
-  const double linger = options_.linger_seconds;
-  const double step = linger / 4;
-  std::lock_guard<std::mutex> lock(linger_mu_);
-  if (!short_batch) {
-    short_since_.erase(bucket_row);
-    return 0;
-  }
-  auto [it, first] = short_since_.try_emplace(bucket_row, Short{now, found});
-  if (first) return step;
-  const double waited = std::chrono::duration<double>(now - it->second.since).count();
-  // Export now when nothing arrived since the last look (the adders have
-  // paused), or once linger has passed (1 ms of slack for early wake-ups).
-  if (found <= it->second.found || waited + 0.001 >= linger) {
-    short_since_.erase(it);
-    return 0;
-  }
-  it->second.found = found;
-  return std::min(step, linger - waited);
 }
 
 }  // namespace percolite

@@ -1,5 +1,6 @@
 #include "queue_rows.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "percolite/encoding.h"
@@ -91,6 +92,34 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
     }
   }
   return Status::Ok();
+}
+
+Linger::Linger(std::string_view kind, const std::string& id, double seconds) : seconds_(seconds) {
+  if (!(seconds >= 0 && seconds <= kMaxLingerSeconds)) {  // NaN fails too
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(kind) + " '" + id + "': linger must be between 0 and 3600 seconds");
+  }
+}
+
+double Linger::For(const std::string& bucket_row, size_t found, bool short_batch) {
+  const auto now = std::chrono::steady_clock::now();
+  const double step = seconds_ / 4;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!short_batch) {
+    short_.erase(bucket_row);
+    return 0;
+  }
+  auto [it, first] = short_.try_emplace(bucket_row, Short{now, found});
+  if (first) return step;
+  const double waited = std::chrono::duration<double>(now - it->second.since).count();
+  // Go now when nothing arrived since the last look (the adders paused), or
+  // once the linger has passed (1 ms of slack for early wake-ups).
+  if (found <= it->second.found || waited + 0.001 >= seconds_) {
+    short_.erase(it);
+    return 0;
+  }
+  it->second.found = found;
+  return std::min(step, seconds_ - waited);
 }
 
 }  // namespace queue_rows

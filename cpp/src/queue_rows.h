@@ -4,10 +4,13 @@
 // index), and a bucket row holding the "notify" and "cursor" cells.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -54,6 +57,30 @@ struct Entry {
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
             std::vector<Entry>* out, bool* more);
+
+constexpr double kMaxLingerSeconds = 3600;
+
+// Lingering, for both queues (the rule is in export_queue.h): remembers, per
+// bucket row, when this process first found it short and how many entries
+// its last look found. Thread-safe.
+class Linger {
+ public:
+  // Throws kInvalidArgument naming the queue unless 0 <= seconds <= 3600.
+  Linger(std::string_view kind, const std::string& id, double seconds);
+  bool enabled() const { return seconds_ > 0; }
+  // The seconds to defer a run of `bucket_row` that found `found` entries
+  // (`short_batch`: fewer than a full run), or 0 to process now.
+  double For(const std::string& bucket_row, size_t found, bool short_batch);
+
+ private:
+  struct Short {
+    std::chrono::steady_clock::time_point since;
+    size_t found = 0;
+  };
+  const double seconds_;
+  std::mutex mu_;
+  std::unordered_map<std::string, Short> short_;  // GUARDED_BY(mu_)
+};
 
 }  // namespace queue_rows
 }  // namespace percolite

@@ -176,6 +176,7 @@ class App:
         key_codec: Any = "str",
         value_codec: Any = "int64",
         buffer_size: int = 4096,
+        linger: float = 0.0,
     ):
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
 
@@ -185,7 +186,10 @@ class App:
         followed by the queued updates in commit order; ``None`` deletes the
         key. Codecs: see :mod:`percolite.codecs`. ``buffer_size`` bounds the
         updates one processing transaction reads (a key's updates are never
-        split across transactions).
+        split across transactions). ``linger`` (seconds, 0 to 3600) lets a
+        bucket with fewer than ``buffer_size`` updates wait up to that long
+        for more while they keep arriving: fewer runs, each folding more
+        updates of hot keys, for at most ``linger`` more latency.
         """
         from ._combine import CombineQueue
 
@@ -200,6 +204,7 @@ class App:
                 key_codec=key_codec,
                 value_codec=value_codec,
                 buffer_size=buffer_size,
+                linger=linger,
             ),
         )
 

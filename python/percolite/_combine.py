@@ -81,6 +81,24 @@ def check_queue_options(
         raise ValueError(f"{batch_name} must be between 1 and 2**30, not {batch}")
 
 
+# The longest linger (seconds) a queue may declare (kMaxLingerSeconds in C++).
+MAX_LINGER = 3600
+
+
+def check_linger(kind: str, queue_id: str, linger: Any) -> float:
+    """``linger`` as a float, or a TypeError / ValueError naming the queue."""
+    if isinstance(linger, bool) or not isinstance(linger, (int, float)):
+        raise TypeError(
+            f"{kind} {queue_id!r}: linger must be a number of seconds, not {type(linger).__name__}"
+        )
+    if not 0 <= linger <= MAX_LINGER:
+        raise ValueError(
+            f"{kind} {queue_id!r}: linger must be between 0 and {MAX_LINGER} "
+            f"seconds, not {linger!r}"
+        )
+    return float(linger)
+
+
 def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
     """``codec.encode(obj)``, re-raising a failure with ``what`` in front."""
     try:
@@ -95,7 +113,7 @@ class CombineQueue:
 
     Create it with :meth:`percolite.App.combine_queue`; see
     ``docs/combine_queue.md``. Attributes: ``id``, ``buckets``,
-    ``buffer_size``, ``combiner``, ``key_codec``, ``value_codec`` (as
+    ``buffer_size``, ``linger``, ``combiner``, ``key_codec``, ``value_codec`` (as
     declared).
     """
 
@@ -109,8 +127,10 @@ class CombineQueue:
         key_codec: Any,
         value_codec: Any,
         buffer_size: int,
+        linger: float = 0.0,
     ) -> None:
         check_queue_options("combine queue", queue_id, buckets, "buffer_size", buffer_size)
+        linger = check_linger("combine queue", queue_id, linger)
         if isinstance(combiner, str):
             if combiner not in NATIVE_COMBINERS:
                 raise ValueError(
@@ -125,6 +145,7 @@ class CombineQueue:
         self.id = queue_id
         self.buckets = buckets
         self.buffer_size = buffer_size
+        self.linger = linger
         self.combiner = combiner
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
@@ -235,6 +256,7 @@ class CombineQueue:
             vc.length,
             on_change,
             [queue._core for queue in self._export_to],
+            self.linger,
         )
 
     def _core_spec(self) -> tuple:

@@ -21,7 +21,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
-from ._combine import _accepts, check_queue_options, encode_or_raise
+from ._combine import _accepts, check_linger, check_queue_options, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
@@ -32,8 +32,6 @@ __all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
 
 # seq = commit_ts << SEQ_INDEX_BITS | index of the entry in its transaction.
 SEQ_INDEX_BITS = 20
-# The longest linger (seconds) a queue may declare (kMaxLingerSeconds in C++).
-MAX_LINGER = 3600
 
 
 class SequencedExport(NamedTuple):
@@ -78,16 +76,7 @@ class ExportQueue:
         linger: float = 0.0,
     ) -> None:
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
-        if isinstance(linger, bool) or not isinstance(linger, (int, float)):
-            raise TypeError(
-                f"export queue {queue_id!r}: linger must be a number of seconds, "
-                f"not {type(linger).__name__}"
-            )
-        if not 0 <= linger <= MAX_LINGER:
-            raise ValueError(
-                f"export queue {queue_id!r}: linger must be between 0 and {MAX_LINGER} "
-                f"seconds, not {linger!r}"
-            )
+        linger = check_linger("export queue", queue_id, linger)
         if not callable(exporter):
             raise TypeError(
                 f"export queue {queue_id!r}: the exporter must be callable, "
@@ -101,7 +90,7 @@ class ExportQueue:
         self.id = queue_id
         self.buckets = buckets
         self.batch_size = batch_size
-        self.linger = float(linger)
+        self.linger = linger
         self.exporter = exporter
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")

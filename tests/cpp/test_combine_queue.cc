@@ -1,4 +1,5 @@
-// The combine queue's native combiners and the stamped keys queue entries use.
+// The combine queue's native combiners, the stamped keys queue entries use,
+// and a lingering processor driven by hand.
 #include <catch2/catch.hpp>
 #include <climits>
 #include <cstring>
@@ -6,6 +7,8 @@
 #include "percolite/combine_queue.h"
 #include "percolite/encoding.h"
 #include "percolite/store.h"
+#include "percolite/transaction.h"
+#include "test_util.h"
 
 using percolite::CombineNative;
 using percolite::NativeCombiner;
@@ -78,4 +81,68 @@ TEST_CASE("Stamped keys append commit_ts and sequence to the qualifier, in order
   REQUIRE(percolite::DecodeCellKey(a, &cell));
   CHECK(cell.row == "row");
   CHECK(cell.qualifier.size() == 1 + 12);
+}
+
+namespace {
+
+// Runs bucket 0 of `queue` as a worker would; returns the seconds the run
+// deferred itself, or 0 when it folded the updates and committed.
+double RunCombineBucket(percolite::Env& env, const percolite::CombineQueue& queue) {
+  auto tx = env.Begin();
+  auto column = queue.NotifyColumn();
+  const std::string row = queue.options().id + ":b:000000";
+  tx->SetTrigger(percolite::EncodeCellKey({row, column.family, column.qualifier}));
+  REQUIRE(queue.Processor()(tx, percolite::Cell{row, column.family, column.qualifier}).ok());
+  const double deferred = tx->DeferredSeconds();
+  if (deferred > 0) {
+    tx->Abort();
+  } else {
+    tx->Commit();
+  }
+  return deferred;
+}
+
+void AddUpdate(percolite::Env& env, const percolite::CombineQueue& queue, int64_t value) {
+  auto tx = env.Begin();
+  queue.Add(*tx, {{"hot", Int64(value)}});
+  tx->Commit();
+}
+
+std::optional<std::string> Current(percolite::Env& env, const percolite::CombineQueue& queue) {
+  auto tx = env.Begin();
+  auto value = queue.Get(*tx, "hot");
+  tx->Abort();
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("A lingering combine queue folds updates that keep arriving in one run", "[combine]") {
+  percolite_test::TempDir dir;
+  auto env = percolite::Env::Open(dir.path(), percolite_test::FastOptions());
+  percolite::CombineQueueOptions options;
+  options.id = "cq";
+  options.buckets = 1;
+  options.buffer_size = 100;
+  options.linger_seconds = 0.4;
+  int changes = 0;
+  options.on_change = [&changes](const std::shared_ptr<percolite::Transaction>&,
+                                 const std::vector<percolite::Change>& reported) {
+    changes += static_cast<int>(reported.size());
+    return percolite::Status::Ok();
+  };
+  auto queue = percolite::CombineQueue::Create(options);
+  AddUpdate(*env, *queue, 1);
+  CHECK(RunCombineBucket(*env, *queue) == Approx(0.1));  // short: wait a quarter
+  AddUpdate(*env, *queue, 2);
+  CHECK(RunCombineBucket(*env, *queue) > 0);  // more arrived: wait again
+  CHECK_FALSE(Current(*env, *queue).has_value());
+  CHECK(changes == 0);
+  CHECK(RunCombineBucket(*env, *queue) == 0);  // nothing new: fold both
+  CHECK(Current(*env, *queue) == Int64(3));
+  CHECK(changes == 1);
+
+  options.linger_seconds = 3601;
+  CHECK(percolite_test::ErrorCodeOf([&] { percolite::CombineQueue::Create(options); }) ==
+        percolite::ErrorCode::kInvalidArgument);
 }

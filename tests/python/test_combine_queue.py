@@ -1168,6 +1168,11 @@ BAD_DECLARATIONS = [
     ({"buffer_size": 0}, ValueError, ["buffer_size", "0"]),
     ({"buffer_size": -1}, ValueError, ["buffer_size", "-1"]),
     ({"buffer_size": "8"}, TypeError, ["buffer_size", "str"]),
+    ({"linger": -1}, ValueError, ["'q'", "linger", "between 0 and 3600", "-1"]),
+    ({"linger": float("nan")}, ValueError, ["linger", "nan"]),
+    ({"linger": 3601}, ValueError, ["linger", "3601"]),
+    ({"linger": "0.5"}, TypeError, ["linger", "str"]),
+    ({"linger": False}, TypeError, ["linger", "bool"]),
     ({"combiner": "avg"}, ValueError, ["'avg'", "'sum'", "'max'", "'min'", "'last'"]),
     ({"combiner": "SUM"}, ValueError, ["'SUM'"]),
     ({"combiner": ""}, ValueError, ["combiner"]),
@@ -1207,6 +1212,40 @@ def test_bad_declaration_is_a_clear_error_and_leaves_nothing(store_path, options
         assert env.status()["observers"] == []
         app.combine_queue("q")
         assert [o["name"] for o in env.status()["observers"]] == ["combine queue q"]
+
+
+LINGER_CHILD = """
+    app = percolite.App()
+    cq = app.combine_queue("hot", buckets=1, linger=linger)
+    cq.on_change(lambda tx, changes: record(tx, changes))
+    env = percolite.open(path, app=app, sync="none")
+    env.start_workers(2)
+    for i in range(20):
+        with env.transaction() as tx:
+            cq.add(tx, {"k": 1})
+        time.sleep(0.01)
+    assert env.wait(timeout=30)
+    stats = observer(env, "hot")
+    env.stop_workers()
+    emit(values=values(env, cq), reports=reports(env), runs=stats["commits"],
+         deferrals=stats["deferrals"], linger=cq.linger)
+"""
+
+
+def test_linger_folds_a_stream_of_updates_in_fewer_runs(store_path, tmp_path):
+    """20 commits adding 1 to one key, 10 ms apart: with linger=1.0 the bucket
+    waits while they arrive and folds them in one or two runs; the reports
+    still chain old to new and end at 20."""
+    eager = child(LINGER_CHILD, path=str(tmp_path / "eager"), linger=0)
+    lingering = child(LINGER_CHILD, path=str(tmp_path / "lingering"), linger=1.0)
+    for out in (eager, lingering):
+        assert out["values"] == {'"k"': 20}
+        chain = out["reports"]['"k"']
+        assert [old for _ts, old, _new in chain] == [None] + [new for _ts, _old, new in chain][:-1]
+        assert chain[-1][2] == 20
+    assert eager["deferrals"] == 0 and len(eager["reports"]['"k"']) >= 3
+    assert lingering["linger"] == 1.0 and lingering["deferrals"] >= 2
+    assert len(lingering["reports"]['"k"']) <= 2 < len(eager["reports"]['"k"'])
 
 
 def test_accepted_declarations():

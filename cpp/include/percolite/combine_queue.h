@@ -20,6 +20,11 @@
 //   in the bucket's cursor cell and notifies the bucket again.
 // - Every run writes the bucket's cursor cell, so two runs of one bucket never
 //   both commit.
+// - Lingering (linger_seconds > 0): as for the export queue (export_queue.h),
+//   with buffer_size for batch_size: while updates keep arriving, a bucket
+//   waits up to linger_seconds to fold more of them in one run (fewer runs,
+//   hot keys written once per run), so changes are reported up to about
+//   linger_seconds later.
 // - Guarantees, as in the seeds: (1) the new value reported for a key combines
 //   every update of that key committed before the processing transaction
 //   started; (2) the old value reported for a key is the new value of the
@@ -65,6 +70,9 @@
 namespace percolite {
 
 class Transaction;
+namespace queue_rows {
+class Linger;
+}
 
 enum class ValueType { kBytes, kInt64, kFloat64, kInt64Tuple };
 enum class NativeCombiner { kNone, kSum, kMax, kMin, kLast };
@@ -94,6 +102,7 @@ struct CombineQueueOptions {
   ChangeFn on_change;  // optional
   // Export queues fed natively with every change (key, new value).
   std::vector<std::shared_ptr<const ExportQueue>> export_to;
+  double linger_seconds = 0;  // 0 to 3600 (see Lingering above)
 };
 
 class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
@@ -132,6 +141,7 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
 
   const CombineQueueOptions options_;
   const std::string family_;  // "cq:<id>"
+  const std::shared_ptr<queue_rows::Linger> linger_;
 };
 
 // Runs a native combiner over encoded values (exposed for tests).

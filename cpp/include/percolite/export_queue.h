@@ -59,7 +59,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -70,6 +69,9 @@
 namespace percolite {
 
 class Transaction;
+namespace queue_rows {
+class Linger;
+}
 
 constexpr int kSeqIndexBits = 20;
 constexpr uint64_t kMaxSeqCommitTs = uint64_t{1} << (63 - kSeqIndexBits);
@@ -129,18 +131,10 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
  private:
   explicit ExportQueue(ExportQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
-  // Lingering: the seconds to defer a run of `bucket_row` that found `found`
-  // entries, or 0 to export now (and forget the bucket's short state).
-  double LingerFor(const std::string& bucket_row, size_t found, bool short_batch) const;
 
   const ExportQueueOptions options_;
   const std::string family_;  // "eq:<id>"
-  mutable std::mutex linger_mu_;
-  struct Short {
-    std::chrono::steady_clock::time_point since;  // when this process first found it short
-    size_t found = 0;                             // entries at the last look
-  };
-  mutable std::unordered_map<std::string, Short> short_since_;  // GUARDED_BY(linger_mu_)
+  const std::shared_ptr<queue_rows::Linger> linger_;
 };
 
 }  // namespace percolite
