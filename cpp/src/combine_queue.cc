@@ -241,13 +241,9 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       queue_rows::Read(*transaction, update_row, kUpdateFamily, cursor, options_.buffer_size,
                        /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more);
   if (!read.ok()) return read;
-  if (linger_->enabled() && cursor.empty()) {
-    const bool short_batch = !entries.empty() && !more && entries.size() < options_.buffer_size;
-    const double wait = linger_->For(bucket_row, entries.size(), short_batch);
-    if (wait > 0) {
-      transaction->DeferTrigger(wait);
-      return Status::Ok();
-    }
+  if (linger_->Defer(*transaction, bucket_row, cursor, entries.size(), more,
+                     options_.buffer_size)) {
+    return Status::Ok();
   }
   struct Group {
     std::string key;

@@ -89,13 +89,8 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
                                  /*whole_keys=*/false, what, &queued, &more);
   if (!read.ok()) return read;
 
-  if (linger_->enabled() && cursor.empty()) {
-    const bool short_batch = !queued.empty() && !more && queued.size() < options_.batch_size;
-    const double wait = linger_->For(bucket_row, queued.size(), short_batch);
-    if (wait > 0) {
-      transaction->DeferTrigger(wait);
-      return Status::Ok();
-    }
+  if (linger_->Defer(*transaction, bucket_row, cursor, queued.size(), more, options_.batch_size)) {
+    return Status::Ok();
   }
   if (!queued.empty()) {
     std::vector<ExportEntry> batch;

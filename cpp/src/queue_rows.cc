@@ -101,6 +101,16 @@ Linger::Linger(std::string_view kind, const std::string& id, double seconds) : s
   }
 }
 
+bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
+                   const std::string& cursor, size_t found, bool more, size_t full) {
+  // Only a run from the start of its bucket lingers; one after a cursor goes on.
+  if (seconds_ <= 0 || !cursor.empty()) return false;
+  const double wait = For(bucket_row, found, found > 0 && !more && found < full);
+  if (wait <= 0) return false;
+  transaction.DeferTrigger(wait);
+  return true;
+}
+
 double Linger::For(const std::string& bucket_row, size_t found, bool short_batch) {
   const auto now = std::chrono::steady_clock::now();
   const double step = seconds_ / 4;

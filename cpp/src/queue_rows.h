@@ -67,16 +67,23 @@ class Linger {
  public:
   // Throws kInvalidArgument naming the queue unless 0 <= seconds <= 3600.
   Linger(std::string_view kind, const std::string& id, double seconds);
-  bool enabled() const { return seconds_ > 0; }
-  // The seconds to defer a run of `bucket_row` that found `found` entries
-  // (`short_batch`: fewer than a full run), or 0 to process now.
-  double For(const std::string& bucket_row, size_t found, bool short_batch);
+  // Called by a bucket run after reading `found` entries (from the start of
+  // the bucket when `cursor` is empty; `more`: entries remain; `full`: the
+  // run's batch size). When the run should wait, defers `transaction` (an
+  // observer run, Transaction::DeferTrigger) and returns true: the caller
+  // returns ok without writing anything.
+  bool Defer(Transaction& transaction, const std::string& bucket_row, const std::string& cursor,
+             size_t found, bool more, size_t full);
 
  private:
   struct Short {
     std::chrono::steady_clock::time_point since;
     size_t found = 0;
   };
+  // The seconds to defer a run of `bucket_row` that found `found` entries
+  // (`short_batch`: fewer than a full run), or 0 to process now.
+  double For(const std::string& bucket_row, size_t found, bool short_batch);
+
   const double seconds_;
   std::mutex mu_;
   std::unordered_map<std::string, Short> short_;  // GUARDED_BY(mu_)

@@ -85,23 +85,6 @@ TEST_CASE("Stamped keys append commit_ts and sequence to the qualifier, in order
 
 namespace {
 
-// Runs bucket 0 of `queue` as a worker would; returns the seconds the run
-// deferred itself, or 0 when it folded the updates and committed.
-double RunCombineBucket(percolite::Env& env, const percolite::CombineQueue& queue) {
-  auto tx = env.Begin();
-  auto column = queue.NotifyColumn();
-  const std::string row = queue.options().id + ":b:000000";
-  tx->SetTrigger(percolite::EncodeCellKey({row, column.family, column.qualifier}));
-  REQUIRE(queue.Processor()(tx, percolite::Cell{row, column.family, column.qualifier}).ok());
-  const double deferred = tx->DeferredSeconds();
-  if (deferred > 0) {
-    tx->Abort();
-  } else {
-    tx->Commit();
-  }
-  return deferred;
-}
-
 void AddUpdate(percolite::Env& env, const percolite::CombineQueue& queue, int64_t value) {
   auto tx = env.Begin();
   queue.Add(*tx, {{"hot", Int64(value)}});
@@ -133,12 +116,12 @@ TEST_CASE("A lingering combine queue folds updates that keep arriving in one run
   };
   auto queue = percolite::CombineQueue::Create(options);
   AddUpdate(*env, *queue, 1);
-  CHECK(RunCombineBucket(*env, *queue) == Approx(0.1));  // short: wait a quarter
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == Approx(0.1));  // short: wait a quarter
   AddUpdate(*env, *queue, 2);
-  CHECK(RunCombineBucket(*env, *queue) > 0);  // more arrived: wait again
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);  // more arrived: wait again
   CHECK_FALSE(Current(*env, *queue).has_value());
   CHECK(changes == 0);
-  CHECK(RunCombineBucket(*env, *queue) == 0);  // nothing new: fold both
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);  // nothing new: fold both
   CHECK(Current(*env, *queue) == Int64(3));
   CHECK(changes == 1);
 

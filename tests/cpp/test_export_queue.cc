@@ -53,24 +53,6 @@ percolite::Status RunBucket(percolite::Env& env, const ExportQueue& queue) {
   return status;
 }
 
-// Runs bucket 0 as a worker would (an observer run of its notification);
-// returns the seconds the run deferred itself, 0 when it exported and committed.
-double RunBucketAsWorker(percolite::Env& env, const ExportQueue& queue) {
-  auto tx = env.Begin();
-  auto column = queue.NotifyColumn();
-  percolite::CellRef ref{"ex:b:000000", column.family, column.qualifier};
-  tx->SetTrigger(percolite::EncodeCellKey(ref));
-  percolite::Cell cell{std::string(ref.row), std::string(ref.family), std::string(ref.qualifier)};
-  REQUIRE(queue.Processor()(tx, cell).ok());
-  const double deferred = tx->DeferredSeconds();
-  if (deferred > 0) {
-    tx->Abort();
-  } else {
-    tx->Commit();
-  }
-  return deferred;
-}
-
 void AddOne(percolite::Env& env, const ExportQueue& queue, const std::string& key) {
   auto tx = env.Begin();
   queue.Add(*tx, key, "v");
@@ -208,15 +190,15 @@ TEST_CASE("A lingering bucket defers while entries keep arriving, then exports t
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/100, /*linger_seconds=*/0.4);
   AddOne(*env, *queue, "a");
   // First look at a short batch: wait a quarter of linger, export nothing.
-  CHECK(RunBucketAsWorker(*env, *queue) == Approx(0.1));
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == Approx(0.1));
   CHECK(sink.calls.empty());
   AddOne(*env, *queue, "b");
   // More arrived since the last look: wait again.
-  CHECK(RunBucketAsWorker(*env, *queue) > 0);
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);
   CHECK(sink.calls.empty());
   CHECK(Depth(*env) == 2);
   // Nothing arrived since: export what is there, in one call.
-  CHECK(RunBucketAsWorker(*env, *queue) == 0);
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
   REQUIRE(sink.calls.size() == 1);
   CHECK(sink.calls[0].size() == 2);
   CHECK(Depth(*env) == 0);
@@ -232,7 +214,7 @@ TEST_CASE("Lingering ends after linger_seconds even while entries keep arriving"
   double deferred = 0;
   do {
     AddOne(*env, *queue, "k" + std::to_string(added++));
-    deferred = RunBucketAsWorker(*env, *queue);
+    deferred = percolite_test::RunBucketAsWorker(*env, *queue);
     CHECK(deferred <= Approx(0.05));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } while (deferred > 0 && added < 1000);
@@ -249,11 +231,11 @@ TEST_CASE("A full batch is exported at once however long the linger", "[export]"
   Sink sink;
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/3, /*linger_seconds=*/3600);
   for (const char* key : {"a", "b", "c", "d"}) AddOne(*env, *queue, key);
-  CHECK(RunBucketAsWorker(*env, *queue) == 0);
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
   REQUIRE(sink.calls.size() == 1);
   CHECK(sink.calls[0].size() == 3);
   // The run stopped at a cursor; the run after a cursor does not linger.
-  CHECK(RunBucketAsWorker(*env, *queue) == 0);
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
   REQUIRE(sink.calls.size() == 2);
   CHECK(sink.calls[1].size() == 1);
 }

@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "percolite/encoding.h"
 #include "percolite/env.h"
 #include "percolite/status.h"
 #include "percolite/transaction.h"
@@ -143,6 +144,25 @@ inline std::string Describe(const percolite::Cell& cell) {
 
 inline bool SameCell(const percolite::Cell& a, const percolite::Cell& b) {
   return a.row == b.row && a.family == b.family && a.qualifier == b.qualifier;
+}
+
+// Runs bucket 0 of `queue` (a CombineQueue or an ExportQueue) as a worker
+// would: an observer run of the bucket's notification. Returns the seconds the
+// run deferred itself (it is then aborted), or 0 when it processed and committed.
+template <typename Queue>
+double RunBucketAsWorker(percolite::Env& env, const Queue& queue) {
+  auto tx = env.Begin();
+  const auto column = queue.NotifyColumn();
+  const percolite::Cell cell{queue.options().id + ":b:000000", column.family, column.qualifier};
+  tx->SetTrigger(percolite::EncodeCellKey({cell.row, cell.family, cell.qualifier}));
+  REQUIRE(queue.Processor()(tx, cell).ok());
+  const double deferred = tx->DeferredSeconds();
+  if (deferred > 0) {
+    tx->Abort();
+  } else {
+    tx->Commit();
+  }
+  return deferred;
 }
 
 }  // namespace percolite_test
