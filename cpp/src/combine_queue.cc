@@ -1,9 +1,11 @@
 #include "percolite/combine_queue.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <unordered_map>
 
 #include "percolite/encoding.h"
 #include "percolite/transaction.h"
@@ -13,6 +15,8 @@ namespace percolite {
 namespace {
 
 constexpr std::string_view kUpdateFamily = "u";
+// The cursor cell of a bucket whose last run left updates queued.
+constexpr std::string_view kMoreMarker = "more";
 using queue_rows::kCursorQualifier;
 using queue_rows::kNotifyQualifier;
 
@@ -231,14 +235,16 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   const std::string& bucket_row = cell.row;
   const std::string update_row = options_.id + ":u:" + bucket_row.substr(prefix_b.size());
   const CellRef cursor_cell{bucket_row, family_, kCursorQualifier};
+  // Non-empty when the previous run left updates behind: this run continues
+  // it (and does not linger).
   const std::string cursor = transaction->Get(cursor_cell).value_or("");
 
-  // Read queued updates in qualifier order (key, then commit order), at least
-  // buffer_size of them, finishing the last key.
+  // Read queued updates in commit order from the front of the bucket: at least
+  // buffer_size of them, with every queued update of their keys.
   std::vector<queue_rows::Entry> entries;
   bool more = false;
   Status read =
-      queue_rows::Read(*transaction, update_row, kUpdateFamily, cursor, options_.buffer_size,
+      queue_rows::Read(*transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
                        /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more);
   if (!read.ok()) return read;
   if (linger_->Defer(*transaction, bucket_row, cursor, entries.size(), more,
@@ -251,15 +257,25 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
     std::vector<std::string> qualifiers;
   };
   std::vector<Group> groups;
-  for (queue_rows::Entry& entry : entries) {
-    if (groups.empty() || groups.back().key != entry.key) {
-      groups.push_back(Group{std::move(entry.key), {}, {}});
+  {
+    // Keys are views of groups' keys: no reallocation, so they stay valid.
+    groups.reserve(entries.size());
+    std::unordered_map<std::string_view, size_t> group_of;
+    group_of.reserve(entries.size());
+    for (queue_rows::Entry& entry : entries) {
+      auto found = group_of.find(entry.key);
+      if (found == group_of.end()) {
+        groups.push_back(Group{std::move(entry.key), {}, {}});
+        found = group_of.emplace(groups.back().key, groups.size() - 1).first;
+      }
+      Group& group = groups[found->second];
+      group.values.push_back(std::move(entry.value));
+      group.qualifiers.push_back(std::move(entry.qualifier));
     }
-    groups.back().values.push_back(std::move(entry.value));
-    groups.back().qualifiers.push_back(std::move(entry.qualifier));
   }
-  const std::string last_qualifier =
-      groups.empty() ? std::string() : groups.back().qualifiers.back();
+  // Changes are reported, and values written, in key order.
+  std::sort(groups.begin(), groups.end(),
+            [](const Group& a, const Group& b) { return a.key < b.key; });
 
   std::vector<Change> changes;
   for (Group& group : groups) {
@@ -282,14 +298,10 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       transaction->Purge({update_row, kUpdateFamily, qualifier});
     }
   }
-  // Every run writes the cursor, so two runs of one bucket cannot both commit.
-  transaction->Set(cursor_cell, more ? last_qualifier : std::string());
-  // Run again: to continue after the cursor, or, when this run began at a
-  // cursor, to pick up updates queued before it (this commit removes the
-  // bucket's notification, and those adders' notifications with it).
-  if (more || !cursor.empty()) {
-    transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
-  }
+  // Every run writes the cursor, so two runs of one bucket cannot both commit;
+  // it marks a bucket with updates left, and the run again takes them.
+  transaction->Set(cursor_cell, more ? std::string(kMoreMarker) : std::string());
+  if (more) transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   if (changes.empty()) return Status::Ok();
   if (!options_.export_to.empty()) {
     std::vector<std::pair<std::string, std::string>> exported;

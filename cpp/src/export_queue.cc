@@ -101,6 +101,9 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
       }
       batch.push_back(ExportEntry{entry.key, entry.value, Seq(entry.commit_ts, entry.index)});
     }
+    // Read in commit order; the exporter gets them by key, then seq.
+    std::stable_sort(batch.begin(), batch.end(),
+                     [](const ExportEntry& a, const ExportEntry& b) { return a.key < b.key; });
     Status exported = options_.exporter(batch);
     if (!exported.ok()) return exported;
     for (const queue_rows::Entry& entry : queued) {
@@ -109,11 +112,9 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit.
   transaction->Set(cursor_cell, more ? queued.back().qualifier : std::string());
-  // Run again: to continue after the cursor, or, when this run began at a
-  // cursor, to pick up entries queued before it.
-  if (more || !cursor.empty()) {
-    transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
-  }
+  // Run again to continue after the cursor. (Entries sort in commit order, so
+  // none can appear before it: they would have been visible to this run.)
+  if (more) transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unordered_set>
 
 #include "percolite/encoding.h"
 #include "percolite/transaction.h"
@@ -43,9 +44,7 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
   for (const auto& [key, value] : entries) {
     const uint32_t bucket = bucket_of(key);
     const std::string name = BucketName(bucket);
-    std::string qualifier;
-    AppendEscapedPart(&qualifier, key);
-    transaction.AddStamped({entry_prefix + name, family, qualifier}, value);
+    transaction.AddStamped({entry_prefix + name, family, key}, value);
     if (!notified[bucket]) {
       transaction.SetWeakNotification({id + ":b:" + name, notify_family, kNotifyQualifier});
       notified[bucket] = true;
@@ -61,35 +60,46 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
   std::string resume;
   bool have_resume = !cursor.empty();
   if (have_resume) resume = EncodeCellKey({row, family, cursor});
-  for (bool done = false; !done && !*more;) {
+  // Past `limit`, only entries of these keys are taken (whole_keys).
+  std::unordered_set<std::string> keys;
+  bool filling = true;
+  for (bool done = false; !done;) {
     ScanChunk chunk = transaction.Scan(range, have_resume ? &resume : nullptr, 1024);
     for (ScanItem& item : chunk.items) {
       if (item.cell.family != family) continue;
-      Entry entry;
-      size_t pos = 0;
-      if (!ReadEscapedPart(item.cell.qualifier, &pos, &entry.key) ||
-          item.cell.qualifier.size() != pos + kStampSize) {
+      const std::string& qualifier = item.cell.qualifier;
+      if (qualifier.size() < kStampSize) {
         return Status::Make(ErrorCode::kCorruption, std::string(what) + ": malformed queued entry");
       }
-      const bool same_key = whole_keys && !out->empty() && out->back().key == entry.key;
-      if (out->size() >= limit && !same_key) {
-        *more = true;
-        break;
+      std::string key = qualifier.substr(kStampSize);
+      if (filling && out->size() >= limit) {
+        if (!whole_keys) {
+          *more = true;
+          return Status::Ok();
+        }
+        filling = false;
       }
-      const std::string_view stamp(item.cell.qualifier.data() + pos, kStampSize);
-      entry.commit_ts = ReadUint64BE(stamp.substr(0, 8));
+      if (!filling) {
+        if (keys.count(key) == 0) {
+          *more = true;
+          continue;
+        }
+      } else if (whole_keys) {
+        keys.insert(key);
+      }
+      Entry entry;
+      entry.key = std::move(key);
+      entry.commit_ts = ReadUint64BE(qualifier);
       for (size_t i = 8; i < kStampSize; ++i) {
-        entry.index = (entry.index << 8) | static_cast<unsigned char>(stamp[i]);
+        entry.index = (entry.index << 8) | static_cast<unsigned char>(qualifier[i]);
       }
       entry.qualifier = std::move(item.cell.qualifier);
       entry.value = std::move(item.value);
       out->push_back(std::move(entry));
     }
-    if (!*more) {
-      done = chunk.done;
-      resume = std::move(chunk.resume_after);
-      have_resume = true;
-    }
+    done = chunk.done;
+    resume = std::move(chunk.resume_after);
+    have_resume = true;
   }
   return Status::Ok();
 }

@@ -1,7 +1,10 @@
 // queue_rows.h (internal): what the combine queue and the export queue share.
 // Both keep queued entries as stamped writes in one row per bucket, with the
-// qualifier escaped(key) 0x00 0x01 followed by the 12-byte stamp (commit_ts,
-// index), and a bucket row holding the "notify" and "cursor" cells.
+// qualifier the 12-byte stamp (commit_ts, index; the writer puts it in front,
+// store.h) followed by the key's bytes, and a bucket row holding the "notify"
+// and "cursor" cells. Entries sort in commit order, so a commit appends its
+// entries at the end of each bucket it touches (a page or two per bucket,
+// however many entries), and a run consumes entries from the front.
 #pragma once
 
 #include <chrono>
@@ -43,17 +46,18 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
            const std::vector<std::pair<std::string, std::string>>& entries);
 
 struct Entry {
-  std::string key;        // decoded from the qualifier
+  std::string key;        // the qualifier after the stamp
   std::string qualifier;  // as stored (to delete it, or to resume after it)
   std::string value;
   uint64_t commit_ts = 0;
   uint32_t index = 0;
 };
 
-// Reads the entries of `row`/`family` in qualifier order (key, then commit
-// order), starting after `cursor` (empty: from the start): at least `limit` of
-// them unless fewer remain, and, when `whole_keys`, every entry of the last
-// key read. Sets *more when entries remain after those returned.
+// Reads the entries of `row`/`family` in commit order, starting after
+// `cursor` (empty: from the start): the first `limit` of them (all, when fewer
+// remain), and, when `whole_keys`, every later entry of their keys too (the
+// rest of the row is scanned for them), so no key's entries are split. Sets
+// *more when entries remain that were not returned.
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
             std::vector<Entry>* out, bool* more);

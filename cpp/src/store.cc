@@ -23,7 +23,7 @@ constexpr std::string_view kCounterKey = "ts";
 constexpr std::string_view kFormatKey = "format";
 // Bumped whenever what older versions wrote would be misread. 2: combine-queue
 // values moved to <id>:d:<bucket>:<key> (combine_queue.h).
-constexpr std::string_view kFormat = "percolite/2";
+constexpr std::string_view kFormat = "percolite/3";
 constexpr std::string_view kObservedKey = "observed";
 constexpr size_t kTombstonesPerBatch = 1024;
 
@@ -574,10 +574,12 @@ std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_
   if (!DecodeCellKey(encoded_key, &cell)) {
     throw Error(ErrorCode::kInvalidArgument, "a stamped write needs a cell key");
   }
-  AppendUint64BE(&cell.qualifier, commit_ts);
-  for (int shift = 24; shift >= 0; shift -= 8)
-    cell.qualifier.push_back(static_cast<char>(seq >> shift));
-  return EncodeCellKey({cell.row, cell.family, cell.qualifier});
+  std::string qualifier;
+  qualifier.reserve(12 + cell.qualifier.size());
+  AppendUint64BE(&qualifier, commit_ts);
+  for (int shift = 24; shift >= 0; shift -= 8) qualifier.push_back(static_cast<char>(seq >> shift));
+  qualifier += cell.qualifier;
+  return EncodeCellKey({cell.row, cell.family, qualifier});
 }
 
 namespace {

@@ -70,30 +70,37 @@ TEST_CASE("A value of the wrong width is refused") {
       CombineNative(NativeCombiner::kSum, ValueType::kInt64, 0, {Int64(1), "abc"}, &result).ok());
 }
 
-TEST_CASE("Stamped keys append commit_ts and sequence to the qualifier, in order") {
+TEST_CASE("Stamped keys put commit_ts and sequence in front of the qualifier: commit order") {
   std::string key = percolite::EncodeCellKey({"row", "u", "k"});
   std::string a = percolite::StampedKey(key, 5, 0);
   std::string b = percolite::StampedKey(key, 5, 1);
   std::string c = percolite::StampedKey(key, 6, 0);
   CHECK(a < b);
   CHECK(b < c);
+  // Whatever the qualifier, a later commit sorts after: a commit appends.
+  CHECK(percolite::StampedKey(percolite::EncodeCellKey({"row", "u", "zzz"}), 5, 1) < c);
+  CHECK(b < percolite::StampedKey(percolite::EncodeCellKey({"row", "u", "a"}), 6, 0));
   percolite::Cell cell;
   REQUIRE(percolite::DecodeCellKey(a, &cell));
   CHECK(cell.row == "row");
-  CHECK(cell.qualifier.size() == 1 + 12);
+  CHECK(cell.qualifier.size() == 12 + 1);
+  CHECK(cell.qualifier.substr(12) == "k");
+  CHECK(percolite::ReadUint64BE(cell.qualifier) == 5);
 }
 
 namespace {
 
-void AddUpdate(percolite::Env& env, const percolite::CombineQueue& queue, int64_t value) {
+void AddUpdate(percolite::Env& env, const percolite::CombineQueue& queue, int64_t value,
+               const std::string& key = "hot") {
   auto tx = env.Begin();
-  queue.Add(*tx, {{"hot", Int64(value)}});
+  queue.Add(*tx, {{key, Int64(value)}});
   tx->Commit();
 }
 
-std::optional<std::string> Current(percolite::Env& env, const percolite::CombineQueue& queue) {
+std::optional<std::string> Current(percolite::Env& env, const percolite::CombineQueue& queue,
+                                   const std::string& key = "hot") {
   auto tx = env.Begin();
-  auto value = queue.Get(*tx, "hot");
+  auto value = queue.Get(*tx, key);
   tx->Abort();
   return value;
 }
@@ -128,4 +135,57 @@ TEST_CASE("A lingering combine queue folds updates that keep arriving in one run
   options.linger_seconds = 3601;
   CHECK(percolite_test::ErrorCodeOf([&] { percolite::CombineQueue::Create(options); }) ==
         percolite::ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("A run folds every queued update of its keys, even past buffer_size", "[combine]") {
+  percolite_test::TempDir dir;
+  auto env = percolite::Env::Open(dir.path(), percolite_test::FastOptions());
+  percolite::CombineQueueOptions options;
+  options.id = "cq";
+  options.buckets = 1;
+  options.buffer_size = 1;
+  std::vector<std::vector<percolite::Change>> reports;
+  options.on_change = [&reports](const std::shared_ptr<percolite::Transaction>&,
+                                 const std::vector<percolite::Change>& changes) {
+    reports.push_back(changes);
+    return percolite::Status::Ok();
+  };
+  auto queue = percolite::CombineQueue::Create(options);
+  // Queued in commit order: a, b, a, c, a. The first run takes the oldest
+  // update's key, "a", with all three of its updates (guarantee 1).
+  AddUpdate(*env, *queue, 1, "a");
+  AddUpdate(*env, *queue, 10, "b");
+  AddUpdate(*env, *queue, 2, "a");
+  AddUpdate(*env, *queue, 100, "c");
+  AddUpdate(*env, *queue, 4, "a");
+  REQUIRE(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(reports.size() == 1);
+  REQUIRE(reports[0].size() == 1);
+  CHECK(reports[0][0].key == "a");
+  CHECK_FALSE(reports[0][0].old_value);
+  CHECK(reports[0][0].new_value == Int64(7));
+  CHECK_FALSE(Current(*env, *queue, "b").has_value());
+  // Updates are left: the bucket is notified again, and the next runs take
+  // the oldest remaining key each.
+  {
+    auto tx = env->Begin();
+    CHECK(tx->NotificationPending(percolite::EncodeCellKey(
+        {"cq:b:000000", queue->NotifyColumn().family, queue->NotifyColumn().qualifier})));
+    tx->Abort();
+  }
+  AddUpdate(*env, *queue, 8, "a");
+  REQUIRE(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(reports.size() == 2);
+  CHECK(reports[1].size() == 1);
+  CHECK(reports[1][0].key == "b");
+  REQUIRE(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(reports.size() == 3);
+  CHECK(reports[2][0].key == "c");
+  REQUIRE(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(reports.size() == 4);
+  CHECK(reports[3][0].key == "a");
+  CHECK(reports[3][0].old_value == Int64(7));  // guarantee 2
+  CHECK(reports[3][0].new_value == Int64(15));
+  CHECK(Current(*env, *queue, "b") == Int64(10));
+  CHECK(Current(*env, *queue, "c") == Int64(100));
 }

@@ -496,10 +496,10 @@ def test_a_store_of_another_format_is_refused_naming_both(tmp_path):
     raw = lmdb.open(str(path), max_dbs=8, subdir=True)
     with raw.begin(write=True) as txn:
         meta = raw.open_db(b"meta", txn=txn)
-        assert txn.get(b"format", db=meta) == b"percolite/2"
-        txn.put(b"format", b"percolite/1", db=meta)  # combine-queue values by key, not bucket
+        assert txn.get(b"format", db=meta) == b"percolite/3"
+        txn.put(b"format", b"percolite/2", db=meta)  # queue entries keyed by key, then stamp
     raw.close()
     with pytest.raises(
-        percolite.CorruptionError, match="format is 'percolite/1'.*reads 'percolite/2'"
+        percolite.CorruptionError, match="format is 'percolite/2'.*reads 'percolite/3'"
     ):
         percolite.open(path)

@@ -11,15 +11,16 @@
 //   bucket. Adders never collide with each other or with the processor.
 // - The processor of a bucket (a WEAK observer of NotifyColumn(), run by the
 //   workers) reads, in one transaction: the bucket's queued updates in its
-//   snapshot, at least buffer_size of them unless fewer are queued, never
-//   splitting one key's updates across runs; the current values of those keys;
-//   combines per key the current value followed by the updates in commit
-//   order; writes each new value (nullopt deletes the key); deletes the
-//   consumed updates; and calls on_change once with every Change(key, old,
-//   new) whose value changed. When updates remain, it records where it stopped
-//   in the bucket's cursor cell and notifies the bucket again.
+//   snapshot, oldest first, the first buffer_size of them (all, if fewer are
+//   queued) and every later update of their keys, so one key's updates are
+//   never split across runs; the current values of those keys; combines per
+//   key the current value followed by the updates in commit order; writes
+//   each new value (nullopt deletes the key); deletes the consumed updates;
+//   and calls on_change once with every Change(key, old, new) whose value
+//   changed, in key order. When updates of other keys remain, it marks the
+//   bucket's cursor cell and notifies the bucket again.
 // - Every run writes the bucket's cursor cell, so two runs of one bucket never
-//   both commit.
+//   both commit. A run that follows a marked one does not linger.
 // - Lingering (linger_seconds > 0): as for the export queue (export_queue.h),
 //   with buffer_size for batch_size: while updates keep arriving, a bucket
 //   waits up to linger_seconds to fold more of them in one run (fewer runs,
@@ -37,13 +38,17 @@
 //   atomically with the new values. It must not write the queue's own rows.
 //
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
-//   <id>:u:<bucket>   family "u", qualifier escaped(key) 0x00 0x01 stamp   queued update
+//   <id>:u:<bucket>   family "u", qualifier stamp (12 bytes) + key         queued update
 //   <id>:b:<bucket>   family "cq:<id>", qualifiers "notify" and "cursor"   bucket state
 //   <id>:d:<bucket>:<key>  family "cq", qualifier "v"                       current value
-// where <bucket> is the bucket number in 6 decimal digits. Current values sit
-// by bucket (as in the seed: "data is organized to make reading existing
-// values for keys in a bucket more efficient"): a run's reads and writes stay
-// within its bucket's pages instead of touching pages all over the store.
+// where <bucket> is the bucket number in 6 decimal digits. The stamp first
+// (store.h) keeps updates in commit order, so an add appends to the end of
+// each bucket it touches, writing a page or two per bucket instead of one per
+// update; a run scans its whole bucket for the updates of its keys (reads
+// only). Current values sit by bucket (as in the seed: "data is organized to
+// make reading existing values for keys in a bucket more efficient"): a run's
+// reads and writes stay within its bucket's pages instead of touching pages
+// all over the store.
 //
 // Native combiners (no Python, no GIL): "sum", "max", "min" over int64,
 // float64 and fixed-length int64 tuples (elementwise), and "last" over any

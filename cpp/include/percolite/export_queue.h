@@ -20,10 +20,10 @@
 //   queue; seqs stay below 2^63 while commit_ts < 2^43.
 // - The processor of a bucket (a WEAK observer of NotifyColumn(), run by the
 //   workers) reads, in one transaction, up to batch_size entries after the
-//   bucket's cursor, calls the exporter once with them ordered by key, then
-//   seq, and, when the exporter succeeds, deletes them in the same
-//   transaction. When entries remain, or when it began at a cursor, it
-//   records where it stopped and notifies the bucket again.
+//   bucket's cursor, oldest first (entries are stored in commit order), calls
+//   the exporter once with them ordered by key, then seq, and, when the
+//   exporter succeeds, deletes them in the same transaction. When entries
+//   remain, it records where it stopped and notifies the bucket again.
 // - Lingering (linger_seconds > 0, like Kafka's linger.ms): a run that
 //   begins at the start of its bucket and finds a short batch (fewer than
 //   batch_size entries) defers itself (workers.h) for linger_seconds / 4
@@ -43,9 +43,11 @@
 //   than the last applied seq of its key.
 //
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
-//   <id>:e:<bucket>   family "e", qualifier escaped(key) 0x00 0x01 stamp   queued entry
+//   <id>:e:<bucket>   family "e", qualifier stamp (12 bytes) + key         queued entry
 //   <id>:b:<bucket>   family "eq:<id>", qualifiers "notify" and "cursor"   bucket state
-// where <bucket> is the bucket number in 6 decimal digits. A queued value is
+// where <bucket> is the bucket number in 6 decimal digits. The stamp first
+// (store.h) keeps entries in commit order: an add appends to its bucket. A
+// queued value is
 // one tag byte, then the value's bytes: ExportValue() gives "\x01" + value for
 // a value and "\x00" for a deletion (the Python layer and the combine
 // queue's native forwarding, combine_queue.h, both use it).

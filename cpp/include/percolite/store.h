@@ -77,9 +77,12 @@ struct StoreOptions {
 
 // One write of a transaction. `key` is an encoded cell key (encoding.h).
 // A stamped write gets the transaction's commit_ts (8 bytes, big-endian) and
-// stamp_seq (4 bytes) appended to its qualifier by the writer: a key unique to
-// the transaction, so stamped writes are never validated and never conflict
-// (queue entries use them).
+// stamp_seq (4 bytes) put in front of its qualifier by the writer: a key
+// unique to the transaction, so stamped writes are never validated and never
+// conflict (queue entries use them). Stamp first, a transaction's stamped
+// writes to one row are adjacent and sort after every earlier commit's: a
+// commit appends them to the end of the row, touching a page or two instead
+// of one page per entry.
 //
 // A purge removes a cell that a stamped write created (a consumed queue
 // entry): such keys are unique and never written again, so the purge is not
