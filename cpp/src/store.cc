@@ -498,6 +498,7 @@ std::vector<CommitResult> Store::CommitBatchForTesting(
 }
 
 void Store::WriterLoop() {
+  pthread_setname_np(pthread_self(), "pc-writer");  // shown by top -H, perf, py-spy
   // With sync="full", a committed batch is durable once its meta page is
   // synced. The next batch's commit syncs the file (its data pages), which
   // covers the previous meta page; when nothing else is queued, an explicit

@@ -1,6 +1,7 @@
 #include "percolite/workers.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -216,6 +217,7 @@ Workers::Outcome Workers::RunOne(const Notification& notification, size_t* obser
 bool Workers::OnWorkerThread() { return t_on_worker_thread; }
 
 void Workers::WorkerLoop() {
+  pthread_setname_np(pthread_self(), "pc-worker");  // shown by top -H, perf, py-spy
   t_on_worker_thread = true;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -335,6 +337,7 @@ size_t Workers::ScanOnce(std::string* position) {
 }
 
 void Workers::ScannerLoop() {
+  pthread_setname_np(pthread_self(), "pc-scanner");
   int inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (inotify_fd >= 0) {
     std::string data_file = store_->path() + "/data.mdb";

@@ -65,10 +65,15 @@ HASH = ("loc", "hash")
 
 app = percolite.App("phrasecount")
 
-# phrase -> (doc_count, total_count), summed natively in C++. Lingering half a
-# second lets a bucket fold many documents' updates of the hot phrases in one
-# run: a few hundred runs instead of one per document or two.
-phrase_counts = app.combine_queue("phrases", buckets=16, value_codec="int64s:2", linger=0.5)
+# phrase -> (doc_count, total_count), summed natively in C++. A run rewrites
+# the value pages of its bucket that hold its phrases, and phrases are spread
+# evenly, so its cost is about the bucket's pages, whatever it folds: lingering
+# a second and a large buffer make runs few and full (a hot phrase is written
+# once per run, not once per document). On 20,000 synthetic documents this
+# takes 68 s instead of 75 s with linger=0.5 and the default buffer of 4096.
+phrase_counts = app.combine_queue(
+    "phrases", buckets=16, value_codec="int64s:2", buffer_size=65536, linger=1.0
+)
 
 
 def open_sink(target: str) -> Any:
