@@ -13,30 +13,17 @@ full run: options, standalone runs, target arithmetic, older JSON.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
+import _bench
+
 TIMEOUT_SECONDS = 300
 
 
 def run_script(script: str, *options: str) -> str:
     """Run a benchmark script; return its standard output."""
-    completed = subprocess.run(
-        [sys.executable, str(BENCH_DIR / script), *options],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-    )
-    assert completed.returncode == 0, (
-        f"{script} exited {completed.returncode}\n"
-        f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
-    )
-    return completed.stdout
+    return _bench.run_script(script, *options, timeout=TIMEOUT_SECONDS).stdout
 
 
 def check_commit_report(report: dict[str, Any], threads: list[int]) -> None:

@@ -17,10 +17,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import _bench
 import pytest
+from _bench import BENCH_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
 TIMEOUT_SECONDS = 120
 NEW_MODULES = ("bench_storage", "bench_export", "bench_growth")
 
@@ -36,18 +36,7 @@ def bench() -> Iterator[ModuleType]:
 
 
 def run_script(script: str, *options: str) -> subprocess.CompletedProcess:
-    completed = subprocess.run(
-        [sys.executable, str(BENCH_DIR / script), *options],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-    )
-    assert completed.returncode == 0, (
-        f"{script} exited {completed.returncode}\n"
-        f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
-    )
-    return completed
+    return _bench.run_script(script, *options, timeout=TIMEOUT_SECONDS)
 
 
 def test_every_benchmark_is_registered_in_order(bench: ModuleType) -> None:
