@@ -303,6 +303,24 @@ def test_batch_collapses_to_the_newest_entry_per_key(target):
     assert applied_seqs(target, exporter) == {"a": 9, "b": 2}
 
 
+def test_batch_in_any_key_order_collapses_like_a_sorted_one(target):
+    # Queues hand batches over sorted by key; callers may not. An unsorted
+    # batch (a key repeating after others, keys going down) must give what
+    # the same entries give sorted.
+    rng = random.Random(11)
+    entries = [
+        E(f"k{rng.randrange(30):02}", rng.choice([None, "x", "y"]), seq) for seq in range(200)
+    ]
+    shuffled = rng.sample(entries, len(entries))
+    assert shuffled != sorted(shuffled, key=lambda e: (e.key, e.seq))
+    unsorted_sink, sorted_sink = target.exporter("unsorted"), target.exporter("in_order")
+    unsorted_sink(shuffled)
+    sorted_sink(sorted(entries, key=lambda e: (e.key, e.seq)))
+    assert unsorted_sink.rows() == sorted_sink.rows() == reference(entries)
+    assert applied_seqs(target, unsorted_sink) == highest_seqs(entries)
+    assert applied_seqs(target, sorted_sink) == highest_seqs(entries)
+
+
 def test_value_that_does_not_fit_the_columns_raises_and_writes_nothing(target):
     exporter = target.exporter(columns=("x", "y"))
     exporter([E("a", (1, 2), 1)])
