@@ -239,6 +239,10 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   // it (and does not linger).
   const std::string cursor = transaction->Get(cursor_cell).value_or("");
 
+  if (linger_->Defer(*transaction, bucket_row, cursor, update_row, kUpdateFamily,
+                     options_.buffer_size)) {
+    return Status::Ok();
+  }
   // Read queued updates in commit order from the front of the bucket: at least
   // buffer_size of them, with every queued update of their keys.
   std::vector<queue_rows::Entry> entries;
@@ -247,10 +251,6 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       queue_rows::Read(*transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
                        /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more);
   if (!read.ok()) return read;
-  if (linger_->Defer(*transaction, bucket_row, cursor, entries.size(), more,
-                     options_.buffer_size)) {
-    return Status::Ok();
-  }
   struct Group {
     std::string key;
     std::vector<std::string> values;  // current value inserted in front below

@@ -83,15 +83,15 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
   const CellRef cursor_cell{bucket_row, family_, kCursorQualifier};
   const std::string cursor = transaction->Get(cursor_cell).value_or("");
 
+  if (linger_->Defer(*transaction, bucket_row, cursor, entry_row, kEntryFamily,
+                     options_.batch_size)) {
+    return Status::Ok();
+  }
   std::vector<queue_rows::Entry> queued;
   bool more = false;
   Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor, options_.batch_size,
                                  /*whole_keys=*/false, what, &queued, &more);
   if (!read.ok()) return read;
-
-  if (linger_->Defer(*transaction, bucket_row, cursor, queued.size(), more, options_.batch_size)) {
-    return Status::Ok();
-  }
   if (!queued.empty()) {
     std::vector<ExportEntry> batch;
     batch.reserve(queued.size());

@@ -104,6 +104,17 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
   return Status::Ok();
 }
 
+void Peek(Transaction& transaction, const std::string& row, std::string_view family, size_t limit,
+          size_t* found, bool* more) {
+  ScanRange range;
+  AppendEscapedPart(&range.from, row);
+  AppendEscapedPart(&range.from, family);
+  range.end = PrefixSuccessor(range.from);
+  const size_t counted = transaction.Count(range, nullptr, limit == SIZE_MAX ? limit : limit + 1);
+  *found = std::min(counted, limit);
+  *more = counted > limit;
+}
+
 Linger::Linger(std::string_view kind, const std::string& id, double seconds) : seconds_(seconds) {
   if (!(seconds >= 0 && seconds <= kMaxLingerSeconds)) {  // NaN fails too
     throw Error(ErrorCode::kInvalidArgument,
@@ -112,9 +123,13 @@ Linger::Linger(std::string_view kind, const std::string& id, double seconds) : s
 }
 
 bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
-                   const std::string& cursor, size_t found, bool more, size_t full) {
+                   const std::string& cursor, const std::string& entry_row, std::string_view family,
+                   size_t full) {
   // Only a run from the start of its bucket lingers; one after a cursor goes on.
   if (seconds_ <= 0 || !cursor.empty()) return false;
+  size_t found = 0;
+  bool more = false;
+  Peek(transaction, entry_row, family, full, &found, &more);
   const double wait = For(bucket_row, found, found > 0 && !more && found < full);
   if (wait <= 0) return false;
   transaction.DeferTrigger(wait);

@@ -62,6 +62,13 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
             std::vector<Entry>* out, bool* more);
 
+// What Read from the start would find, without reading it: *found = the
+// entries of `row`/`family`, at most `limit`, and
+// *more = whether more than `limit` remain. Only counts (no copies): a run
+// that lingers costs a walk over its bucket's keys, not a copy of them.
+void Peek(Transaction& transaction, const std::string& row, std::string_view family, size_t limit,
+          size_t* found, bool* more);
+
 constexpr double kMaxLingerSeconds = 3600;
 
 // Lingering, for both queues (the rule is in export_queue.h): remembers, per
@@ -71,13 +78,14 @@ class Linger {
  public:
   // Throws kInvalidArgument naming the queue unless 0 <= seconds <= 3600.
   Linger(std::string_view kind, const std::string& id, double seconds);
-  // Called by a bucket run after reading `found` entries (from the start of
-  // the bucket when `cursor` is empty; `more`: entries remain; `full`: the
-  // run's batch size). When the run should wait, defers `transaction` (an
-  // observer run, Transaction::DeferTrigger) and returns true: the caller
-  // returns ok without writing anything.
+  // Called by a bucket run before it reads anything: counts the entries of
+  // `entry_row`/`family` (Peek; from the start of the bucket when `cursor` is
+  // empty, and only then can a run wait; `full`: the run's batch size). When
+  // the run should wait, defers `transaction` (an observer run,
+  // Transaction::DeferTrigger) and returns true: the caller returns ok without
+  // writing anything.
   bool Defer(Transaction& transaction, const std::string& bucket_row, const std::string& cursor,
-             size_t found, bool more, size_t full);
+             const std::string& entry_row, std::string_view family, size_t full);
 
  private:
   struct Short {

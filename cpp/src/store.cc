@@ -463,6 +463,20 @@ bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end,
                      });
 }
 
+size_t Snapshot::Count(std::string_view from, bool exclusive, std::string_view end, size_t limit) {
+  store_->CheckUsable();
+  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
+  Store::MapLock::Shared lock(*store_->map_lock_);
+  size_t counted = 0;
+  ScanRecords(txn_, store_->data_dbi_, from, exclusive, end,
+              [&](std::string_view, const RecordView& record) {
+                if (counted == limit) return false;
+                if (!record.tombstone) ++counted;
+                return true;
+              });
+  return counted;
+}
+
 // ---------------------------------------------------------------------------
 // Group commit
 

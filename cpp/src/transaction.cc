@@ -212,6 +212,32 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
   return chunk;
 }
 
+size_t Transaction::Count(const ScanRange& range, const std::string* resume_after, size_t limit) {
+  if (!range.columns.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "counting cells by column is not supported");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CheckActive();
+    const std::string& from = resume_after ? *resume_after : range.from;
+    auto own = resume_after ? writes_.upper_bound(from) : writes_.lower_bound(from);
+    const bool own_in_range = own != writes_.end() && (range.end.empty() || own->first < range.end);
+    if (!own_in_range) return snapshot_->Count(from, resume_after != nullptr, range.end, limit);
+  }
+  // Own writes in the range: count what Scan merges.
+  size_t counted = 0;
+  std::string resume;
+  const std::string* after = resume_after;
+  while (counted < limit) {
+    ScanChunk chunk = Scan(range, after, std::min<size_t>(limit - counted, 1024));
+    counted += chunk.items.size();
+    if (chunk.done) break;
+    resume = std::move(chunk.resume_after);
+    after = &resume;
+  }
+  return counted;
+}
+
 void Transaction::Commit() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();

@@ -1,6 +1,7 @@
 // Snapshot-isolation transactions (percolite/transaction.h, design.md section 3):
 // write-write conflicts, atomicity, commit timestamps, snapshots, read-your-writes,
 // states and closing.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "percolite/encoding.h"
 #include "percolite/env.h"
 #include "percolite/status.h"
 #include "percolite/transaction.h"
@@ -429,6 +431,52 @@ TEST_CASE("Scan merges own writes into the snapshot in key order, for every chun
   // Another transaction still sees only the committed cells.
   auto other = env->Begin();
   CHECK(Render(ScanAll(*other, ScanRange::RowPrefix("r"), 2)) == Render(committed, "r"));
+}
+
+TEST_CASE("Count gives what Scan would visit, up to limit, with or without own writes",
+          "[transactions][count]") {
+  TempDir dir;
+  auto env = Env::Open(dir.path(), FastOptions());
+  for (const std::string row : {"q", "r1", "r2", "r3", "r4", "r5", "s"}) {
+    CommitSet(*env, Cell{row, "f", "q"}, row);
+  }
+  {
+    auto tx = env->Begin();
+    tx->Delete(Ref(Cell{"r3", "f", "q"}));  // a tombstone inside the range
+    tx->Commit();
+  }
+  const ScanRange range = ScanRange::RowPrefix("r");
+  auto count_by_scan = [&](Transaction& tx, const std::string* resume) {
+    size_t n = 0;
+    std::string next;
+    for (;;) {
+      percolite::ScanChunk chunk = tx.Scan(range, resume, 2);
+      n += chunk.items.size();
+      if (chunk.done) return n;
+      next = chunk.resume_after;
+      resume = &next;
+    }
+  };
+  {
+    auto tx = env->Begin();  // no own writes: the snapshot counts alone
+    CHECK(count_by_scan(*tx, nullptr) == 4);
+    CHECK(tx->Count(range, nullptr, 100) == 4);
+    CHECK(tx->Count(range, nullptr, 3) == 3);
+    const std::string after_r2 = percolite::EncodeCellKey({"r2", "f", "q"});
+    CHECK(tx->Count(range, &after_r2, 100) == 2);  // r4, r5
+  }
+  auto tx = env->Begin();
+  tx->Delete(Ref(Cell{"r1", "f", "q"}));
+  tx->Set(Ref(Cell{"r6", "f", "q"}), "new");
+  tx->Set(Ref(Cell{"r2", "f", "q2"}), "new");
+  CHECK(count_by_scan(*tx, nullptr) == 5);  // r2, r2/q2, r4, r5, r6
+  for (size_t limit : {1, 4, 5, 100}) {
+    INFO("limit " << limit);
+    CHECK(tx->Count(range, nullptr, limit) == std::min<size_t>(limit, 5));
+  }
+  ScanRange by_column = range;
+  by_column.columns = {{"f", "q"}};
+  CHECK(ErrorCodeOf([&] { tx->Count(by_column, nullptr, 10); }) == ErrorCode::kInvalidArgument);
 }
 
 TEST_CASE("Scan returns at most limit cells per chunk, counting the transaction's own writes",

@@ -27,7 +27,8 @@
 // - Lingering (linger_seconds > 0, like Kafka's linger.ms): a run that
 //   begins at the start of its bucket and finds a short batch (fewer than
 //   batch_size entries) defers itself (workers.h) for linger_seconds / 4
-//   instead of exporting, and looks again. It exports when the batch is full,
+//   instead of exporting, and looks again (a look counts the entries, it
+//   does not copy them). It exports when the batch is full,
 //   when no entries arrived since its last look, or when linger_seconds have
 //   passed since this process first found the bucket short. So the exporter
 //   gets fewer, fuller batches while adders are busy, an entry waits at most

@@ -135,6 +135,9 @@ class Snapshot {
   // order, at most `limit` of them. Returns true when the range is exhausted.
   bool Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
             std::vector<std::pair<std::string, std::string>>* out);
+  // How many live cells Scan would visit in that range, at most `limit`;
+  // nothing is copied.
+  size_t Count(std::string_view from, bool exclusive, std::string_view end, size_t limit);
 
   // The stamp of the pending notification of this cell, if there is one.
   std::optional<uint64_t> NotificationStamp(std::string_view cell_key);

@@ -106,6 +106,9 @@ class Transaction {
 
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
+  // How many cells Scan would visit from resume_after (nullptr: from the
+  // start), at most `limit`, without copying them. range.columns must be empty.
+  size_t Count(const ScanRange& range, const std::string* resume_after, size_t limit);
 
   // Commits; throws kConflict (and the transaction is aborted) on a write-write conflict.
   void Commit();
