@@ -97,6 +97,26 @@ void AddUpdate(percolite::Env& env, const percolite::CombineQueue& queue, int64_
   tx->Commit();
 }
 
+// One bucket named "cq"; each run's reported changes are appended to `reports`.
+percolite::CombineQueueOptions RecordingOptions(
+    std::vector<std::vector<percolite::Change>>* reports) {
+  percolite::CombineQueueOptions options;
+  options.id = "cq";
+  options.buckets = 1;
+  options.on_change = [reports](const std::shared_ptr<percolite::Transaction>&,
+                                const std::vector<percolite::Change>& changes) {
+    reports->push_back(changes);
+    return percolite::Status::Ok();
+  };
+  return options;
+}
+
+size_t ChangeCount(const std::vector<std::vector<percolite::Change>>& reports) {
+  size_t count = 0;
+  for (const auto& report : reports) count += report.size();
+  return count;
+}
+
 std::optional<std::string> Current(percolite::Env& env, const percolite::CombineQueue& queue,
                                    const std::string& key = "hot") {
   auto tx = env.Begin();
@@ -110,27 +130,20 @@ std::optional<std::string> Current(percolite::Env& env, const percolite::Combine
 TEST_CASE("A lingering combine queue folds updates that keep arriving in one run", "[combine]") {
   percolite_test::TempDir dir;
   auto env = percolite::Env::Open(dir.path(), percolite_test::FastOptions());
-  percolite::CombineQueueOptions options;
-  options.id = "cq";
-  options.buckets = 1;
+  std::vector<std::vector<percolite::Change>> reports;
+  percolite::CombineQueueOptions options = RecordingOptions(&reports);
   options.buffer_size = 100;
   options.linger_seconds = 0.4;
-  int changes = 0;
-  options.on_change = [&changes](const std::shared_ptr<percolite::Transaction>&,
-                                 const std::vector<percolite::Change>& reported) {
-    changes += static_cast<int>(reported.size());
-    return percolite::Status::Ok();
-  };
   auto queue = percolite::CombineQueue::Create(options);
   AddUpdate(*env, *queue, 1);
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == Approx(0.1));  // short: wait a quarter
   AddUpdate(*env, *queue, 2);
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);  // more arrived: wait again
   CHECK_FALSE(Current(*env, *queue).has_value());
-  CHECK(changes == 0);
+  CHECK(ChangeCount(reports) == 0);
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);  // nothing new: fold both
   CHECK(Current(*env, *queue) == Int64(3));
-  CHECK(changes == 1);
+  CHECK(ChangeCount(reports) == 1);
 
   options.linger_seconds = 3601;
   CHECK(percolite_test::ErrorCodeOf([&] { percolite::CombineQueue::Create(options); }) ==
@@ -140,16 +153,9 @@ TEST_CASE("A lingering combine queue folds updates that keep arriving in one run
 TEST_CASE("A run folds every queued update of its keys, even past buffer_size", "[combine]") {
   percolite_test::TempDir dir;
   auto env = percolite::Env::Open(dir.path(), percolite_test::FastOptions());
-  percolite::CombineQueueOptions options;
-  options.id = "cq";
-  options.buckets = 1;
-  options.buffer_size = 1;
   std::vector<std::vector<percolite::Change>> reports;
-  options.on_change = [&reports](const std::shared_ptr<percolite::Transaction>&,
-                                 const std::vector<percolite::Change>& changes) {
-    reports.push_back(changes);
-    return percolite::Status::Ok();
-  };
+  percolite::CombineQueueOptions options = RecordingOptions(&reports);
+  options.buffer_size = 1;
   auto queue = percolite::CombineQueue::Create(options);
   // Queued in commit order: a, b, a, c, a. The first run takes the oldest
   // update's key, "a", with all three of its updates (guarantee 1).
