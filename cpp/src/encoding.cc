@@ -83,6 +83,37 @@ bool DecodeCellKey(std::string_view key, Cell* out) {
          ReadPart(key, &pos, &out->qualifier) && pos == key.size();
 }
 
+bool CellKeyParts(std::string_view key, size_t (*parts)[3]) {
+  size_t part = 0, i = 0;
+  (*parts)[0] = 0;
+  while (i < key.size()) {
+    const void* found = std::memchr(key.data() + i, kEscape, key.size() - i);
+    if (found == nullptr || static_cast<const char*>(found) + 1 == key.data() + key.size()) {
+      return false;
+    }
+    i = static_cast<size_t>(static_cast<const char*>(found) - key.data());
+    if (key[i + 1] == kTerminator) {
+      if (++part == 3) return i + 2 == key.size();
+      (*parts)[part] = i + 2;
+    } else if (key[i + 1] != kEscapedZero) {
+      return false;
+    }
+    i += 2;
+  }
+  return false;
+}
+
+bool PrefixQualifier(std::string_view key, std::string_view prefix, std::string* out) {
+  size_t parts[3];
+  if (!CellKeyParts(key, &parts)) return false;
+  out->clear();
+  out->reserve(key.size() + 2 * prefix.size());
+  out->append(key.substr(0, parts[2]));
+  AppendEscaped(out, prefix);
+  out->append(key.substr(parts[2]));
+  return true;
+}
+
 std::string EncodeRowPrefix(std::string_view row_prefix) {
   std::string out;
   AppendEscaped(&out, row_prefix);

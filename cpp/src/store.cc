@@ -585,16 +585,13 @@ Status Store::SyncMeta() {
 }
 
 std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_t seq) {
-  Cell cell;
-  if (!DecodeCellKey(encoded_key, &cell)) {
+  std::string stamp, key;
+  AppendUint64BE(&stamp, commit_ts);
+  for (int shift = 24; shift >= 0; shift -= 8) stamp.push_back(static_cast<char>(seq >> shift));
+  if (!PrefixQualifier(encoded_key, stamp, &key)) {
     throw Error(ErrorCode::kInvalidArgument, "a stamped write needs a cell key");
   }
-  std::string qualifier;
-  qualifier.reserve(12 + cell.qualifier.size());
-  AppendUint64BE(&qualifier, commit_ts);
-  for (int shift = 24; shift >= 0; shift -= 8) qualifier.push_back(static_cast<char>(seq >> shift));
-  qualifier += cell.qualifier;
-  return EncodeCellKey({cell.row, cell.family, qualifier});
+  return key;
 }
 
 namespace {
@@ -622,7 +619,11 @@ void Store::RefreshObserved(MDB_txn* txn) {
   observed_raw_.assign(raw);
   strong_.clear();
   for (const ObservedColumn& c : columns) {
-    if (c.kind == NotifyKind::kStrong) strong_.emplace(c.family, c.qualifier);
+    if (c.kind != NotifyKind::kStrong) continue;
+    std::string column;
+    AppendEscapedPart(&column, c.family);
+    AppendEscapedPart(&column, c.qualifier);
+    strong_.insert(std::move(column));
   }
 }
 
@@ -698,8 +699,11 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
             MDB_val tk = ToVal(tombstone_key), tv = ToVal(ts_bytes);
             CheckLmdb(mdb_put(txn, tombstone_dbi_, &tk, &tv, 0), "indexing a tombstone");
           } else if (!strong_.empty()) {
+            size_t parts[3];
             Cell cell;
-            if (DecodeCellKey(key, &cell) && strong_.count({cell.family, cell.qualifier})) {
+            if (CellKeyParts(key, &parts) &&
+                strong_.count(std::string_view(key).substr(parts[1])) &&
+                DecodeCellKey(key, &cell)) {
               notify(key, cell.row, commit_ts);
             }
           }

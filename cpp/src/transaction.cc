@@ -249,15 +249,25 @@ void Transaction::Commit() {
   std::shared_ptr<Env> env = env_.lock();
   if (!env) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
   std::shared_ptr<Store> store = env->store();
+  // The writes move into the mutations (keys and values are not copied), so
+  // from here on the transaction ends aborted unless the commit succeeds.
   std::vector<Mutation> mutations;
-  mutations.reserve(writes_.size());
-  for (auto& [key, write] : writes_) {
-    Mutation m{key, write.is_delete, std::move(write.value)};
+  mutations.reserve(writes_.size() + stamped_.size());
+  while (!writes_.empty()) {
+    auto node = writes_.extract(writes_.begin());
+    BufferedWrite& write = node.mapped();
+    Mutation m{std::move(node.key()), write.is_delete, std::move(write.value)};
     m.purge = write.purge;
     mutations.push_back(std::move(m));
   }
   for (Mutation& m : stamped_) mutations.push_back(std::move(m));
-  CommitResult result = store->Commit(start_ts_, mutations, has_extras ? &extras_ : nullptr);
+  CommitResult result;
+  try {
+    result = store->Commit(start_ts_, mutations, has_extras ? &extras_ : nullptr);
+  } catch (...) {
+    ReleaseLocked(State::kAborted);
+    throw;
+  }
   if (!result.status.ok()) {
     ReleaseLocked(State::kAborted);
     result.status.ThrowIfError();

@@ -156,6 +156,56 @@ TEST_CASE("DecodeCellKey rejects truncated, extended and corrupted keys", "[enco
   }
 }
 
+TEST_CASE("PrefixQualifier splices what EncodeCellKey of the longer qualifier gives",
+          "[encoding]") {
+  std::mt19937_64 rng(13);
+  const std::vector<Cell> cells = RandomCells(rng, 300);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Cell& cell = cells[i];
+    // Prefixes with zeros, 0x01 and 0xFF bytes (a stamp's bytes are any bytes).
+    const std::string prefix =
+        cells[(i + 1) % cells.size()].qualifier + std::string("\x00\x01\xff", 3);
+    INFO(Describe(cell) << " prefix of " << prefix.size() << " bytes");
+    const std::string key = EncodeCell(cell);
+    size_t parts[3];
+    REQUIRE(percolite::CellKeyParts(key, &parts));
+    CHECK(parts[0] == 0);  // each part: its escaped bytes, then the 2-byte terminator
+    CHECK(parts[1] == percolite::EncodeRowPrefix(cell.row).size() + 2);
+    CHECK(parts[2] == parts[1] + percolite::EncodeRowPrefix(cell.family).size() + 2);
+    std::string spliced = "junk";
+    REQUIRE(percolite::PrefixQualifier(key, prefix, &spliced));
+    CHECK(spliced == EncodeCell(Cell{cell.row, cell.family, prefix + cell.qualifier}));
+  }
+}
+
+TEST_CASE("CellKeyParts and PrefixQualifier reject what DecodeCellKey rejects", "[encoding]") {
+  std::mt19937_64 rng(17);
+  auto rejected = [](const std::string& key) {
+    size_t parts[3];
+    std::string out;
+    Cell cell;
+    const bool decodes = percolite::DecodeCellKey(key, &cell);
+    CHECK(percolite::CellKeyParts(key, &parts) == decodes);
+    CHECK(percolite::PrefixQualifier(key, "stamp", &out) == decodes);
+    return !decodes;
+  };
+  for (const Cell& cell : RandomCells(rng, 100)) {
+    INFO(Describe(cell));
+    const std::string key = EncodeCell(cell);
+    CHECK_FALSE(rejected(key));
+    for (size_t n = 0; n < key.size(); ++n) CHECK(rejected(key.substr(0, n)));
+    CHECK(rejected(key + "x"));
+    CHECK(rejected(key + std::string("\x00\x01", 2)));
+    for (size_t i = 0; i + 1 < key.size(); ++i) {
+      if (key[i] != '\x00') continue;
+      std::string bad = key;
+      bad[i + 1] = '\x02';
+      CHECK(rejected(bad));
+      ++i;
+    }
+  }
+}
+
 TEST_CASE("EncodeRowPrefix is a prefix exactly of the keys whose row starts with it",
           "[encoding]") {
   std::mt19937_64 rng(12345);

@@ -197,6 +197,8 @@ TEST_CASE("A forked child gets kWrongState from inherited handles and may open t
   auto env = Env::Open(dir.path(), FastOptions());
   CommitSet(*env, from_parent, "p");
   auto inherited = env->Begin();
+  auto writer = env->Begin();
+  writer->Set(Ref(from_child), "from the parent's transaction");
 
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -207,6 +209,8 @@ TEST_CASE("A forked child gets kWrongState from inherited handles and may open t
     if (ErrorCodeOf([&] { inherited->Get(Ref(from_parent)); }) != ErrorCode::kWrongState) {
       status |= 2;
     }
+    // Nor can the child commit a transaction it inherited.
+    if (ErrorCodeOf([&] { writer->Commit(); }) != ErrorCode::kWrongState) status |= 16;
     env->Close();  // only marks the inherited handle closed
     try {
       auto own = Env::Open(dir.path(), FastOptions());
@@ -228,4 +232,7 @@ TEST_CASE("A forked child gets kWrongState from inherited handles and may open t
   CHECK(inherited->Get(Ref(from_child)) == std::nullopt);
   CHECK(ReadCommitted(*env, from_child) == "c");
   CHECK(CommitSet(*env, from_parent, "p2") > 0);
+  // The parent's transaction keeps its writes (the child's "c" came after it).
+  CHECK(writer->state() == Transaction::State::kActive);
+  CHECK(ErrorCodeOf([&] { writer->Commit(); }) == ErrorCode::kConflict);
 }

@@ -40,6 +40,14 @@ struct Cell {
 std::string EncodeCellKey(const CellRef& cell);
 // Decodes a key produced by EncodeCellKey; returns false on malformed input.
 bool DecodeCellKey(std::string_view key, Cell* out);
+// Where the parts of an encoded cell key begin, without copying them: the
+// row's escaped bytes at (*parts)[0] (always 0), the family's at (*parts)[1],
+// the qualifier's at (*parts)[2]. False when `key` is not a cell key.
+bool CellKeyParts(std::string_view key, size_t (*parts)[3]);
+// Sets *out to the key of (row, family, prefix + qualifier) for the cell
+// `key` encodes, spliced from its bytes (nothing decoded). False when `key`
+// is not a cell key.
+bool PrefixQualifier(std::string_view key, std::string_view prefix, std::string* out);
 std::string EncodeRowPrefix(std::string_view row_prefix);
 std::string EncodeRowStart(std::string_view row);
 // The smallest byte string greater than every string that starts with `prefix`;

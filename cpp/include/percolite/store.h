@@ -274,8 +274,10 @@ class Store : public std::enable_shared_from_this<Store> {
   unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
 
   // The writer's cache of the strongly observed columns (from the meta table).
-  std::string observed_raw_;                              // writer thread only
-  std::set<std::pair<std::string, std::string>> strong_;  // writer thread only
+  std::string observed_raw_;  // writer thread only
+  // Strongly observed columns as encoded key tails (family and qualifier
+  // parts, encoding.h), so a write's key is matched without decoding it.
+  std::set<std::string, std::less<>> strong_;  // writer thread only
 
   std::mutex listener_mu_;
   Workers* listener_ = nullptr;  // GUARDED_BY(listener_mu_)
