@@ -195,6 +195,10 @@ class _Layout:
 
     def __init__(self, table: Any, key: Any, columns: Any) -> None:
         self.table = _identifier(table, "table")
+        if table.lower() == "excluded":
+            raise ValueError(
+                "table 'excluded' cannot be used: in an upsert that name is the incoming row"
+            )
         self.guard_table = f"{table}_seq"
         self.key = key
         self.columns = columns
@@ -532,6 +536,7 @@ class SQLite(_SQLExporter):
     _untyped = ""  # SQLite columns may go without a declared type
     _mark = "?"
     _seq_type = "INTEGER"
+    _CHUNK = 1024  # batch rows per statement that writes the user's tables (see _apply)
 
     def __init__(
         self,
@@ -610,7 +615,15 @@ class SQLite(_SQLExporter):
         rows and raise their guard rows. Same result as checking row by row,
         without a Python loop of statements. Only deleted keys have guard
         rows: a key with a row is guarded by the row's seq, so a value costs
-        one B-tree write, not two."""
+        one B-tree write, not two.
+
+        The statements that write the user's tables take the batch
+        ``_CHUNK`` rows at a time: SQLite keeps a copy of every page a
+        statement changes until the statement ends (its statement journal,
+        in memory here), so one statement over the whole batch would hold
+        about two pages per row of a large table (45 MiB for 16,384 rows of a
+        1.5 million row table), and chunks hold at most ``_CHUNK`` rows' worth
+        (7 MiB), in the same time."""
         sql = self._batch_sql()
         width = len(self._layout.value_columns)
         conn.execute(sql["create"])
@@ -619,21 +632,26 @@ class SQLite(_SQLExporter):
             sql["insert"],
             [
                 (
+                    n,
                     *row.key_cells,
                     *(row.value_cells or (None,) * width),
                     row.seq,
                     row.value_cells is not None,
                 )
-                for row in rows
+                for n, row in enumerate(rows, 1)
             ],
         )
         conn.execute(sql["drop_stale"])
         if has_main:
             conn.execute(sql["drop_stale_deletions"])
-            conn.execute(sql["upsert"])
-            conn.execute(sql["clear_guards"])
-            conn.execute(sql["delete"])
-        conn.execute(sql["raise_guards"])
+        # Each batch row has its own key, so chunks are independent.
+        for low in range(0, len(rows), self._CHUNK):
+            chunk = (low, low + self._CHUNK)  # the rows low < $n <= high
+            if has_main:
+                conn.execute(sql["upsert"], chunk)
+                conn.execute(sql["clear_guards"], chunk)
+                conn.execute(sql["delete"], chunk)
+            conn.execute(sql["raise_guards"], chunk)
         conn.execute(sql["clear"])
 
     def _batch_sql(self) -> dict:
@@ -646,35 +664,41 @@ class SQLite(_SQLExporter):
         values = [_quote(name) for name in layout.value_columns]
         key_list = ", ".join(keys)
         batch = "temp.percolite_batch"
-        columns = [*keys, *values, "seq", "present"]
-        same_key = " AND ".join(f"{guard}.{k} = b.{k}" for k in keys)
-        same_key_main = " AND ".join(f"{table}.{k} = b.{k}" for k in keys)
+        # The batch's own names are quoted, with a character user tables and
+        # columns cannot have ([A-Za-z0-9_] only), so they never clash (a
+        # table named b once shadowed the alias b in the subqueries).
+        n, present, b = '"$n"', '"$present"', '"$b"'  # b: the batch's alias
+        columns = [f"{n} INTEGER PRIMARY KEY", *keys, *values, "seq", present]
+        in_chunk = f"{n} > ? AND {n} <= ?"
+        same_key = " AND ".join(f"{guard}.{k} = {b}.{k}" for k in keys)
+        same_key_main = " AND ".join(f"{table}.{k} = {b}.{k}" for k in keys)
         self._batch_statements = {
             "create": f"CREATE TEMP TABLE IF NOT EXISTS percolite_batch ({', '.join(columns)})",
             "clear": f"DELETE FROM {batch}",
             "insert": f"INSERT INTO {batch} VALUES ({', '.join('?' * len(columns))})",
             "drop_stale": (
-                f"DELETE FROM {batch} AS b WHERE EXISTS (SELECT 1 FROM {guard}"
-                f" WHERE {same_key} AND {guard}.seq >= b.seq)"
+                f"DELETE FROM {batch} AS {b} WHERE EXISTS (SELECT 1 FROM {guard}"
+                f" WHERE {same_key} AND {guard}.seq >= {b}.seq)"
             ),
             # Deletions older than the key's row in the main table are stale too.
             "drop_stale_deletions": (
-                f"DELETE FROM {batch} AS b WHERE NOT present AND EXISTS (SELECT 1 FROM {table}"
-                f" WHERE {same_key_main} AND {table}.seq >= b.seq)"
+                f"DELETE FROM {batch} AS {b} WHERE NOT {present} AND EXISTS (SELECT 1 FROM {table}"
+                f" WHERE {same_key_main} AND {table}.seq >= {b}.seq)"
             ),
             # A key with a row needs no tombstone: the row's seq is its guard.
             "clear_guards": (
                 f"DELETE FROM {guard} WHERE ({key_list}) IN"
-                f" (SELECT {key_list} FROM {batch} WHERE present)"
+                f" (SELECT {key_list} FROM {batch} WHERE {present} AND {in_chunk})"
             ),
             "raise_guards": (
                 f"INSERT INTO {guard} ({key_list}, seq) SELECT {key_list}, seq FROM {batch}"
-                f" WHERE NOT present ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
-                f" WHERE excluded.seq > {guard}.seq"
+                f" WHERE NOT {present} AND {in_chunk} ON CONFLICT ({key_list})"
+                f" DO UPDATE SET seq = excluded.seq WHERE excluded.seq > {guard}.seq"
             ),
             "upsert": (
                 f"INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"
-                f" SELECT {', '.join([*keys, *values, 'seq'])} FROM {batch} WHERE present"
+                f" SELECT {', '.join([*keys, *values, 'seq'])} FROM {batch}"
+                f" WHERE {present} AND {in_chunk}"
                 f" ON CONFLICT ({key_list}) DO UPDATE SET "
                 + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
                 + f" WHERE excluded.seq > {table}.seq"
@@ -684,7 +708,7 @@ class SQLite(_SQLExporter):
             # The guard already passed, so these rows are older than the batch.
             "delete": (
                 f"DELETE FROM {table} WHERE ({key_list}) IN"
-                f" (SELECT {key_list} FROM {batch} WHERE NOT present)"
+                f" (SELECT {key_list} FROM {batch} WHERE NOT {present} AND {in_chunk})"
             ),
         }
         return self._batch_statements

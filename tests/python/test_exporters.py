@@ -375,6 +375,15 @@ def test_keywords_and_mixed_case_are_usable_names(target):
     assert exporter.rows() == {(1, 2): ("g", "w")}
 
 
+def test_column_names_like_the_exporters_own_are_usable(target):
+    # The SQLite exporter's batch table has columns of its own ("$n",
+    # "$present"); a user column named present once clashed with them.
+    exporter = target.exporter("b", key=("n", "percolite_batch"), columns=("present", "seq_"))
+    exporter([E((1, "x"), (True, 2), 1), E((2, "y"), (False, 3), 2)])
+    exporter([E((2, "y"), None, 3)])
+    assert exporter.rows() == {(1, "x"): (1, 2)}
+
+
 def test_closed_exporter_refuses_calls(target):
     exporter = target.exporter()
     exporter([E("a", 1, 1)])
@@ -586,6 +595,17 @@ def test_postgres_refuses_a_bad_dsn_and_a_long_table_name():
         percolite.exporters.Postgres("host=x", "t" * 60)
 
 
+@pytest.mark.parametrize("table", ["excluded", "EXCLUDED"])
+def test_the_upserts_own_name_is_refused_as_a_table(tmp_path, table):
+    # A table named excluded once took the place of the incoming row in the
+    # upserts' seq condition, so newer values were silently not applied.
+    match = "table 'excluded' cannot be used"
+    with pytest.raises(ValueError, match=match):
+        percolite.exporters.SQLite(tmp_path / "x.sqlite", table)
+    with pytest.raises(ValueError, match=match):
+        percolite.exporters.Postgres("host=x", table)
+
+
 def test_postgres_check_connects_to_a_live_server(postgres_dsn):
     with percolite.exporters.Postgres(postgres_dsn, "unused") as exporter:
         exporter.check()
@@ -782,5 +802,26 @@ def test_sqlite_guard_rows_for_every_key_still_guard(tmp_path):
         with closing(sqlite3.connect(path)) as db:
             guard = dict(db.execute("SELECT key, seq FROM t_seq"))
         assert guard == {"a": 5, "d": 1}
+    finally:
+        exporter.close()
+
+
+def test_sqlite_batches_of_many_chunks_end_at_the_reference_state(tmp_path, monkeypatch):
+    """The statements that write the tables take a batch a chunk of rows at a
+    time (to bound SQLite's statement journal). With chunks of 3 rows, whole
+    histories and shuffled batches, deletions and stale entries included,
+    end where the entries one by one would."""
+    monkeypatch.setattr(percolite.exporters.SQLite, "_CHUNK", 3)
+    rng = random.Random(9)
+    entries = history(rng, keys=40, commits=300)
+    target = SQLiteTarget(tmp_path)
+    exporter = target.exporter()
+    try:
+        exporter(entries[: len(entries) // 2])  # up to 40 keys: about 14 chunks
+        for batch in batches_of(rng, entries, 30):
+            exporter(batch)
+        exporter(entries)
+        assert exporter.rows() == reference(entries)
+        assert applied_seqs(target, exporter) == highest_seqs(entries)
     finally:
         exporter.close()
