@@ -596,6 +596,13 @@ std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_
 
 namespace {
 
+// Sets *row to the row of the cell key `key` (only the row is decoded);
+// false when `key` is not a cell key.
+bool RowOfCellKey(std::string_view key, std::string* row) {
+  size_t parts[3], pos = 0;
+  return CellKeyParts(key, &parts) && ReadEscapedPart(key, &pos, row);
+}
+
 void PutRecordAt(MDB_txn* txn, MDB_dbi dbi, std::string_view full_key, uint64_t ts) {
   std::string stored = StoredKeyFor(full_key);
   std::string_view hashed = IsHashedStoredKey(stored) ? full_key : std::string_view();
@@ -699,27 +706,26 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
             MDB_val tk = ToVal(tombstone_key), tv = ToVal(ts_bytes);
             CheckLmdb(mdb_put(txn, tombstone_dbi_, &tk, &tv, 0), "indexing a tombstone");
           } else if (!strong_.empty()) {
-            size_t parts[3];
-            Cell cell;
+            size_t parts[3], pos = 0;
+            std::string row;
             if (CellKeyParts(key, &parts) &&
                 strong_.count(std::string_view(key).substr(parts[1])) &&
-                DecodeCellKey(key, &cell)) {
-              notify(key, cell.row, commit_ts);
+                ReadEscapedPart(key, &pos, &row)) {
+              notify(key, row, commit_ts);
             }
           }
         }
         if (extras) {
+          std::string row;
           for (const std::string& cell_key : extras->weak_notifications) {
-            Cell cell;
-            if (DecodeCellKey(cell_key, &cell)) notify(cell_key, cell.row, commit_ts);
+            if (RowOfCellKey(cell_key, &row)) notify(cell_key, row, commit_ts);
           }
           if (extras->trigger) {
             const std::string& trigger = *extras->trigger;
             PutRecordAt(txn, ack_dbi_, trigger, commit_ts);
-            Cell cell;
-            if (DecodeCellKey(trigger, &cell)) {
+            if (RowOfCellKey(trigger, &row)) {
               // Remove the notification unless it was set again after the run began.
-              std::string key = NotificationKey(RowHash(cell.row), trigger);
+              std::string key = NotificationKey(RowHash(row), trigger);
               if (ReadRecord(txn, notify_dbi_, key, &raw) && ReadUint64BE(raw) <= p->start_ts) {
                 std::string stored = StoredKeyFor(key);
                 MDB_val k = ToVal(stored);
