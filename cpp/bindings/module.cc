@@ -607,6 +607,7 @@ PYBIND11_MODULE(_core, m) {
         d["commits"] = s.commits;
         d["conflicts"] = s.conflicts;
         d["batches"] = s.batches;
+        d["inline_batches"] = s.inline_batches;
         d["tombstones_collected"] = s.tombstones_collected;
         d["map_size"] = s.map_size;
         d["map_growths"] = s.map_growths;

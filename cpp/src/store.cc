@@ -339,6 +339,7 @@ StoreStats Store::Stats() const {
   s.commits = commits_.load();
   s.conflicts = conflicts_.load();
   s.batches = batches_.load();
+  s.inline_batches = inline_batches_.load();
   s.tombstones_collected = tombstones_collected_.load();
   s.map_size = map_size_.load();
   s.map_growths = map_growths_.load();
@@ -490,8 +491,35 @@ CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutat
   std::unique_lock<std::mutex> lock(queue_mu_);
   if (stopping_) throw Error(ErrorCode::kClosed, "committing: store '" + path_ + "' is closed");
   queue_.push_back(&pending);
-  queue_cv_.notify_one();
-  pending.cv.wait(lock, [&] { return pending.done; });
+  if (leading_) {
+    // The leader commits this request with a later batch and wakes us.
+    pending.cv.wait(lock, [&] { return pending.done; });
+    return pending.result;
+  }
+  // No one leads: lead on this thread until our own commit is done, so a
+  // lone committer pays no hand-off to the writer thread.
+  leading_ = true;
+  lock.unlock();
+  std::vector<PendingCommit*> batch;
+  struct Resign {  // gives leadership back even if a step throws
+    Store* store;
+    std::unique_lock<std::mutex>* lock;
+    ~Resign() {
+      if (!lock->owns_lock()) lock->lock();
+      store->leading_ = false;
+      // The writer takes over what others queued meanwhile (and Close waits
+      // for leadership to be free).
+      if (store->stopping_ || !store->queue_.empty() || !store->unconfirmed_.empty()) {
+        store->queue_cv_.notify_one();
+      }
+    }
+  } resign{this, &lock};
+  for (;;) {
+    if (LeadOnce(batch)) inline_batches_.fetch_add(1);
+    lock.lock();
+    if (pending.done) break;
+    lock.unlock();
+  }
   return pending.result;
 }
 
@@ -511,65 +539,71 @@ std::vector<CommitResult> Store::CommitBatchForTesting(
   return results;
 }
 
-void Store::WriterLoop() {
-  pthread_setname_np(pthread_self(), "pc-writer");  // shown by top -H, perf, py-spy
+void Store::Wake(std::vector<PendingCommit*>& done) {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  for (PendingCommit* p : done) {
+    p->done = true;
+    p->cv.notify_one();
+  }
+  done.clear();
+}
+
+bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
   // With sync="full", a committed batch is durable once its meta page is
   // synced. The next batch's commit syncs the file (its data pages), which
   // covers the previous meta page; when nothing else is queued, an explicit
   // sync does it. So committers of a batch are woken after the following
-  // sync, and a loaded writer pays one sync per batch.
+  // sync, and a loaded leader pays one sync per batch.
   const bool deferred_meta_sync = options_.sync == SyncMode::kFull;
-  std::vector<PendingCommit*> batch, unconfirmed;
-  auto wake = [&](std::vector<PendingCommit*>& done) {
+  batch.clear();
+  {
     std::lock_guard<std::mutex> lock(queue_mu_);
-    for (PendingCommit* p : done) {
-      p->done = true;
-      p->cv.notify_one();
+    while (!queue_.empty() && batch.size() < options_.max_batch) {
+      batch.push_back(queue_.front());
+      queue_.pop_front();
     }
-    done.clear();
+  }
+  auto sync_unconfirmed = [&] {
+    Status synced = SyncMeta();
+    for (PendingCommit* p : unconfirmed_) {
+      if (!synced.ok()) p->result = CommitResult{synced, 0};
+    }
   };
+  if (batch.empty()) {
+    if (!unconfirmed_.empty()) sync_unconfirmed();
+    Wake(unconfirmed_);
+    return false;
+  }
+  const bool committed = ProcessBatch(batch);
+  // Nothing was committed, so nothing was synced: sync explicitly.
+  if (!committed && !unconfirmed_.empty()) sync_unconfirmed();
+  Wake(unconfirmed_);  // the file was synced after their meta pages were written
+  if (!deferred_meta_sync) {
+    Wake(batch);
+    return true;
+  }
+  std::vector<PendingCommit*> refused;  // nothing to make durable
+  for (PendingCommit* p : batch) (p->result.status.ok() ? unconfirmed_ : refused).push_back(p);
+  Wake(refused);
+  return true;
+}
+
+void Store::WriterLoop() {
+  pthread_setname_np(pthread_self(), "pc-writer");  // shown by top -H, perf, py-spy
+  std::vector<PendingCommit*> batch;
   for (;;) {
-    batch.clear();
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
-      if (unconfirmed.empty()) {
-        queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      }
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
-        batch.push_back(queue_.front());
-        queue_.pop_front();
-      }
+      queue_cv_.wait(lock, [&] {
+        return !leading_ && (stopping_ || !queue_.empty() || !unconfirmed_.empty());
+      });
+      // Stopping, and everything queued was committed and confirmed.
+      if (queue_.empty() && unconfirmed_.empty()) return;
+      leading_ = true;
     }
-    if (batch.empty() && !unconfirmed.empty()) {
-      Status synced = SyncMeta();
-      for (PendingCommit* p : unconfirmed) {
-        if (!synced.ok()) p->result = CommitResult{synced, 0};
-      }
-      wake(unconfirmed);
-      continue;
-    }
-    if (batch.empty()) return;  // stopping, and everything queued was processed
-    if (!ProcessBatch(batch) && !unconfirmed.empty()) {
-      // Nothing was committed, so nothing was synced: sync explicitly.
-      Status synced = SyncMeta();
-      for (PendingCommit* p : unconfirmed) {
-        if (!synced.ok()) p->result = CommitResult{synced, 0};
-      }
-    }
-    wake(unconfirmed);  // the file was synced after their meta pages were written
-    if (!deferred_meta_sync) {
-      wake(batch);
-      continue;
-    }
-    for (PendingCommit* p : batch) {
-      if (p->result.status.ok()) {
-        unconfirmed.push_back(p);
-      } else {
-        std::lock_guard<std::mutex> lock(queue_mu_);
-        p->done = true;  // refused: nothing to make durable
-        p->cv.notify_one();
-      }
-    }
+    LeadOnce(batch);
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    leading_ = false;
   }
 }
 

@@ -320,8 +320,9 @@ class Env:
 
     def stats(self) -> dict:
         """Counters of this process's commits: ``commits``, ``conflicts``,
-        ``batches`` (group commits), ``tombstones_collected``, ``map_size``,
-        ``map_growths``."""
+        ``batches`` (group commits), ``inline_batches`` (those a committing
+        thread ran itself, with no hand-off to the writer thread),
+        ``tombstones_collected``, ``map_size``, ``map_growths``."""
         return self._core.stats()
 
     def close(self) -> None:

@@ -140,10 +140,14 @@ TEST_CASE("Begin racing with Close returns a usable transaction or throws kClose
 TEST_CASE("Commits racing with Close either land or throw kClosed and apply nothing",
           "[store][close]") {
   constexpr int kThreads = 3, kPerThread = 40;
+  // sync="full" also covers commits committed but not yet confirmed durable
+  // when the close begins.
+  percolite::StoreOptions options;
+  options.sync = GENERATE(percolite::SyncMode::kNone, percolite::SyncMode::kFull);
   TempDir dir;
   std::vector<std::vector<ErrorCode>> outcomes(kThreads);
   {
-    auto env = Env::Open(dir.path(), FastOptions());
+    auto env = Env::Open(dir.path(), options);
     // Every transaction begins before the close; only the commits race with it.
     std::vector<std::vector<std::shared_ptr<Transaction>>> pending(kThreads);
     for (int t = 0; t < kThreads; ++t) {

@@ -17,10 +17,13 @@
 //   cell carries a commit_ts greater than start_ts (written by a transaction
 //   that committed after the snapshot), including writes of earlier members of
 //   the same group-commit batch. commit_ts values are unique and increasing.
-// - Group commit: one writer thread drains every pending request into one LMDB
-//   write transaction, validating members in arrival order, and commits LMDB
-//   once. With SyncMode::kFull, Commit returns only once the batch is durable;
-//   under load, one sync per batch achieves that (see WriterLoop).
+// - Group commit: one leader at a time drains every pending request into one
+//   LMDB write transaction, validating members in arrival order, and commits
+//   LMDB once. A committer that finds no leader leads itself, on its own
+//   thread, until its commit is done (a lone commit costs no hand-off and no
+//   context switch); then the writer thread takes over whatever is still
+//   queued. With SyncMode::kFull, Commit returns only once the batch is
+//   durable; under load, one sync per batch achieves that (see LeadOnce).
 // - Deletes leave tombstones carrying their commit_ts, so a concurrent
 //   writer of the deleted cell still conflicts. A tombstone is collected once
 //   every reader in every process began after the write that made it.
@@ -107,9 +110,10 @@ struct CommitResult {
 };
 
 struct StoreStats {
-  uint64_t commits = 0;    // transactions committed by this process
-  uint64_t conflicts = 0;  // commits refused with kConflict
-  uint64_t batches = 0;    // LMDB write transactions of the writer
+  uint64_t commits = 0;         // transactions committed by this process
+  uint64_t conflicts = 0;       // commits refused with kConflict
+  uint64_t batches = 0;         // LMDB write transactions of group commits
+  uint64_t inline_batches = 0;  // of those, run by a committing thread itself
   uint64_t tombstones_collected = 0;
   uint64_t map_size = 0;  // current size of the memory map in bytes
   uint64_t map_growths = 0;
@@ -248,6 +252,13 @@ class Store : public std::enable_shared_from_this<Store> {
   void OpenEnvironment();
   void CloseEnvironment();
   void WriterLoop();
+  // One step of the group-commit leader (the caller holds leadership, not
+  // queue_mu_): commits the queued requests as one batch, or syncs when only
+  // unconfirmed ones remain, and wakes the committers it finished. `batch` is
+  // scratch space. Returns true when it ran an LMDB write transaction.
+  bool LeadOnce(std::vector<PendingCommit*>& batch);
+  // Wakes these committers (their results are set) and clears `done`.
+  void Wake(std::vector<PendingCommit*>& done);
   // Returns true when it committed an LMDB write (which synced the data file).
   bool ProcessBatch(std::vector<PendingCommit*>& batch);
   // Syncs the data file (making the last meta page durable).
@@ -274,10 +285,10 @@ class Store : public std::enable_shared_from_this<Store> {
   unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
 
   // The writer's cache of the strongly observed columns (from the meta table).
-  std::string observed_raw_;  // writer thread only
+  std::string observed_raw_;  // group-commit leader only
   // Strongly observed columns as encoded key tails (family and qualifier
   // parts, encoding.h), so a write's key is matched without decoding it.
-  std::set<std::string, std::less<>> strong_;  // writer thread only
+  std::set<std::string, std::less<>> strong_;  // group-commit leader only
 
   std::mutex listener_mu_;
   Workers* listener_ = nullptr;  // GUARDED_BY(listener_mu_)
@@ -287,13 +298,19 @@ class Store : public std::enable_shared_from_this<Store> {
   std::condition_variable queue_cv_;  // wakes the writer
   std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
   bool stopping_ = false;             // GUARDED_BY(queue_mu_)
+  // Whether some thread (the writer or a committer) is the group-commit
+  // leader; only the leader runs LMDB write transactions.
+  bool leading_ = false;  // GUARDED_BY(queue_mu_)
+  // Committed, not yet durable (sync="full"): woken after the next sync.
+  // Touched by the leader, or under queue_mu_ while no one leads.
+  std::vector<PendingCommit*> unconfirmed_;
   std::unique_ptr<std::thread> writer_;
   std::atomic<bool> closed_{false};
   int handles_ = 0;  // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 
-  std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0},
-      map_growths_{0};
+  std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, inline_batches_{0},
+      tombstones_collected_{0}, map_growths_{0};
   std::atomic<uint64_t> map_size_{0};
 };
 
