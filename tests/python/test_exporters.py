@@ -321,6 +321,38 @@ def test_batch_in_any_key_order_collapses_like_a_sorted_one(target):
     assert applied_seqs(target, sorted_sink) == highest_seqs(entries)
 
 
+@pytest.mark.parametrize("mixed_keys", [False, True])
+@pytest.mark.parametrize("columns", ["value", ("x", "y")])
+def test_fast_collapse_gives_the_rows_of_the_checked_one(tmp_path, columns, mixed_keys):
+    # collapse() takes a fast loop for batches of plain keys and cells; it
+    # must give exactly the rows of the path that checks every cell: newest
+    # seq per key whatever the order, deletions, keys of mixed types in the
+    # same total order.
+    rng = random.Random(5)
+    scalar = isinstance(columns, str)
+
+    def value() -> object:
+        if rng.random() < 0.2:
+            return None
+        cells = [
+            rng.choice([rng.randrange(-5, 5), f"s{rng.randrange(9)}", 0.5, b"b"]) for _ in "xy"
+        ]
+        return cells[0] if scalar else (cells[0], rng.choice([cells[1], None]))
+
+    keys = [f"k{i}" for i in range(30)]
+    if mixed_keys:
+        keys += [*range(12), b"raw"]
+    seqs = rng.sample(range(1, 10_000), 400)
+    entries = [E(rng.choice(keys), value(), seq) for seq in seqs]
+    layout = percolite.exporters.SQLite(tmp_path / "c.sqlite", "t", columns=columns)._layout
+    fast = layout.collapse(entries)
+    assert layout._collapse_plain(entries) == fast  # the fast loop took this batch
+    layout._collapse_plain = lambda entries: None  # every entry through the checks
+    assert layout.collapse(entries) == fast
+    assert [type(row) for row in fast] == [percolite.exporters._Row] * len(fast)
+    assert {row.key: row.seq for row in fast} == highest_seqs(entries)
+
+
 def test_value_that_does_not_fit_the_columns_raises_and_writes_nothing(target):
     exporter = target.exporter(columns=("x", "y"))
     exporter([E("a", (1, 2), 1)])
