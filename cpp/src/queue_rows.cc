@@ -127,6 +127,11 @@ bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
                    size_t full) {
   // Only a run from the start of its bucket lingers; one after a cursor goes on.
   if (seconds_ <= 0 || !cursor.empty()) return false;
+  if (transaction.Hurried()) {  // a thread waits for the workers, which have nothing else
+    std::lock_guard<std::mutex> lock(mu_);
+    short_.erase(bucket_row);
+    return false;
+  }
   size_t found = 0;
   bool more = false;
   Peek(transaction, entry_row, family, full, &found, &more);

@@ -155,6 +155,16 @@ double Transaction::DeferredSeconds() const {
   return deferred_seconds_;
 }
 
+void Transaction::SetHurried() {
+  std::lock_guard<std::mutex> lock(mu_);
+  hurried_ = true;
+}
+
+bool Transaction::Hurried() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hurried_;
+}
+
 bool Transaction::NotificationPending(const std::string& cell_key) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();

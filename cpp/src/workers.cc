@@ -120,6 +120,8 @@ void Workers::Stop() {
   entries_.clear();
   ready_.Clear();
   delayed_.clear();
+  deferred_count_ = 0;
+  hurried_ready_ = 0;
 }
 
 void Workers::EnqueueLocked(const Notification& notification) {
@@ -162,8 +164,9 @@ const Observer* Workers::Find(const Cell& cell, size_t* index) const {
   return nullptr;
 }
 
-Workers::Outcome Workers::RunOne(const Notification& notification, size_t* observer_index,
-                                 std::string* error, double* deferred_seconds) {
+Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
+                                 size_t* observer_index, std::string* error,
+                                 double* deferred_seconds) {
   Cell cell;
   if (!DecodeCellKey(notification.cell_key, &cell)) return Outcome::kNoObserver;
   const Observer* observer = Find(cell, observer_index);
@@ -178,6 +181,7 @@ Workers::Outcome Workers::RunOne(const Notification& notification, size_t* obser
       return Outcome::kGone;
     }
     transaction->SetTrigger(notification.cell_key);
+    if (hurried) transaction->SetHurried();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_[*observer_index].runs;
@@ -225,9 +229,14 @@ void Workers::WorkerLoop() {
     const auto now = Clock::now();
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
       auto delayed = entries_.find(delayed_.begin()->second);
-      if (delayed != entries_.end()) ready_.Push(delayed->second.lane, delayed->first);
+      if (delayed != entries_.end()) {
+        if (delayed->second.deferred) --deferred_count_;
+        delayed->second.deferred = false;
+        ready_.Push(delayed->second.lane, delayed->first);
+      }
       delayed_.erase(delayed_.begin());
     }
+    if (waiters_ > 0) HurryLocked();
     if (ready_.empty()) {
       if (delayed_.empty()) {
         work_cv_.wait(lock);
@@ -238,6 +247,10 @@ void Workers::WorkerLoop() {
     }
     auto [lane, key] = ready_.Take();
     auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.hurry_ready) {
+      it->second.hurry_ready = false;
+      --hurried_ready_;
+    }
     if (it == entries_.end() || it->second.running) {
       ready_.Done(lane);
       continue;
@@ -245,13 +258,15 @@ void Workers::WorkerLoop() {
     it->second.running = true;
     it->second.again = false;
     const Notification notification = it->second.notification;
+    const bool hurried = it->second.hurried;
     ++active_;
     lock.unlock();
 
     size_t observer_index = SIZE_MAX;
     std::string error;
     double deferred_seconds = 0;
-    const Outcome outcome = RunOne(notification, &observer_index, &error, &deferred_seconds);
+    const Outcome outcome =
+        RunOne(notification, hurried, &observer_index, &error, &deferred_seconds);
 
     lock.lock();
     --active_;
@@ -266,6 +281,7 @@ void Workers::WorkerLoop() {
           if (outcome == Outcome::kCommitted) ++stats_[observer_index].commits;
           if (entry.again && !stopping_) {
             entry.attempts = 0;
+            entry.hurried = false;
             ready_.Push(entry.lane, key);
           } else {
             entries_.erase(it);
@@ -278,6 +294,8 @@ void Workers::WorkerLoop() {
           ++stats_[observer_index].deferrals;
           if (stopping_) break;
           entry.attempts = 0;
+          entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
+          if (entry.deferred) ++deferred_count_;
           delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                               std::chrono::duration<double>(deferred_seconds)),
                            key);
@@ -386,7 +404,43 @@ void Workers::ScannerLoop() {
   if (inotify_fd >= 0) ::close(inotify_fd);
 }
 
+bool Workers::HurryLocked() {
+  // Only when nothing is ready but runs hurried already: other ready work may
+  // be what the deferred runs are waiting to gather.
+  if (deferred_count_ == 0 || ready_.size() > hurried_ready_) return false;
+  bool any = false;
+  for (auto it = delayed_.begin(); it != delayed_.end();) {
+    auto entry = entries_.find(it->second);
+    if (entry != entries_.end() && entry->second.deferred) {
+      entry->second.deferred = false;
+      entry->second.hurried = true;
+      entry->second.hurry_ready = true;
+      --deferred_count_;
+      ++hurried_ready_;
+      ready_.Push(entry->second.lane, entry->first);
+      it = delayed_.erase(it);
+      any = true;
+    } else {
+      ++it;
+    }
+  }
+  if (any) work_cv_.notify_all();
+  return any;
+}
+
 bool Workers::WaitIdle(double timeout_seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++waiters_;
+    HurryLocked();
+  }
+  struct Leave {
+    Workers* self;
+    ~Leave() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      --self->waiters_;
+    }
+  } leave{this};
   const auto deadline = timeout_seconds < 0
                             ? Clock::time_point::max()
                             : Clock::now() + std::chrono::duration_cast<Clock::duration>(

@@ -189,7 +189,8 @@ class App:
         split across transactions). ``linger`` (seconds, 0 to 3600) lets a
         bucket with fewer than ``buffer_size`` updates wait up to that long
         for more while they keep arriving: fewer runs, each folding more
-        updates of hot keys, for at most ``linger`` more latency.
+        updates of hot keys, for at most ``linger`` more latency. A linger
+        never idles :meth:`Env.wait`.
         """
         from ._combine import CombineQueue
 
@@ -236,7 +237,8 @@ class App:
         the entries of one call (and one processing transaction). ``linger``
         (seconds, 0 to 3600) lets a bucket with fewer than ``batch_size``
         entries wait up to that long for more before the exporter is called:
-        fewer, fuller calls, for at most ``linger`` more latency.
+        fewer, fuller calls, for at most ``linger`` more latency. A linger
+        never idles :meth:`Env.wait`.
         """
         from ._export import ExportQueue
 

@@ -242,6 +242,11 @@ class Env:
         :meth:`status`). Works whether the workers run in this process or in
         others. ``progress=True`` shows the pending count on stderr. Ctrl-C
         interrupts it.
+
+        While it waits, this process's workers hurry: as soon as they have
+        nothing else to run, lingering queues (the ``linger`` of
+        :meth:`App.combine_queue` and :meth:`App.export_queue`) process what
+        they hold instead of waiting for more.
         """
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, not {timeout}")

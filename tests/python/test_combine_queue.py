@@ -1224,7 +1224,8 @@ LINGER_CHILD = """
         with env.transaction() as tx:
             cq.add(tx, {"k": 1})
         time.sleep(0.01)
-    assert env.wait(timeout=30)
+    # Polled, not env.wait: a wait would hurry the lingering run.
+    wait_for(lambda: env.status(queues=False)["pending"] == 0)
     stats = observer(env, "hot")
     env.stop_workers()
     emit(values=values(env, cq), reports=reports(env), runs=stats["commits"],
@@ -1246,6 +1247,33 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(store_path, tmp_path):
     assert eager["deferrals"] == 0 and len(eager["reports"]['"k"']) >= 3
     assert lingering["linger"] == 1.0 and lingering["deferrals"] >= 2
     assert len(lingering["reports"]['"k"']) <= 2 < len(eager["reports"]['"k"'])
+
+
+def test_wait_does_not_linger(tmp_path):
+    """A bucket lingering 60 s (a look every 15 s) defers its run; env.wait
+    brings it forward and the update is folded at once, without another look."""
+    out = child(
+        """
+        app = percolite.App()
+        cq = app.combine_queue("hot", buckets=1, linger=60)
+        env = percolite.open(path, app=app, sync="none")
+        env.start_workers(2)
+        with env.transaction() as tx:
+            cq.add(tx, {"k": 5})
+        wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
+        before = observer(env, "hot")["deferrals"]
+        began = time.monotonic()
+        idle = env.wait(timeout=10)
+        emit(idle=idle, seconds=time.monotonic() - began, values=values(env, cq),
+             queued=queued(env, "hot"), before=before,
+             deferrals=observer(env, "hot")["deferrals"])
+        env.stop_workers()
+        """,
+        path=str(tmp_path / "store"),
+    )
+    assert out["idle"] is True and out["seconds"] < 5.0
+    assert out["values"] == {'"k"': 5} and out["queued"] == 0
+    assert out["deferrals"] == out["before"]  # the run brought forward did not linger
 
 
 def test_accepted_declarations():

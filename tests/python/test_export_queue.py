@@ -53,6 +53,15 @@ def depth(env, eq):
         return eq.depth(tx)
 
 
+def settled(env, timeout=30):
+    """Polls until no notification is pending, without env.wait (which
+    would hurry lingering runs)."""
+    deadline = time.monotonic() + timeout
+    while env.status(queues=False)["pending"]:
+        assert time.monotonic() < deadline, "still pending"
+        time.sleep(0.01)
+
+
 def emit(**result):
     print(json.dumps(result))
 '''
@@ -381,7 +390,7 @@ LINGER_CHILD = """
             eq.add(tx, "k%02d" % i, i)
         time.sleep(0.01)
     last_add = time.monotonic()
-    assert env.wait(timeout=30)
+    settled(env)
     drain = time.monotonic() - last_add
     stats = observer(env, "export queue ex")
     env.stop_workers()
@@ -405,9 +414,58 @@ def test_linger_gathers_a_stream_of_small_commits_into_one_call(tmp_path):
     assert lingering["linger"] == 1.0
     assert lingering["deferrals"] >= 2
     assert len(lingering["calls"]) <= 2 < len(eager["calls"]), lingering["calls"]
-    # env.wait waited for the deferred run: at least one quarter-linger step
-    # after the last entry, well before the linger cap plus scheduling slack.
+    # The deferred run exported at least one quarter-linger step after the
+    # last entry, well before the linger cap plus scheduling slack.
     assert 0.2 <= lingering["drain"] < 5.0
+
+
+def test_a_linger_never_idles_a_waiter(tmp_path):
+    """A bucket lingering 60 s (a look every 15 s) defers its run; env.wait
+    brings it forward when the workers have nothing else to run, so the wait
+    ends at once. While other work is ready (20 observer runs, each adding an
+    entry, on one worker thread) the bucket keeps gathering: one call of 20
+    entries when they are done. With no one waiting, it lingers again."""
+    out = child(
+        """
+        app = percolite.App()
+        eq = app.export_queue("ex", guarded, buckets=1, batch_size=1000, linger=60)
+
+        @app.observer(("job", "go"), notify=percolite.STRONG)
+        def job(tx, row, column):
+            time.sleep(0.02)
+            eq.add(tx, row.decode(), 1)
+            tx.delete(row, column)
+
+        env = percolite.open(path, app=app, sync="none")
+        env.start_workers(1)
+        with env.transaction() as tx:
+            eq.add(tx, "a", 1)
+        time.sleep(0.3)  # the run looks, finds a short batch and defers
+        before = observer(env, "export queue ex")["deferrals"]
+        began = time.monotonic()
+        idle = env.wait(timeout=10)
+        first = time.monotonic() - began
+        with env.transaction() as tx:
+            for i in range(20):
+                tx.set("j%02d" % i, ("job", "go"), "1")
+        began = time.monotonic()
+        idle_jobs = env.wait(timeout=10)
+        jobs = time.monotonic() - began
+        after_wait = [len(c) for c in calls]
+        with env.transaction() as tx:  # nobody waits now
+            eq.add(tx, "c", 3)
+        time.sleep(0.5)
+        emit(before=before, idle=idle, first=first, idle_jobs=idle_jobs, jobs=jobs,
+             after_wait=after_wait, calls=len(calls), depth=depth(env, eq))
+        env.stop_workers()
+        """,
+        path=str(tmp_path / "store"),
+    )
+    assert out["before"] >= 1  # it was lingering
+    assert out["idle"] is True and out["first"] < 5.0
+    assert out["idle_jobs"] is True and out["jobs"] < 5.0
+    assert out["after_wait"] == [1, 20]  # gathered while the jobs were ready
+    assert out["calls"] == 2 and out["depth"] == 1  # "c" waits for its linger
 
 
 def test_bad_decorator_arguments_fail_at_the_call():

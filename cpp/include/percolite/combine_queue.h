@@ -25,7 +25,7 @@
 //   with buffer_size for batch_size: while updates keep arriving, a bucket
 //   waits up to linger_seconds to fold more of them in one run (fewer runs,
 //   hot keys written once per run), so changes are reported up to about
-//   linger_seconds later.
+//   linger_seconds later; as there, a linger never idles a waiter.
 // - Guarantees, as in the seeds: (1) the new value reported for a key combines
 //   every update of that key committed before the processing transaction
 //   started; (2) the old value reported for a key is the new value of the

@@ -34,7 +34,10 @@
 //   gets fewer, fuller batches while adders are busy, an entry waits at most
 //   about linger_seconds longer, and an idle queue drains within
 //   linger_seconds / 2. With linger_seconds = 0 (the default) every run
-//   exports at once.
+//   exports at once. A linger never idles a waiter: while a thread of this
+//   process waits for the workers (Env::WaitIdle, Python's Env.wait and
+//   Env.process) and they have nothing else to run, the lingering runs are
+//   brought forward and export what they hold (workers.h, "Hurrying").
 // - At least once: an exporter that fails (or a run that dies, or loses the
 //   commit to a concurrent run of the same bucket: every run writes the
 //   cursor cell, so two runs of one bucket never both commit) leaves the

@@ -103,6 +103,11 @@ class Transaction {
   // request wins; DeferredSeconds() is 0 when none was made.
   void DeferTrigger(double seconds);
   double DeferredSeconds() const;
+  // Observer runs only: whether the workers brought this run forward because
+  // a thread waits for them to go idle (workers.h, "Hurrying"). A run that
+  // would defer itself only to gather more work (a lingering queue) goes on.
+  void SetHurried();
+  bool Hurried() const;
 
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
@@ -140,6 +145,7 @@ class Transaction {
   CommitExtras extras_;                          // GUARDED_BY(mu_)
   std::vector<Mutation> stamped_;                // GUARDED_BY(mu_)
   double deferred_seconds_ = 0;                  // GUARDED_BY(mu_)
+  bool hurried_ = false;                         // GUARDED_BY(mu_)
 };
 
 }  // namespace percolite

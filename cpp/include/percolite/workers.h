@@ -34,6 +34,15 @@
 //   deferral, not a failure, and runs again after `seconds`; the
 //   notification stays pending meanwhile, so WaitIdle waits for it. New
 //   offers of the same notification do not bring the run forward.
+// - Hurrying: while a thread waits in WaitIdle, a deferral never leaves the
+//   pool idle: when nothing is ready to run but runs already hurried, the
+//   runs that deferred themselves are brought forward, once each, and begin
+//   with Transaction::Hurried() true, so a lingering queue (export_queue.h)
+//   goes on with what it holds. While other work is ready, deferrals keep
+//   their time (a queue still gathers what its upstream observers produce).
+//   Retries of failures and conflicts keep their delays, and a hurried run
+//   that defers again is deferred as asked. Only waits in this process hurry
+//   its pool.
 // - WaitIdle returns true once the notify table is empty and no observer is
 //   running in this pool; false when the timeout elapses first.
 // - Stop lets running observers finish, runs nothing new, and joins threads.
@@ -128,7 +137,10 @@ class Workers {
     size_t lane = 0;  // its observer's index in observers_ (observers_.size(): none)
     int attempts = 0;
     bool running = false;
-    bool again = false;  // offered again while running
+    bool again = false;        // offered again while running
+    bool deferred = false;     // in delayed_ because the run deferred itself
+    bool hurried = false;      // brought forward by HurryLocked; not again
+    bool hurry_ready = false;  // in ready_, put there by HurryLocked
   };
 
   // Ready keys, one FIFO ("lane") per observer; Take serves the lane with the
@@ -155,8 +167,11 @@ class Workers {
   void WorkerLoop();
   void ScannerLoop();
   size_t ScanOnce(std::string* position);
-  Outcome RunOne(const Notification& notification, size_t* observer_index, std::string* error,
-                 double* deferred_seconds);
+  Outcome RunOne(const Notification& notification, bool hurried, size_t* observer_index,
+                 std::string* error, double* deferred_seconds);
+  // REQUIRES(mu_), while a thread waits: when nothing but hurried runs is
+  // ready, deferred runs not hurried before become ready now; true if any.
+  bool HurryLocked();
   const Observer* Find(const Cell& cell, size_t* index) const;
 
   std::weak_ptr<Env> env_;
@@ -172,9 +187,12 @@ class Workers {
   std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
   std::vector<ObserverStats> stats_;                       // GUARDED_BY(mu_)
   int active_ = 0;                                         // GUARDED_BY(mu_)
-  bool stopping_ = false;                                  // GUARDED_BY(mu_)
-  bool started_ = false;                                   // GUARDED_BY(mu_)
-  uint64_t scans_ = 0;                                     // GUARDED_BY(mu_)
+  int waiters_ = 0;                                        // GUARDED_BY(mu_), in WaitIdle
+  size_t deferred_count_ = 0;  // GUARDED_BY(mu_): entries with `deferred`
+  size_t hurried_ready_ = 0;   // GUARDED_BY(mu_): entries with `hurry_ready`
+  bool stopping_ = false;      // GUARDED_BY(mu_)
+  bool started_ = false;       // GUARDED_BY(mu_)
+  uint64_t scans_ = 0;         // GUARDED_BY(mu_)
 
   int wake_fd_ = -1;  // eventfd: wakes the scanner on Stop
   std::vector<std::thread> threads_;
