@@ -287,11 +287,16 @@ class _Layout:
         scalar = isinstance(self.columns, str)
         width = len(self.value_columns)
         plain, plain_or_none = _PLAIN_TYPES, _PLAIN_OR_NONE
-        # key -> its newest entry while looping; rows are made only for the
-        # keys that stay, without _Row's Python-level __new__ (a batch of
-        # 60,000 entries with distinct keys: 120 ms instead of 170).
-        newest: dict = {}
-        newest_of = newest.get
+        # Rows are made only for the keys that stay, without _Row's
+        # Python-level __new__ (a batch of 60,000 entries with distinct keys:
+        # 120 ms instead of 170). An export queue calls with its entries in
+        # key order, then seq: while keys keep coming in order (and of one
+        # type), the newest of each key is the list's last entry, and neither
+        # a dict nor a sort is needed. Out of order, a dict takes over.
+        ordered: list = []
+        newest: dict | None = None
+        last_key: Any = None
+        key_type: Any = None
         for entry in entries:
             key, value, seq = entry.key, entry.value, entry.seq
             if type(seq) is not int or not 0 <= seq < _SEQ_LIMIT or type(key) not in plain:
@@ -307,18 +312,34 @@ class _Layout:
                 and plain_or_none.issuperset(map(type, value))
             ):
                 return None
-            kept = newest_of(key)
+            if newest is None:
+                if not ordered:
+                    key_type = type(key)
+                elif type(key) is not key_type:
+                    newest = {e.key: e for e in ordered}
+                elif key == last_key:
+                    if seq > ordered[-1].seq:
+                        ordered[-1] = entry
+                    continue
+                elif not key > last_key:  # (NaN compares false both ways)
+                    newest = {e.key: e for e in ordered}
+                if newest is None:
+                    ordered.append(entry)
+                    last_key = key
+                    continue
+            kept = newest.get(key)
             if kept is None or seq > kept.seq:
                 newest[key] = entry
-        if len({type(key) for key in newest}) > 1:
-            ordered = sorted(newest, key=lambda key: _sort_key((key,)))
-        else:
-            ordered = sorted(newest)
+        if newest is not None:
+            if len({type(key) for key in newest}) > 1:
+                keys = sorted(newest, key=lambda key: _sort_key((key,)))
+            else:
+                keys = sorted(newest)
+            ordered = [newest[key] for key in keys]
         make = tuple.__new__
         rows = []
-        for key in ordered:
-            entry = newest[key]
-            value = entry.value
+        for entry in ordered:
+            key, value = entry.key, entry.value
             cells = None if value is None else (value,) if scalar else value
             rows.append(make(_Row, (key, (key,), cells, entry.seq)))
         return rows
@@ -618,8 +639,10 @@ class SQLite(_SQLExporter):
         self._tables_ready = has_main
 
     def _apply(self, conn: sqlite3.Connection, rows: list, has_main: bool) -> None:
-        """Applies the batch set-wise, inside the caller's write transaction:
-        the rows go to a temporary table in one executemany, then statements
+        """Applies the batch inside the caller's write transaction. A batch
+        of values only, with no guard rows about, is upserted row by row with
+        the seq guard in one executemany. Any other is applied set-wise: the
+        rows go to a temporary table in one executemany, then statements
         drop the stale ones (a guard or main-table seq >= theirs), upsert the
         values (dropping their keys' guard rows), delete the deleted keys'
         rows and raise their guard rows. Same result as checking row by row,
@@ -635,6 +658,20 @@ class SQLite(_SQLExporter):
         1.5 million row table), and chunks hold at most ``_CHUNK`` rows' worth
         (7 MiB), in the same time."""
         sql = self._batch_sql()
+        # The usual batch has no deletions and the guard table is empty (this
+        # transaction holds the write lock, so no guard row appears
+        # meanwhile): then only the seq guard of each key's row matters, and
+        # the rows go straight to the table in one executemany (each row its
+        # own statement, so the statement journal stays small). Sink alone,
+        # with the in-order collapse, new phrase rows in batches of 65,536:
+        # 240,000 in 0.95 s instead of 1.09, 840,000 in 4.6 s instead of 5.1.
+        deletions = any(row.value_cells is None for row in rows)
+        guarded = conn.execute(sql["any_guard"]).fetchone() is not None
+        if has_main and not deletions and not guarded:
+            conn.executemany(
+                sql["upsert_rows"], [(*row.key_cells, *row.value_cells, row.seq) for row in rows]
+            )
+            return
         width = len(self._layout.value_columns)
         conn.execute(sql["create"])
         conn.execute(sql["clear"])
@@ -651,11 +688,7 @@ class SQLite(_SQLExporter):
                 for n, row in enumerate(rows, 1)
             ],
         )
-        # Statements that cannot match are skipped: the usual batch has no
-        # deletions and finds no guard rows (this transaction holds the
-        # write lock, so none appear meanwhile).
-        deletions = any(row.value_cells is None for row in rows)
-        guarded = conn.execute(sql["any_guard"]).fetchone() is not None
+        # Statements that cannot match are skipped.
         if guarded:
             conn.execute(sql["drop_stale"])
         if has_main and deletions:
@@ -714,6 +747,13 @@ class SQLite(_SQLExporter):
                 f"INSERT INTO {guard} ({key_list}, seq) SELECT {key_list}, seq FROM {batch}"
                 f" WHERE NOT {present} AND {in_chunk} ON CONFLICT ({key_list})"
                 f" DO UPDATE SET seq = excluded.seq WHERE excluded.seq > {guard}.seq"
+            ),
+            "upsert_rows": (
+                f"INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"
+                f" VALUES ({', '.join('?' * (len(keys) + len(values) + 1))})"
+                f" ON CONFLICT ({key_list}) DO UPDATE SET "
+                + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
+                + f" WHERE excluded.seq > {table}.seq"
             ),
             "upsert": (
                 f"INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"

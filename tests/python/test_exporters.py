@@ -321,10 +321,12 @@ def test_batch_in_any_key_order_collapses_like_a_sorted_one(target):
     assert applied_seqs(target, sorted_sink) == highest_seqs(entries)
 
 
+@pytest.mark.parametrize("order", ["any", "key_then_seq", "key_only", "in_order_then_not"])
 @pytest.mark.parametrize("mixed_keys", [False, True])
 @pytest.mark.parametrize("columns", ["value", ("x", "y")])
-def test_fast_collapse_gives_the_rows_of_the_checked_one(tmp_path, columns, mixed_keys):
-    # collapse() takes a fast loop for batches of plain keys and cells; it
+def test_fast_collapse_gives_the_rows_of_the_checked_one(tmp_path, columns, mixed_keys, order):
+    # collapse() takes a fast loop for batches of plain keys and cells (with
+    # no dict while keys come in order, as an export queue sends them); it
     # must give exactly the rows of the path that checks every cell: newest
     # seq per key whatever the order, deletions, keys of mixed types in the
     # same total order.
@@ -344,6 +346,14 @@ def test_fast_collapse_gives_the_rows_of_the_checked_one(tmp_path, columns, mixe
         keys += [*range(12), b"raw"]
     seqs = rng.sample(range(1, 10_000), 400)
     entries = [E(rng.choice(keys), value(), seq) for seq in seqs]
+    by_key = percolite.exporters._sort_key
+    if order == "key_then_seq":
+        entries.sort(key=lambda e: (by_key((e.key,)), e.seq))
+    elif order == "key_only":  # a key's entries in any seq order
+        entries.sort(key=lambda e: by_key((e.key,)))
+    elif order == "in_order_then_not":
+        head = sorted(entries[:200], key=lambda e: (by_key((e.key,)), e.seq))
+        entries = head + entries[200:]
     layout = percolite.exporters.SQLite(tmp_path / "c.sqlite", "t", columns=columns)._layout
     fast = layout.collapse(entries)
     assert layout._collapse_plain(entries) == fast  # the fast loop took this batch
