@@ -548,6 +548,10 @@ void Store::Wake(std::vector<PendingCommit*>& done) {
   done.clear();
 }
 
+// A batch of at least this many cells first confirms the previous batch
+// with a sync of its own (LeadOnce).
+constexpr size_t kEarlySyncCells = 256;
+
 bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
   // With sync="full", a committed batch is durable once its meta page is
   // synced. The next batch's commit syncs the file (its data pages), which
@@ -573,6 +577,17 @@ bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
     if (!unconfirmed_.empty()) sync_unconfirmed();
     Wake(unconfirmed_);
     return false;
+  }
+  if (deferred_meta_sync && !unconfirmed_.empty()) {
+    // A large batch (an observer run adding a document's phrases, a queue
+    // run writing thousands of cells) takes long to write: sync now rather
+    // than keep the previous batch's committers waiting behind it.
+    size_t cells = 0;
+    for (const PendingCommit* p : batch) cells += p->mutations->size();
+    if (cells >= kEarlySyncCells) {
+      sync_unconfirmed();
+      Wake(unconfirmed_);
+    }
   }
   const bool committed = ProcessBatch(batch);
   // Nothing was committed, so nothing was synced: sync explicitly.

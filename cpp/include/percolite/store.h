@@ -23,7 +23,8 @@
 //   thread, until its commit is done (a lone commit costs no hand-off and no
 //   context switch); then the writer thread takes over whatever is still
 //   queued. With SyncMode::kFull, Commit returns only once the batch is
-//   durable; under load, one sync per batch achieves that (see LeadOnce).
+//   durable; under load, about one sync per batch achieves that (see
+//   LeadOnce).
 // - Deletes leave tombstones carrying their commit_ts, so a concurrent
 //   writer of the deleted cell still conflicts. A tombstone is collected once
 //   every reader in every process began after the write that made it.
