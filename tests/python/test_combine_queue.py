@@ -1276,6 +1276,54 @@ def test_wait_does_not_linger(tmp_path):
     assert out["deferrals"] == out["before"]  # the run brought forward did not linger
 
 
+def test_waiters_and_adders_together_lose_nothing(tmp_path):
+    """Real threads: 4 adders commit to a lingering queue while 3 threads keep
+    calling env.wait (each call hurries the pool, then lets it linger again).
+    Every update is folded once, and each wait returns."""
+    out = child(
+        """
+        app = percolite.App()
+        cq = app.combine_queue("hot", buckets=4, linger=5)
+        env = percolite.open(path, app=app, sync="none")
+        env.start_workers(4)
+        adding = threading.Event()
+        adding.set()
+        waits = []
+
+        def adder(n):
+            for i in range(150):
+                with env.transaction() as tx:
+                    cq.add(tx, {"k%d" % (i % 7): 1, "t%d" % n: 1})
+                time.sleep(0.002)
+
+        def waiter():
+            while adding.is_set():
+                waits.append(env.wait(timeout=20))
+
+        adders = [threading.Thread(target=adder, args=(n,)) for n in range(4)]
+        waiters = [threading.Thread(target=waiter) for _ in range(3)]
+        for t in adders + waiters:
+            t.start()
+        for t in adders:
+            t.join()
+        adding.clear()
+        for t in waiters:
+            t.join()
+        began = time.monotonic()
+        idle = env.wait(timeout=20)
+        emit(idle=idle, last_wait=time.monotonic() - began, waits=len(waits),
+             all_idle=all(waits), values=values(env, cq), queued=queued(env, "hot"))
+        env.stop_workers()
+        """,
+        path=str(tmp_path / "store"),
+    )
+    assert out["idle"] is True and out["all_idle"] is True and out["waits"] >= 3
+    assert out["last_wait"] < 5.0  # not a linger's wait
+    expected = {f'"k{i}"': sum(1 for j in range(150) if j % 7 == i) * 4 for i in range(7)}
+    expected.update({f'"t{n}"': 150 for n in range(4)})
+    assert out["values"] == expected and out["queued"] == 0
+
+
 def test_accepted_declarations():
     app = percolite.App()
     app.combine_queue("flex", combiner=lambda key, values, extra=None: None)
