@@ -556,8 +556,9 @@ bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
   // With sync="full", a committed batch is durable once its meta page is
   // synced. The next batch's commit syncs the file (its data pages), which
   // covers the previous meta page; when nothing else is queued, an explicit
-  // sync does it. So committers of a batch are woken after the following
-  // sync, and a loaded leader pays one sync per batch.
+  // sync does it, as it does before a large batch (kEarlySyncCells). So
+  // committers of a batch are woken after the following sync, and a loaded
+  // leader pays about one sync per batch.
   const bool deferred_meta_sync = options_.sync == SyncMode::kFull;
   batch.clear();
   {
@@ -573,9 +574,12 @@ bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
       if (!synced.ok()) p->result = CommitResult{synced, 0};
     }
   };
-  if (batch.empty()) {
+  auto confirm_now = [&] {  // an explicit sync, then wake them
     if (!unconfirmed_.empty()) sync_unconfirmed();
     Wake(unconfirmed_);
+  };
+  if (batch.empty()) {
+    confirm_now();
     return false;
   }
   if (deferred_meta_sync && !unconfirmed_.empty()) {
@@ -584,10 +588,7 @@ bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
     // than keep the previous batch's committers waiting behind it.
     size_t cells = 0;
     for (const PendingCommit* p : batch) cells += p->mutations->size();
-    if (cells >= kEarlySyncCells) {
-      sync_unconfirmed();
-      Wake(unconfirmed_);
-    }
+    if (cells >= kEarlySyncCells) confirm_now();
   }
   const bool committed = ProcessBatch(batch);
   // Nothing was committed, so nothing was synced: sync explicitly.

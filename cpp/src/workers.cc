@@ -404,10 +404,10 @@ void Workers::ScannerLoop() {
   if (inotify_fd >= 0) ::close(inotify_fd);
 }
 
-bool Workers::HurryLocked() {
+void Workers::HurryLocked() {
   // Only when nothing is ready but runs hurried already: other ready work may
   // be what the deferred runs are waiting to gather.
-  if (deferred_count_ == 0 || ready_.size() > hurried_ready_) return false;
+  if (deferred_count_ == 0 || ready_.size() > hurried_ready_) return;
   bool any = false;
   for (auto it = delayed_.begin(); it != delayed_.end();) {
     auto entry = entries_.find(it->second);
@@ -425,7 +425,6 @@ bool Workers::HurryLocked() {
     }
   }
   if (any) work_cv_.notify_all();
-  return any;
 }
 
 bool Workers::WaitIdle(double timeout_seconds) {

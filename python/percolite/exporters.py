@@ -313,20 +313,17 @@ class _Layout:
             ):
                 return None
             if newest is None:
-                if not ordered:
-                    key_type = type(key)
-                elif type(key) is not key_type:
-                    newest = {e.key: e for e in ordered}
-                elif key == last_key:
+                same_type = type(key) is key_type
+                if ordered and same_type and key == last_key:
                     if seq > ordered[-1].seq:
                         ordered[-1] = entry
                     continue
-                elif not key > last_key:  # (NaN compares false both ways)
-                    newest = {e.key: e for e in ordered}
-                if newest is None:
+                if not ordered or (same_type and key > last_key):
                     ordered.append(entry)
-                    last_key = key
+                    last_key, key_type = key, type(key)
                     continue
+                # Out of order, another type, or NaN (false both ways).
+                newest = {e.key: e for e in ordered}
             kept = newest.get(key)
             if kept is None or seq > kept.seq:
                 newest[key] = entry
@@ -724,6 +721,14 @@ class SQLite(_SQLExporter):
         in_chunk = f"{n} > ? AND {n} <= ?"
         same_key = " AND ".join(f"{guard}.{k} = {b}.{k}" for k in keys)
         same_key_main = " AND ".join(f"{table}.{k} = {b}.{k}" for k in keys)
+        row_columns = ", ".join([*keys, *values, "seq"])
+        insert_rows = f"INSERT INTO {table} ({row_columns})"
+        # A row replaces the key's row only when its seq is newer.
+        newer_wins = (
+            f" ON CONFLICT ({key_list}) DO UPDATE SET "
+            + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
+            + f" WHERE excluded.seq > {table}.seq"
+        )
         self._batch_statements = {
             "create": f"CREATE TEMP TABLE IF NOT EXISTS percolite_batch ({', '.join(columns)})",
             "clear": f"DELETE FROM {batch}",
@@ -749,19 +754,13 @@ class SQLite(_SQLExporter):
                 f" DO UPDATE SET seq = excluded.seq WHERE excluded.seq > {guard}.seq"
             ),
             "upsert_rows": (
-                f"INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"
-                f" VALUES ({', '.join('?' * (len(keys) + len(values) + 1))})"
-                f" ON CONFLICT ({key_list}) DO UPDATE SET "
-                + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
-                + f" WHERE excluded.seq > {table}.seq"
+                f"{insert_rows} VALUES ({', '.join('?' * (len(keys) + len(values) + 1))})"
+                f"{newer_wins}"
             ),
             "upsert": (
-                f"INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"
-                f" SELECT {', '.join([*keys, *values, 'seq'])} FROM {batch}"
-                f" WHERE {present} AND {in_chunk}"
-                f" ON CONFLICT ({key_list}) DO UPDATE SET "
-                + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
-                + f" WHERE excluded.seq > {table}.seq"
+                f"{insert_rows}"
+                f" SELECT {row_columns} FROM {batch}"
+                f" WHERE {present} AND {in_chunk}{newer_wins}"
             ),
             # Row values and IN let SQLite look each deleted key up in the
             # primary key (a correlated EXISTS would scan the whole table).

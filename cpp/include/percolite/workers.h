@@ -170,8 +170,8 @@ class Workers {
   Outcome RunOne(const Notification& notification, bool hurried, size_t* observer_index,
                  std::string* error, double* deferred_seconds);
   // REQUIRES(mu_), while a thread waits: when nothing but hurried runs is
-  // ready, deferred runs not hurried before become ready now; true if any.
-  bool HurryLocked();
+  // ready, deferred runs not hurried before become ready now.
+  void HurryLocked();
   const Observer* Find(const Cell& cell, size_t* index) const;
 
   std::weak_ptr<Env> env_;
