@@ -247,14 +247,15 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   // buffer_size of them, with every queued update of their keys.
   std::vector<queue_rows::Entry> entries;
   bool more = false;
-  Status read =
-      queue_rows::Read(*transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
-                       /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more);
+  size_t consecutive = 0;
+  Status read = queue_rows::Read(
+      *transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
+      /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more, &consecutive);
   if (!read.ok()) return read;
+  queue_rows::PurgeRead(*transaction, update_row, kUpdateFamily, entries, consecutive);
   struct Group {
     std::string key;
     std::vector<std::string> values;  // current value inserted in front below
-    std::vector<std::string> qualifiers;
   };
   std::vector<Group> groups;
   {
@@ -265,12 +266,10 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
     for (queue_rows::Entry& entry : entries) {
       auto found = group_of.find(entry.key);
       if (found == group_of.end()) {
-        groups.push_back(Group{std::move(entry.key), {}, {}});
+        groups.push_back(Group{std::move(entry.key), {}});
         found = group_of.emplace(groups.back().key, groups.size() - 1).first;
       }
-      Group& group = groups[found->second];
-      group.values.push_back(std::move(entry.value));
-      group.qualifiers.push_back(std::move(entry.qualifier));
+      groups[found->second].values.push_back(std::move(entry.value));
     }
   }
   // Changes are reported, and values written, in key order.
@@ -293,9 +292,6 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
         transaction->Delete(data_cell);
       }
       changes.push_back(Change{group.key, current, combined});
-    }
-    for (const std::string& qualifier : group.qualifiers) {
-      transaction->Purge({update_row, kUpdateFamily, qualifier});
     }
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit;

@@ -89,8 +89,9 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
   }
   std::vector<queue_rows::Entry> queued;
   bool more = false;
+  size_t consecutive = 0;
   Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor, options_.batch_size,
-                                 /*whole_keys=*/false, what, &queued, &more);
+                                 /*whole_keys=*/false, what, &queued, &more, &consecutive);
   if (!read.ok()) return read;
   if (!queued.empty()) {
     std::vector<ExportEntry> batch;
@@ -106,9 +107,7 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
                      [](const ExportEntry& a, const ExportEntry& b) { return a.key < b.key; });
     Status exported = options_.exporter(batch);
     if (!exported.ok()) return exported;
-    for (const queue_rows::Entry& entry : queued) {
-      transaction->Purge({entry_row, kEntryFamily, entry.qualifier});
-    }
+    queue_rows::PurgeRead(*transaction, entry_row, kEntryFamily, queued, consecutive);
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit.
   transaction->Set(cursor_cell, more ? queued.back().qualifier : std::string());

@@ -54,8 +54,9 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
 
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            std::vector<Entry>* out, bool* more) {
+            std::vector<Entry>* out, bool* more, size_t* consecutive) {
   *more = false;
+  *consecutive = SIZE_MAX;  // set at the first entry left out
   const ScanRange range = ScanRange::Rows(row, row + std::string(1, '\0'));
   std::string resume;
   bool have_resume = !cursor.empty();
@@ -75,6 +76,7 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
       if (filling && out->size() >= limit) {
         if (!whole_keys) {
           *more = true;
+          *consecutive = out->size();
           return Status::Ok();
         }
         filling = false;
@@ -82,6 +84,7 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
       if (!filling) {
         if (keys.count(key) == 0) {
           *more = true;
+          *consecutive = std::min(*consecutive, out->size());
           continue;
         }
       } else if (whole_keys) {
@@ -101,7 +104,20 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
     resume = std::move(chunk.resume_after);
     have_resume = true;
   }
+  *consecutive = std::min(*consecutive, out->size());
   return Status::Ok();
+}
+
+void PurgeRead(Transaction& transaction, const std::string& row, std::string_view family,
+               const std::vector<Entry>& entries, size_t consecutive) {
+  if (consecutive > 0) {
+    transaction.PurgeStamps(
+        row, family, std::string_view(entries.front().qualifier).substr(0, kStampSize),
+        std::string_view(entries[consecutive - 1].qualifier).substr(0, kStampSize));
+  }
+  for (size_t i = consecutive; i < entries.size(); ++i) {
+    transaction.Purge({row, family, entries[i].qualifier});
+  }
 }
 
 void Peek(Transaction& transaction, const std::string& row, std::string_view family, size_t limit,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "percolite/status.h"
+#include "percolite/store.h"
 
 namespace percolite {
 
@@ -25,7 +26,7 @@ class Transaction;
 
 namespace queue_rows {
 
-constexpr size_t kStampSize = 12;  // commit_ts (8) + index (4), appended by the writer
+using percolite::kStampSize;  // commit_ts (8) + index (4), appended by the writer (store.h)
 constexpr std::string_view kNotifyQualifier = "notify";
 constexpr std::string_view kCursorQualifier = "cursor";
 
@@ -57,10 +58,18 @@ struct Entry {
 // `cursor` (empty: from the start): the first `limit` of them (all, when fewer
 // remain), and, when `whole_keys`, every later entry of their keys too (the
 // rest of the row is scanned for them), so no key's entries are split. Sets
-// *more when entries remain that were not returned.
+// *more when entries remain that were not returned, and *consecutive to how
+// many of the first entries of *out follow each other in the row with none
+// left out between them: PurgeRead removes those as one range.
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            std::vector<Entry>* out, bool* more);
+            std::vector<Entry>* out, bool* more, size_t* consecutive);
+
+// Purges, in `transaction`, the entries Read returned in `entries`, of which
+// the first `consecutive` go as one range (Transaction::PurgeStamps) and the
+// rest one by one.
+void PurgeRead(Transaction& transaction, const std::string& row, std::string_view family,
+               const std::vector<Entry>& entries, size_t consecutive);
 
 // What Read from the start would find, without reading it: *found = the
 // entries of `row`/`family`, at most `limit`, and

@@ -653,6 +653,44 @@ bool RowOfCellKey(std::string_view key, std::string* row) {
   return CellKeyParts(key, &parts) && ReadEscapedPart(key, &pos, row);
 }
 
+// Deletes every stored cell whose whole encoded key k has from <= k < end
+// (Mutation::purge_end), walking one cursor from the first; returns how many.
+// A long key is stored under its first kMaxInlineKey bytes and a hash, so
+// keys sharing those bytes sort by hash: each is checked by its whole key,
+// and the walk ends only past every key whose first bytes could be in range.
+size_t PurgeRange(MDB_txn* txn, MDB_dbi dbi, std::string_view from, std::string_view end) {
+  MDB_cursor* cursor = nullptr;
+  CheckLmdb(mdb_cursor_open(txn, dbi, &cursor), "opening a cursor to purge queue entries");
+  std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
+  const std::string_view end_inline = end.substr(0, kMaxInlineKey);
+  MDB_val key = ToVal(from.substr(0, kMaxInlineKey)), value;
+  int rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
+  size_t purged = 0;
+  while (rc == MDB_SUCCESS) {
+    const std::string_view stored = FromVal(key);
+    if (stored.substr(0, kMaxInlineKey) > end_inline) break;
+    std::string_view whole = stored;
+    RecordView record;
+    if (IsHashedStoredKey(stored)) {
+      if (!DecodeRecord(FromVal(value), &record)) {
+        throw Error(ErrorCode::kCorruption, "a stored record is malformed");
+      }
+      whole = record.full_key;
+    }
+    if (whole >= from && whole < end) {
+      CheckLmdb(mdb_cursor_del(cursor, 0), "purging consumed queue entries");
+      ++purged;
+      // The cursor now rests on the next item (or past the last).
+      rc = mdb_cursor_get(cursor, &key, &value, MDB_GET_CURRENT);
+      if (rc == EINVAL) rc = MDB_NOTFOUND;  // the table became empty
+    } else {
+      rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT);
+    }
+  }
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading queue entries to purge");
+  return purged;
+}
+
 void PutRecordAt(MDB_txn* txn, MDB_dbi dbi, std::string_view full_key, uint64_t ts) {
   std::string stored = StoredKeyFor(full_key);
   std::string_view hashed = IsHashedStoredKey(stored) ? full_key : std::string_view();
@@ -732,6 +770,10 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
         }
         const uint64_t commit_ts = ++ts;
         for (const Mutation& m : *p->mutations) {
+          if (m.purge && !m.purge_end.empty()) {
+            PurgeRange(txn, data_dbi_, m.key, m.purge_end);
+            continue;
+          }
           if (m.purge) {
             std::string stored = StoredKeyFor(m.key);
             MDB_val k = ToVal(stored);

@@ -63,6 +63,7 @@ void Transaction::ReleaseLocked(State s) {
   state_ = s;
   writes_.clear();
   stamped_.clear();
+  purged_.clear();
   extras_ = CommitExtras();
   if (snapshot_) snapshot_->Release();
   snapshot_.reset();
@@ -78,6 +79,7 @@ std::optional<std::string> Transaction::Get(const CellRef& cell) {
     if (it->second.is_delete) return std::nullopt;
     return it->second.value;
   }
+  if (!purged_.empty() && Purged(key)) return std::nullopt;
   return snapshot_->Get(key);
 }
 
@@ -103,6 +105,51 @@ void Transaction::Purge(const CellRef& cell) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   writes_[std::move(key)] = BufferedWrite{true, std::string(), true};
+}
+
+namespace {
+
+// The stamp after `stamp` (a big-endian counter); false when there is none.
+bool NextStamp(std::string* stamp) {
+  for (size_t i = stamp->size(); i-- > 0;) {
+    unsigned char byte = static_cast<unsigned char>((*stamp)[i]);
+    (*stamp)[i] = static_cast<char>(byte + 1);
+    if (byte != 0xFF) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Transaction::PurgeStamps(std::string_view row, std::string_view family,
+                              std::string_view first_stamp, std::string_view last_stamp) {
+  ValidateCell({row, family, {}});
+  if (first_stamp.size() != kStampSize || last_stamp.size() != kStampSize) {
+    throw Error(ErrorCode::kInvalidArgument, "a stamp is " + std::to_string(kStampSize) + " bytes");
+  }
+  if (first_stamp > last_stamp) {
+    throw Error(ErrorCode::kInvalidArgument, "the first stamp of a purge is after the last");
+  }
+  std::string from = EncodeCellKey({row, family, first_stamp});
+  std::string after(last_stamp);
+  std::string end;
+  if (NextStamp(&after)) {
+    end = EncodeCellKey({row, family, after});
+  } else {  // the largest stamp: to the end of the column family
+    AppendEscapedPart(&end, row);
+    AppendEscapedPart(&end, family);
+    end = PrefixSuccessor(end);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  purged_.emplace_back(std::move(from), std::move(end));
+}
+
+bool Transaction::Purged(std::string_view key) const {
+  for (const auto& [from, end] : purged_) {
+    if (from <= key && key < end) return true;
+  }
+  return false;
 }
 
 void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
@@ -213,7 +260,7 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
       chunk.resume_after = it->first;
       ++it;
     } else {
-      emit(snap[i].first, snap[i].second);
+      if (purged_.empty() || !Purged(snap[i].first)) emit(snap[i].first, snap[i].second);
       chunk.resume_after = snap[i].first;
       ++i;
     }
@@ -232,9 +279,10 @@ size_t Transaction::Count(const ScanRange& range, const std::string* resume_afte
     const std::string& from = resume_after ? *resume_after : range.from;
     auto own = resume_after ? writes_.upper_bound(from) : writes_.lower_bound(from);
     const bool own_in_range = own != writes_.end() && (range.end.empty() || own->first < range.end);
-    if (!own_in_range) return snapshot_->Count(from, resume_after != nullptr, range.end, limit);
+    if (!own_in_range && purged_.empty())
+      return snapshot_->Count(from, resume_after != nullptr, range.end, limit);
   }
-  // Own writes in the range: count what Scan merges.
+  // Own writes in the range, or purged ranges: count what Scan merges.
   size_t counted = 0;
   std::string resume;
   const std::string* after = resume_after;
@@ -252,7 +300,7 @@ void Transaction::Commit() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   const bool has_extras = extras_.trigger || !extras_.weak_notifications.empty();
-  if (writes_.empty() && stamped_.empty() && !has_extras) {
+  if (writes_.empty() && stamped_.empty() && purged_.empty() && !has_extras) {
     ReleaseLocked(State::kCommitted);
     return;
   }
@@ -262,11 +310,21 @@ void Transaction::Commit() {
   // The writes move into the mutations (keys and values are not copied), so
   // from here on the transaction ends aborted unless the commit succeeds.
   std::vector<Mutation> mutations;
-  mutations.reserve(writes_.size() + stamped_.size());
+  mutations.reserve(purged_.size() + writes_.size() + stamped_.size());
+  for (auto& [from, end] : purged_) {  // first: the other writes win over a purge
+    Mutation m;
+    m.key = std::move(from);
+    m.purge = true;
+    m.purge_end = std::move(end);
+    mutations.push_back(std::move(m));
+  }
   while (!writes_.empty()) {
     auto node = writes_.extract(writes_.begin());
     BufferedWrite& write = node.mapped();
-    Mutation m{std::move(node.key()), write.is_delete, std::move(write.value)};
+    Mutation m;
+    m.key = std::move(node.key());
+    m.is_delete = write.is_delete;
+    m.value = std::move(write.value);
     m.purge = write.purge;
     mutations.push_back(std::move(m));
   }

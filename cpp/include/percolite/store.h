@@ -93,6 +93,13 @@ struct StoreOptions {
 // validated and leaves no tombstone (readers of older snapshots still see the
 // cell: they read LMDB snapshots). Queues serialize their consumers by other
 // writes (the bucket's cursor cell).
+//
+// A range purge (purge with a non-empty purge_end) removes every cell from
+// `key` (included) to `purge_end` (excluded), both encoded keys short enough
+// to be stored inline: a run of consumed queue entries, deleted by one cursor
+// walk instead of one B-tree descent each. It is applied before the other
+// writes of its transaction. Stamps are increasing, so a range that ends at
+// the last entry a snapshot saw can never hold an entry committed after it.
 struct Mutation {
   std::string key;
   bool is_delete = false;
@@ -100,7 +107,12 @@ struct Mutation {
   bool stamped = false;
   uint32_t stamp_seq = 0;
   bool purge = false;
+  std::string purge_end;
 };
+
+// The stamp put in front of a stamped write's qualifier: commit_ts (8 bytes)
+// and stamp_seq (4 bytes), both big-endian.
+constexpr size_t kStampSize = 12;
 
 // The encoded key a stamped write lands on.
 std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_t seq);

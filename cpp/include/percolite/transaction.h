@@ -87,6 +87,15 @@ class Transaction {
   // Removes a cell a stamped write created, without a tombstone (store.h,
   // Mutation::purge). Only for consumed queue entries.
   void Purge(const CellRef& cell);
+  // Purges every cell of `row`/`family` whose qualifier begins with a stamp
+  // (kStampSize bytes, store.h) from `first_stamp` to `last_stamp`, both
+  // included, as one range (Mutation::purge_end): a run of consumed queue
+  // entries. Only for stamps this transaction's snapshot saw committed (later
+  // commits have larger stamps, so their entries are never in the range). This
+  // transaction's reads stop seeing the purged cells; its own writes are
+  // applied after the purge.
+  void PurgeStamps(std::string_view row, std::string_view family, std::string_view first_stamp,
+                   std::string_view last_stamp);
   // How many stamped writes are buffered (the index the next one gets).
   size_t StampedCount() const;
 
@@ -144,8 +153,11 @@ class Transaction {
   std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
   CommitExtras extras_;                          // GUARDED_BY(mu_)
   std::vector<Mutation> stamped_;                // GUARDED_BY(mu_)
-  double deferred_seconds_ = 0;                  // GUARDED_BY(mu_)
-  bool hurried_ = false;                         // GUARDED_BY(mu_)
+  // Purged ranges of encoded keys, [from, end); hidden from this transaction's reads.
+  std::vector<std::pair<std::string, std::string>> purged_;  // GUARDED_BY(mu_)
+  bool Purged(std::string_view key) const;                   // REQUIRES(mu_)
+  double deferred_seconds_ = 0;                              // GUARDED_BY(mu_)
+  bool hurried_ = false;                                     // GUARDED_BY(mu_)
 };
 
 }  // namespace percolite
