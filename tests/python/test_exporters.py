@@ -363,6 +363,52 @@ def test_fast_collapse_gives_the_rows_of_the_checked_one(tmp_path, columns, mixe
     assert {row.key: row.seq for row in fast} == highest_seqs(entries)
 
 
+@pytest.mark.parametrize("repeats", [False, True])
+@pytest.mark.parametrize("columns", ["value", ("x", "y")])
+def test_sorted_values_give_the_rows_of_the_checked_collapse(tmp_path, columns, repeats):
+    # SQLite takes the usual batch (key order then seq, values only) through
+    # sorted_values: the rows must be those of the checked collapse, and any
+    # other batch must be left to it (None).
+    rng = random.Random(8)
+    scalar = isinstance(columns, str)
+
+    def value() -> object:
+        cells = [
+            rng.choice([rng.randrange(-5, 5), f"s{rng.randrange(9)}", 0.5, b"b"]) for _ in "xy"
+        ]
+        return cells[0] if scalar else (cells[0], rng.choice([cells[1], None]))
+
+    keys = [f"k{i:03}" for i in range(300)]
+    chosen = [rng.choice(keys) for _ in range(400)] if repeats else rng.sample(keys, 200)
+    entries = sorted(
+        (E(key, value(), seq) for key, seq in zip(chosen, rng.sample(range(1, 10_000), 400))),
+        key=lambda e: (e.key, e.seq),
+    )
+    layout = percolite.exporters.SQLite(tmp_path / "s.sqlite", "t", columns=columns)._layout
+    fast = layout.sorted_values(entries)
+    layout._collapse_plain = lambda entries: None  # every entry through the checks
+    checked = [(*row.key_cells, *row.value_cells, row.seq) for row in layout.collapse(entries)]
+    assert fast == checked
+    assert len(fast) == len(set(chosen))
+    # Batches it leaves to collapse: a deletion, keys out of order, a key's
+    # seqs going down, keys of two types, a bool cell, a seq out of range,
+    # entries that are not a list.
+    middle = len(entries) // 2
+    other = {
+        "deletion": entries[:middle]
+        + [E(entries[middle].key, None, 10_001)]
+        + entries[middle + 1 :],
+        "key order": entries[::-1],
+        "seq order": entries + [E(entries[-1].key, entries[-1].value, entries[-1].seq - 1)],
+        "key types": entries + [E(7, entries[0].value, 1)],
+        "bool": entries + [E("zz", True if scalar else (True, 1), 1)],
+        "seq range": entries + [E("zz", entries[0].value, 2**63)],
+        "tuple": tuple(entries),
+    }
+    for why, batch in other.items():
+        assert layout.sorted_values(batch) is None, why
+
+
 def test_value_that_does_not_fit_the_columns_raises_and_writes_nothing(target):
     exporter = target.exporter(columns=("x", "y"))
     exporter([E("a", (1, 2), 1)])
