@@ -264,9 +264,9 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
     std::unordered_map<std::string_view, size_t> group_of;
     group_of.reserve(entries.size());
     for (queue_rows::Entry& entry : entries) {
-      auto found = group_of.find(entry.key);
+      auto found = group_of.find(entry.key());
       if (found == group_of.end()) {
-        groups.push_back(Group{std::move(entry.key), {}});
+        groups.push_back(Group{std::string(entry.key()), {}});
         found = group_of.emplace(groups.back().key, groups.size() - 1).first;
       }
       groups[found->second].values.push_back(std::move(entry.value));

@@ -96,11 +96,12 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
   if (!queued.empty()) {
     std::vector<ExportEntry> batch;
     batch.reserve(queued.size());
-    for (const queue_rows::Entry& entry : queued) {
+    for (queue_rows::Entry& entry : queued) {
       if (entry.commit_ts >= kMaxSeqCommitTs || entry.index >= (uint32_t{1} << kSeqIndexBits)) {
         return Status::Make(ErrorCode::kCorruption, what + ": a queued entry's stamp is too large");
       }
-      batch.push_back(ExportEntry{entry.key, entry.value, Seq(entry.commit_ts, entry.index)});
+      batch.push_back(ExportEntry{std::string(entry.key()), std::move(entry.value),
+                                  Seq(entry.commit_ts, entry.index)});
     }
     // Read in commit order; the exporter gets them by key, then seq.
     std::stable_sort(batch.begin(), batch.end(),

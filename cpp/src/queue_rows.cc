@@ -57,52 +57,59 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
             std::vector<Entry>* out, bool* more, size_t* consecutive) {
   *more = false;
   *consecutive = SIZE_MAX;  // set at the first entry left out
-  const ScanRange range = ScanRange::Rows(row, row + std::string(1, '\0'));
+  // The cells of row/family, visited without copies: each key is its prefix,
+  // then the escaped qualifier and its terminator.
+  ScanRange range;
+  AppendEscapedPart(&range.from, row);
+  AppendEscapedPart(&range.from, family);
+  const size_t prefix = range.from.size();
+  range.end = PrefixSuccessor(range.from);
   std::string resume;
-  bool have_resume = !cursor.empty();
-  if (have_resume) resume = EncodeCellKey({row, family, cursor});
-  // Past `limit`, only entries of these keys are taken (whole_keys).
-  std::unordered_set<std::string> keys;
-  bool filling = true;
-  for (bool done = false; !done;) {
-    ScanChunk chunk = transaction.Scan(range, have_resume ? &resume : nullptr, 1024);
-    for (ScanItem& item : chunk.items) {
-      if (item.cell.family != family) continue;
-      const std::string& qualifier = item.cell.qualifier;
-      if (qualifier.size() < kStampSize) {
-        return Status::Make(ErrorCode::kCorruption, std::string(what) + ": malformed queued entry");
-      }
-      std::string key = qualifier.substr(kStampSize);
-      if (filling && out->size() >= limit) {
-        if (!whole_keys) {
-          *more = true;
-          *consecutive = out->size();
-          return Status::Ok();
-        }
-        filling = false;
-      }
-      if (!filling) {
-        if (keys.count(key) == 0) {
-          *more = true;
-          *consecutive = std::min(*consecutive, out->size());
-          continue;
-        }
-      } else if (whole_keys) {
-        keys.insert(key);
-      }
-      Entry entry;
-      entry.key = std::move(key);
-      entry.commit_ts = ReadUint64BE(qualifier);
-      for (size_t i = 8; i < kStampSize; ++i) {
-        entry.index = (entry.index << 8) | static_cast<unsigned char>(qualifier[i]);
-      }
-      entry.qualifier = std::move(item.cell.qualifier);
-      entry.value = std::move(item.value);
-      out->push_back(std::move(entry));
-    }
-    done = chunk.done;
-    resume = std::move(chunk.resume_after);
-    have_resume = true;
+  if (!cursor.empty()) resume = EncodeCellKey({row, family, cursor});
+  // Past `limit`, only entries of these keys are taken (whole_keys). By
+  // hash: an entry of another key with the same hash is taken too, and so
+  // is every later entry of that key (all of them are after `limit`), so
+  // each key's entries are still never split.
+  std::unordered_set<uint64_t> keys;
+  bool filling = true, malformed = false;
+  std::string qualifier;
+  transaction.Visit(range, cursor.empty() ? nullptr : &resume,
+                    [&](std::string_view cell, std::string_view value) {
+                      size_t pos = prefix;
+                      if (!ReadEscapedPart(cell, &pos, &qualifier) || pos != cell.size() ||
+                          qualifier.size() < kStampSize) {
+                        malformed = true;
+                        return false;
+                      }
+                      const std::string_view key = std::string_view(qualifier).substr(kStampSize);
+                      if (filling && out->size() >= limit) {
+                        if (!whole_keys) {
+                          *more = true;
+                          *consecutive = out->size();
+                          return false;
+                        }
+                        filling = false;
+                      }
+                      if (!filling) {
+                        if (keys.count(StableHash64(key)) == 0) {
+                          *more = true;
+                          *consecutive = std::min(*consecutive, out->size());
+                          return true;
+                        }
+                      } else if (whole_keys) {
+                        keys.insert(StableHash64(key));
+                      }
+                      Entry& entry = out->emplace_back();
+                      entry.commit_ts = ReadUint64BE(qualifier);
+                      for (size_t i = 8; i < kStampSize; ++i) {
+                        entry.index = (entry.index << 8) | static_cast<unsigned char>(qualifier[i]);
+                      }
+                      entry.qualifier = qualifier;
+                      entry.value.assign(value);
+                      return true;
+                    });
+  if (malformed) {
+    return Status::Make(ErrorCode::kCorruption, std::string(what) + ": malformed queued entry");
   }
   *consecutive = std::min(*consecutive, out->size());
   return Status::Ok();

@@ -47,11 +47,11 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
            const std::vector<std::pair<std::string, std::string>>& entries);
 
 struct Entry {
-  std::string key;        // the qualifier after the stamp
-  std::string qualifier;  // as stored (to delete it, or to resume after it)
+  std::string qualifier;  // as stored: the stamp, then the key
   std::string value;
   uint64_t commit_ts = 0;
   uint32_t index = 0;
+  std::string_view key() const { return std::string_view(qualifier).substr(kStampSize); }
 };
 
 // Reads the entries of `row`/`family` in commit order, starting after

@@ -464,6 +464,17 @@ bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end,
                      });
 }
 
+bool Snapshot::Visit(std::string_view from, bool exclusive, std::string_view end,
+                     const CellVisitor& visit) {
+  store_->CheckUsable();
+  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
+  Store::MapLock::Shared lock(*store_->map_lock_);
+  return ScanRecords(txn_, store_->data_dbi_, from, exclusive, end,
+                     [&](std::string_view key, const RecordView& record) {
+                       return record.tombstone || visit(key, record.value);
+                     });
+}
+
 size_t Snapshot::Count(std::string_view from, bool exclusive, std::string_view end, size_t limit) {
   store_->CheckUsable();
   if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");

@@ -269,6 +269,54 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
   return chunk;
 }
 
+bool Transaction::Visit(const ScanRange& range, const std::string* resume_after,
+                        const Snapshot::CellVisitor& visit) {
+  if (!range.columns.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "visiting cells by column is not supported");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  const std::string& from = resume_after ? *resume_after : range.from;
+  const bool exclusive = resume_after != nullptr;
+  // Own writes merge in as in Scan: before, or instead of, the snapshot's cell.
+  auto own = exclusive ? writes_.upper_bound(from) : writes_.lower_bound(from);
+  auto own_before = [&](std::string_view key) {  // emits own writes below `key`
+    for (; own != writes_.end() && std::string_view(own->first) < key; ++own) {
+      if (!range.end.empty() && own->first >= range.end) return true;
+      if (!own->second.is_delete && !visit(own->first, own->second.value)) return false;
+    }
+    return true;
+  };
+  bool stopped = false;
+  const bool exhausted = snapshot_->Visit(from, exclusive, range.end,
+                                          [&](std::string_view key, std::string_view value) {
+                                            if (!own_before(key)) {
+                                              stopped = true;
+                                              return false;
+                                            }
+                                            if (own != writes_.end() && own->first == key) {
+                                              const BufferedWrite& write = (own++)->second;
+                                              if (write.is_delete) return true;
+                                              if (!visit(key, write.value)) {
+                                                stopped = true;
+                                                return false;
+                                              }
+                                              return true;
+                                            }
+                                            if (!purged_.empty() && Purged(key)) return true;
+                                            if (!visit(key, value)) {
+                                              stopped = true;
+                                              return false;
+                                            }
+                                            return true;
+                                          });
+  if (stopped || !exhausted) return false;
+  for (; own != writes_.end() && (range.end.empty() || own->first < range.end); ++own) {
+    if (!own->second.is_delete && !visit(own->first, own->second.value)) return false;
+  }
+  return true;
+}
+
 size_t Transaction::Count(const ScanRange& range, const std::string* resume_after, size_t limit) {
   if (!range.columns.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "counting cells by column is not supported");

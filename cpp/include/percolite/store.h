@@ -50,6 +50,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -152,6 +153,12 @@ class Snapshot {
   // order, at most `limit` of them. Returns true when the range is exhausted.
   bool Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
             std::vector<std::pair<std::string, std::string>>* out);
+  // Calls visit(key, value) for the live cells Scan would return, in key
+  // order, with views valid only during the call, until it returns false.
+  // Returns true when the range is exhausted. The visitor must not use this
+  // snapshot (the store's map lock is held while it runs).
+  using CellVisitor = std::function<bool(std::string_view key, std::string_view value)>;
+  bool Visit(std::string_view from, bool exclusive, std::string_view end, const CellVisitor& visit);
   // How many live cells Scan would visit in that range, at most `limit`;
   // nothing is copied.
   size_t Count(std::string_view from, bool exclusive, std::string_view end, size_t limit);

@@ -120,6 +120,13 @@ class Transaction {
 
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
+  // Calls visit(encoded key, value) for the cells Scan would return (this
+  // transaction's own writes and purges included), in key order, with views
+  // valid only during the call, until it returns false; nothing is copied.
+  // Returns true when the range was exhausted. range.columns must be empty,
+  // and the visitor must not use this transaction.
+  bool Visit(const ScanRange& range, const std::string* resume_after,
+             const Snapshot::CellVisitor& visit);
   // How many cells Scan would visit from resume_after (nullptr: from the
   // start), at most `limit`, without copying them. range.columns must be empty.
   size_t Count(const ScanRange& range, const std::string* resume_after, size_t limit);
