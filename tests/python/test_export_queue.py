@@ -11,6 +11,7 @@ the reference even when calls fail or repeat.
 
 from __future__ import annotations
 
+import gc
 import math
 import textwrap
 from collections import defaultdict
@@ -820,6 +821,11 @@ def test_exporter_gets_decoded_sequenced_exports(store_path, case):
         result = env.process(threads=1, timeout=30)
     assert result["idle"] and result["failures"] == 0
     assert all(type(e) is percolite.SequencedExport for e in exported)
+    assert all(len(e) == 3 and tuple(e) == (e.key, e.value, e.seq) for e in exported)
+    if "json" not in case and "pickle" not in case:
+        # Made by the core from atomic objects only: nothing for the garbage
+        # collector to walk (a batch of 65,536 entries would set it off).
+        assert not any(gc.is_tracked(e) or gc.is_tracked(e.value) for e in exported)
     assert sorted(e.seq for e in exported) == [
         (tx.commit_ts << percolite._export.SEQ_INDEX_BITS) | i for i in range(len(items))
     ]
