@@ -394,7 +394,7 @@ py::object MakeTupleOf(PyTypeObject* type, std::initializer_list<py::object> ite
                         (PyTuple_CheckExact(p) && !PyObject_GC_IsTracked(p)));
     PyTuple_SET_ITEM(made, i++, py::object(item).release().ptr());
   }
-  if (atomic) PyObject_GC_UnTrack(made);
+  if (atomic && type->tp_dictoffset == 0) PyObject_GC_UnTrack(made);  // no __dict__ either
   return py::reinterpret_steal<py::object>(made);
 }
 

@@ -468,11 +468,27 @@ bool Snapshot::Visit(std::string_view from, bool exclusive, std::string_view end
                      const CellVisitor& visit) {
   store_->CheckUsable();
   if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
-  Store::MapLock::Shared lock(*store_->map_lock_);
-  return ScanRecords(txn_, store_->data_dbi_, from, exclusive, end,
-                     [&](std::string_view key, const RecordView& record) {
-                       return record.tombstone || visit(key, record.value);
-                     });
+  // The map lock is taken for kVisitChunk cells at a time, so a long walk
+  // never holds up a map growth (which takes it exclusively) for long.
+  constexpr size_t kVisitChunk = 4096;
+  std::string last;
+  for (bool first = true;; first = false) {
+    Store::MapLock::Shared lock(*store_->map_lock_);
+    size_t visited = 0;
+    bool stopped = false;
+    const bool exhausted = ScanRecords(
+        txn_, store_->data_dbi_, first ? from : std::string_view(last), first ? exclusive : true,
+        end, [&](std::string_view key, const RecordView& record) {
+          if (visited == kVisitChunk) return false;  // resume after `last`
+          ++visited;
+          last.assign(key);
+          if (record.tombstone || visit(key, record.value)) return true;
+          stopped = true;
+          return false;
+        });
+    if (exhausted) return true;
+    if (stopped) return false;
+  }
 }
 
 size_t Snapshot::Count(std::string_view from, bool exclusive, std::string_view end, size_t limit) {
@@ -598,7 +614,11 @@ bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
     // run writing thousands of cells) takes long to write: sync now rather
     // than keep the previous batch's committers waiting behind it.
     size_t cells = 0;
-    for (const PendingCommit* p : batch) cells += p->mutations->size();
+    for (const PendingCommit* p : batch) {
+      // A range purge (first, if any) deletes a run of queue entries: a large write.
+      const std::vector<Mutation>& m = *p->mutations;
+      cells += m.size() + (!m.empty() && !m.front().purge_end.empty() ? kEarlySyncCells : 0);
+    }
     if (cells >= kEarlySyncCells) confirm_now();
   }
   const bool committed = ProcessBatch(batch);

@@ -95,11 +95,11 @@ struct StoreOptions {
 // cell: they read LMDB snapshots). Queues serialize their consumers by other
 // writes (the bucket's cursor cell).
 //
-// A range purge (purge with a non-empty purge_end) removes every cell from
-// `key` (included) to `purge_end` (excluded), both encoded keys short enough
-// to be stored inline: a run of consumed queue entries, deleted by one cursor
-// walk instead of one B-tree descent each. It is applied before the other
-// writes of its transaction. Stamps are increasing, so a range that ends at
+// A range purge (purge with a non-empty purge_end) removes every stored cell,
+// tombstones included, whose encoded key k has key <= k < purge_end: a run
+// of consumed queue entries, deleted by one cursor walk instead of one B-tree
+// descent each. Like a purge it is not validated. It is applied before the
+// other writes of its transaction. Stamps are increasing, so a range that ends at
 // the last entry a snapshot saw can never hold an entry committed after it.
 struct Mutation {
   std::string key;
@@ -156,7 +156,8 @@ class Snapshot {
   // Calls visit(key, value) for the live cells Scan would return, in key
   // order, with views valid only during the call, until it returns false.
   // Returns true when the range is exhausted. The visitor must not use this
-  // snapshot (the store's map lock is held while it runs).
+  // snapshot (the store's map lock is held while it runs, for a few thousand
+  // cells at a time).
   using CellVisitor = std::function<bool(std::string_view key, std::string_view value)>;
   bool Visit(std::string_view from, bool exclusive, std::string_view end, const CellVisitor& visit);
   // How many live cells Scan would visit in that range, at most `limit`;

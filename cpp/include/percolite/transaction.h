@@ -87,13 +87,14 @@ class Transaction {
   // Removes a cell a stamped write created, without a tombstone (store.h,
   // Mutation::purge). Only for consumed queue entries.
   void Purge(const CellRef& cell);
-  // Purges every cell of `row`/`family` whose qualifier begins with a stamp
-  // (kStampSize bytes, store.h) from `first_stamp` to `last_stamp`, both
-  // included, as one range (Mutation::purge_end): a run of consumed queue
-  // entries. Only for stamps this transaction's snapshot saw committed (later
-  // commits have larger stamps, so their entries are never in the range). This
-  // transaction's reads stop seeing the purged cells; its own writes are
-  // applied after the purge.
+  // Purges every cell of `row`/`family` whose qualifier sorts from
+  // `first_stamp` (kStampSize bytes, store.h) to anything that begins with
+  // `last_stamp`, as one range (Mutation::purge_end), without tombstones and
+  // without conflict checks: a run of consumed queue entries, in a queue row
+  // that holds nothing but stamped entries. Only for stamps this transaction's
+  // snapshot saw committed (later commits have larger stamps, so their entries
+  // are never in the range). This transaction's reads stop seeing the purged
+  // cells; its own writes are applied after the purge.
   void PurgeStamps(std::string_view row, std::string_view family, std::string_view first_stamp,
                    std::string_view last_stamp);
   // How many stamped writes are buffered (the index the next one gets).
