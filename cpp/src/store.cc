@@ -471,13 +471,14 @@ bool Snapshot::Visit(std::string_view from, bool exclusive, std::string_view end
   // The map lock is taken for kVisitChunk cells at a time, so a long walk
   // never holds up a map growth (which takes it exclusively) for long.
   constexpr size_t kVisitChunk = 4096;
-  std::string last;
+  std::string last, resume;  // the last key visited; where this chunk began
   for (bool first = true;; first = false) {
+    resume = last;  // a copy: `last` changes (and may move) during the walk
     Store::MapLock::Shared lock(*store_->map_lock_);
     size_t visited = 0;
     bool stopped = false;
     const bool exhausted = ScanRecords(
-        txn_, store_->data_dbi_, first ? from : std::string_view(last), first ? exclusive : true,
+        txn_, store_->data_dbi_, first ? from : std::string_view(resume), first ? exclusive : true,
         end, [&](std::string_view key, const RecordView& record) {
           if (visited == kVisitChunk) return false;  // resume after `last`
           ++visited;
