@@ -471,20 +471,21 @@ bool Snapshot::Visit(std::string_view from, bool exclusive, std::string_view end
   // The map lock is taken for kVisitChunk cells at a time, so a long walk
   // never holds up a map growth (which takes it exclusively) for long.
   constexpr size_t kVisitChunk = 4096;
-  std::string last, resume;  // the last key visited; where this chunk began
+  std::string last, resume;  // the key a chunk ended at; where this chunk began
   for (bool first = true;; first = false) {
-    resume = last;  // a copy: `last` changes (and may move) during the walk
+    resume.swap(last);  // its own string: `last` is written when this chunk ends
     Store::MapLock::Shared lock(*store_->map_lock_);
     size_t visited = 0;
     bool stopped = false;
     const bool exhausted = ScanRecords(
         txn_, store_->data_dbi_, first ? from : std::string_view(resume), first ? exclusive : true,
         end, [&](std::string_view key, const RecordView& record) {
-          if (visited == kVisitChunk) return false;  // resume after `last`
-          ++visited;
-          last.assign(key);
-          if (record.tombstone || visit(key, record.value)) return true;
-          stopped = true;
+          if (!record.tombstone && !visit(key, record.value)) {
+            stopped = true;
+            return false;
+          }
+          if (++visited < kVisitChunk) return true;
+          last.assign(key);  // the next chunk resumes after it
           return false;
         });
     if (exhausted) return true;
