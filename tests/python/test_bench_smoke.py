@@ -56,6 +56,17 @@ def check_hotkeys_report(report: dict[str, Any]) -> None:
                 assert run["updates"] == 20 * run["transactions"] > 0, (approach, run)
                 assert run["exact"] and run["wrong_keys"] == 0, (approach, run)
                 assert run["conflicts"] >= 0
+                if approach == "sqlite":  # every SQLite transaction syncs on its own
+                    assert run["batches"] is None and run["transactions_per_batch"] is None
+                    continue
+                # Group commits while the threads ran: each holds at most one
+                # transaction per thread (each waits for its own durable commit).
+                assert run["batches"] > 0, (approach, run)
+                per_batch = run["transactions_per_batch"]
+                assert per_batch == round(run["transactions"] / run["batches"], 3), run
+                assert 0 < per_batch <= result["threads"], (approach, run)
+            if approach != "sqlite":
+                assert measured["median_transactions_per_batch"] > 0, (approach, result)
         assert result["native_vs_naive"] > 0
         assert result["native_vs_sqlite"] > 0
 
