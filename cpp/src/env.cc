@@ -112,6 +112,12 @@ void Env::StopWorkers() {
   if (workers) stopped_workers_ = workers;
 }
 
+namespace {
+// How often a wait without workers touches the signal file; well under
+// Workers' kExternalHurry, so a waiting process keeps the others hurrying.
+constexpr std::chrono::milliseconds kSignalEvery{100};
+}  // namespace
+
 bool Env::WaitIdle(double timeout_seconds) {
   RefuseOnWorkerThread("wait()");
   std::shared_ptr<Store> store = this->store();
@@ -121,12 +127,19 @@ bool Env::WaitIdle(double timeout_seconds) {
     workers = workers_;
   }
   if (workers) return workers->WaitIdle(timeout_seconds);
-  // No workers here: others (other processes) do the work; poll the store.
+  // No workers here: others (other processes) do the work; poll the store,
+  // and keep telling their pools that someone waits, so that they hurry
+  // (workers.h) instead of lingering.
   const auto start = std::chrono::steady_clock::now();
+  auto signalled = start - kSignalEvery;
   for (;;) {
     if (store->PendingNotifications() == 0) return true;
-    double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - signalled >= kSignalEvery) {
+      store->SignalWaiting();
+      signalled = now;
+    }
+    double elapsed = std::chrono::duration<double>(now - start).count();
     if (timeout_seconds >= 0 && elapsed >= timeout_seconds) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -1,6 +1,7 @@
 #include "percolite/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -983,6 +984,26 @@ void Store::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
       GrowMap(/*adopt_only=*/false);
     }
   }
+}
+
+std::string Store::SignalFilePath() const { return path_ + "/waiting"; }
+
+bool Store::CreateSignalFile() const {
+  int fd = ::open(SignalFilePath().c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                  options_.file_mode);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+bool Store::SignalWaiting() const {
+  // The touch (an IN_ATTRIB event) is the signal; the file stays empty.
+  int fd = ::open(SignalFilePath().c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                  options_.file_mode);
+  if (fd < 0) return false;
+  const bool touched = ::futimens(fd, nullptr) == 0;
+  ::close(fd);
+  return touched;
 }
 
 uint64_t Store::PendingNotifications() {

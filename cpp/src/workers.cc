@@ -19,6 +19,9 @@ namespace {
 
 constexpr size_t kScanBudget = 4096;
 constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
+// How long after a touch of the store's signal file (a wait in another
+// process: Store::SignalWaiting) this pool hurries as if a thread waited here.
+constexpr std::chrono::milliseconds kExternalHurry{1000};
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -34,6 +37,22 @@ double Uniform(double lo, double hi) {
 void Drain(int fd) {
   char buf[4096];
   while (::read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
+// Reads every pending event of the (non-blocking) inotify descriptor `fd`;
+// sets *watched when one is for watch descriptor `watch`, *other when one is
+// for another watch.
+void ReadInotify(int fd, int watch, bool* watched, bool* other) {
+  alignas(struct inotify_event) char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return;
+    for (ssize_t at = 0; at + static_cast<ssize_t>(sizeof(struct inotify_event)) <= n;) {
+      const auto* event = reinterpret_cast<const struct inotify_event*>(buf + at);
+      *(event->wd == watch ? watched : other) = true;
+      at += sizeof(struct inotify_event) + event->len;
+    }
   }
 }
 
@@ -236,7 +255,7 @@ void Workers::WorkerLoop() {
       }
       delayed_.erase(delayed_.begin());
     }
-    if (waiters_ > 0) HurryLocked();
+    if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
     if (ready_.empty()) {
       if (delayed_.empty()) {
         work_cv_.wait(lock);
@@ -364,6 +383,11 @@ void Workers::ScannerLoop() {
       inotify_fd = -1;
     }
   }
+  // A wait in another process touches the signal file (workers.h, Hurrying).
+  int signal_watch = -1;
+  if (inotify_fd >= 0 && store_->CreateSignalFile()) {
+    signal_watch = ::inotify_add_watch(inotify_fd, store_->SignalFilePath().c_str(), IN_ATTRIB);
+  }
   std::string position;
   AppendUint64BE(&position, t_random());  // start at a random point
   // A data-file write wakes us before LMDB publishes the commit to new
@@ -388,8 +412,14 @@ void Workers::ScannerLoop() {
     if (ready > 0) {
       if (fds[0].revents) Drain(wake_fd_);
       if (nfds == 2 && fds[1].revents) {
-        Drain(inotify_fd);
-        followups = 2;
+        bool signalled = false, written = false;
+        ReadInotify(inotify_fd, signal_watch, &signalled, &written);
+        if (written) followups = 2;
+        if (signalled) {
+          std::lock_guard<std::mutex> lock(mu_);
+          external_hurry_until_ = Clock::now() + kExternalHurry;
+          HurryLocked();
+        }
       }
     } else if (followups > 0) {
       --followups;

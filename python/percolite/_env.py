@@ -246,7 +246,9 @@ class Env:
         While it waits, this process's workers hurry: as soon as they have
         nothing else to run, lingering queues (the ``linger`` of
         :meth:`App.combine_queue` and :meth:`App.export_queue`) process what
-        they hold instead of waiting for more.
+        they hold instead of waiting for more. Without workers here, the
+        wait hurries other processes' workers instead, through the store
+        directory's ``waiting`` file.
         """
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, not {timeout}")

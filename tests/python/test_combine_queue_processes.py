@@ -12,8 +12,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import signal
+import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -176,3 +179,49 @@ def test_two_worker_processes_on_the_same_queues_end_exact(tmp_path, app_dir):
     assert chain_violations(state["reports"]["w"], state["words"]) == []
     assert chain_violations(state["reports"]["h"], state["hist"]) == []
     assert guarantee_1_violations(adds, state["reports"]["w"]) == []
+
+
+LINGER_APP = """
+import percolite
+
+app = percolite.App("linger")
+hot = app.combine_queue("hot", buckets=1, linger=600)
+"""
+
+
+def test_wait_without_workers_hurries_worker_processes(tmp_path):
+    """A worker process lingers 600 s on a bucket; env.wait in another process
+    (with no workers of its own) signals it through the store directory, so the
+    update is folded at once instead of minutes later."""
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    (app_dir / "linger_app.py").write_text(LINGER_APP)
+    spec = importlib.util.spec_from_file_location("linger_app_test", app_dir / "linger_app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    db = tmp_path / "db"
+    with percolite.open(db, app=module.app, sync="none") as env:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "percolite", "worker", "linger_app:app", "--db", str(db)],
+            cwd=app_dir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            with env.transaction() as tx:
+                module.hot.add(tx, {"k": 5})
+            time.sleep(2.0)  # the worker starts, runs the bucket and defers it
+            with env.transaction() as tx:
+                assert module.hot.get(tx, "k") is None, "not lingering: folded already"
+            assert env.status(queues=False)["pending"] == 1
+            began = time.monotonic()
+            idle = env.wait(timeout=30)
+            seconds = time.monotonic() - began
+            with env.transaction() as tx:
+                assert module.hot.get(tx, "k") == 5
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            _out, err = worker.communicate(timeout=30)
+    assert idle is True and seconds < 10, seconds
+    assert worker.returncode == 0, err
+    assert (db / "waiting").exists()

@@ -208,6 +208,13 @@ class Store : public std::enable_shared_from_this<Store> {
   // `after` (a notification table key; empty = from the start), and counts
   // per column. ScanNotifications returns true when it reached the end.
   uint64_t PendingNotifications();
+  // The signal file of the store directory ("waiting"): a process waiting
+  // for other processes' workers (Env::WaitIdle) touches it (SignalWaiting);
+  // their scanners watch it with inotify and hurry their lingering runs.
+  // Best effort: both return false when the file cannot be created or touched.
+  std::string SignalFilePath() const;
+  bool CreateSignalFile() const;
+  bool SignalWaiting() const;
   bool ScanNotifications(std::string_view after, size_t limit, std::vector<Notification>* out);
   std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn();
 

@@ -41,8 +41,12 @@
 //   goes on with what it holds. While other work is ready, deferrals keep
 //   their time (a queue still gathers what its upstream observers produce).
 //   Retries of failures and conflicts keep their delays, and a hurried run
-//   that defers again is deferred as asked. Only waits in this process hurry
-//   its pool.
+//   that defers again is deferred as asked. A wait in another process, one
+//   without workers of its own (Env::WaitIdle), hurries this pool too: it
+//   touches the store's signal file (Store::SignalWaiting), and the pool
+//   hurries as if a local thread waited until kExternalHurry after the last
+//   touch it saw (the signal is best effort: without inotify or write access
+//   to the directory, deferrals just keep their time).
 // - WaitIdle returns true once the notify table is empty and no observer is
 //   running in this pool; false when the timeout elapses first.
 // - Stop lets running observers finish, runs nothing new, and joins threads.
@@ -185,14 +189,17 @@ class Workers {
   std::unordered_map<std::string, Entry> entries_;         // GUARDED_BY(mu_), by cell key
   Lanes ready_;                                            // GUARDED_BY(mu_)
   std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
-  std::vector<ObserverStats> stats_;                       // GUARDED_BY(mu_)
-  int active_ = 0;                                         // GUARDED_BY(mu_)
-  int waiters_ = 0;                                        // GUARDED_BY(mu_), in WaitIdle
-  size_t deferred_count_ = 0;  // GUARDED_BY(mu_): entries with `deferred`
-  size_t hurried_ready_ = 0;   // GUARDED_BY(mu_): entries with `hurry_ready`
-  bool stopping_ = false;      // GUARDED_BY(mu_)
-  bool started_ = false;       // GUARDED_BY(mu_)
-  uint64_t scans_ = 0;         // GUARDED_BY(mu_)
+  // Hurry as if a thread waited here until then: a wait in another process
+  // touched the signal file (ScannerLoop).
+  Clock::time_point external_hurry_until_{};  // GUARDED_BY(mu_)
+  std::vector<ObserverStats> stats_;          // GUARDED_BY(mu_)
+  int active_ = 0;                            // GUARDED_BY(mu_)
+  int waiters_ = 0;                           // GUARDED_BY(mu_), in WaitIdle
+  size_t deferred_count_ = 0;                 // GUARDED_BY(mu_): entries with `deferred`
+  size_t hurried_ready_ = 0;                  // GUARDED_BY(mu_): entries with `hurry_ready`
+  bool stopping_ = false;                     // GUARDED_BY(mu_)
+  bool started_ = false;                      // GUARDED_BY(mu_)
+  uint64_t scans_ = 0;                        // GUARDED_BY(mu_)
 
   int wake_fd_ = -1;  // eventfd: wakes the scanner on Stop
   std::vector<std::thread> threads_;
