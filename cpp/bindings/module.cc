@@ -208,12 +208,14 @@ percolite::ObserverFn MakeObserverFn(py::object runner) {
 // A combiner: runner(key, [values]) -> (True, value | None) or (False, traceback).
 percolite::CombineFn MakeCombineFn(py::object runner) {
   auto holder = std::make_shared<PyCallable>(std::move(runner));
-  return [holder](const std::string& key, const std::vector<std::string>& values,
+  return [holder](std::string_view key, const std::vector<std::string_view>& values,
                   std::optional<std::string>* result) {
     return CallPython([&] {
       py::list py_values(values.size());
-      for (size_t i = 0; i < values.size(); ++i) py_values[i] = py::bytes(values[i]);
-      py::tuple outcome = holder->fn(py::bytes(key), py_values);
+      for (size_t i = 0; i < values.size(); ++i) {
+        py_values[i] = py::bytes(values[i].data(), values[i].size());
+      }
+      py::tuple outcome = holder->fn(py::bytes(key.data(), key.size()), py_values);
       percolite::Status status = RunnerStatus(outcome);
       if (status.ok()) {
         py::object value = outcome[1];

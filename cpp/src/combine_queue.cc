@@ -53,17 +53,18 @@ Status Invalid(const std::string& message) {
 }  // namespace
 
 Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_length,
-                     const std::vector<std::string>& values, std::optional<std::string>* result) {
+                     const std::vector<std::string_view>& values,
+                     std::optional<std::string>* result) {
   if (values.empty()) {
     result->reset();
     return Status::Ok();
   }
   if (combiner == NativeCombiner::kLast) {
-    *result = values.back();
+    *result = std::string(values.back());
     return Status::Ok();
   }
   const size_t width = type == ValueType::kInt64Tuple ? tuple_length : 1;
-  for (const std::string& v : values) {
+  for (std::string_view v : values) {
     if (type == ValueType::kBytes || v.size() != 8 * width) {
       return Invalid("combining: a stored value has " + std::to_string(v.size()) +
                      " bytes, expected " + std::to_string(8 * width));
@@ -215,7 +216,7 @@ ObserverFn CombineQueue::Processor() const {
   };
 }
 
-Status CombineQueue::Combine(const std::string& key, const std::vector<std::string>& values,
+Status CombineQueue::Combine(std::string_view key, const std::vector<std::string_view>& values,
                              std::optional<std::string>* result) const {
   if (options_.native != NativeCombiner::kNone) {
     return CombineNative(options_.native, options_.value_type, options_.tuple_length, values,
@@ -245,45 +246,49 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   }
   // Read queued updates in commit order from the front of the bucket: at least
   // buffer_size of them, with every queued update of their keys.
-  std::vector<queue_rows::Entry> entries;
+  queue_rows::Entries read_entries;
+  const std::vector<queue_rows::Entry>& entries = read_entries.list();
   bool more = false;
   size_t consecutive = 0;
-  Status read = queue_rows::Read(
-      *transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
-      /*whole_keys=*/true, "combine queue '" + options_.id + "'", &entries, &more, &consecutive);
+  Status read =
+      queue_rows::Read(*transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
+                       /*whole_keys=*/true, "combine queue '" + options_.id + "'", &read_entries,
+                       &more, &consecutive);
   if (!read.ok()) return read;
   queue_rows::PurgeRead(*transaction, update_row, kUpdateFamily, entries, consecutive);
-  struct Group {
-    std::string key;
-    std::vector<std::string> values;  // current value inserted in front below
-  };
-  std::vector<Group> groups;
-  {
-    // Keys are views of groups' keys: no reallocation, so they stay valid.
-    groups.reserve(entries.size());
-    std::unordered_map<std::string_view, size_t> group_of;
-    group_of.reserve(entries.size());
-    for (queue_rows::Entry& entry : entries) {
-      auto found = group_of.find(entry.key());
-      if (found == group_of.end()) {
-        groups.push_back(Group{std::string(entry.key()), {}});
-        found = group_of.emplace(groups.back().key, groups.size() - 1).first;
-      }
-      groups[found->second].values.push_back(std::move(entry.value));
-    }
-  }
-  // Changes are reported, and values written, in key order.
-  std::sort(groups.begin(), groups.end(),
-            [](const Group& a, const Group& b) { return a.key < b.key; });
+  // Each key's updates, keys in order (changes are reported, and values
+  // written, in key order) and each key's updates in commit order (the order
+  // read; the sort is stable). Only indexes move: the bytes stay in
+  // read_entries, and values are views of them.
+  std::vector<uint32_t> order(entries.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&entries](uint32_t a, uint32_t b) {
+    return entries[a].key() < entries[b].key();
+  });
 
   std::vector<Change> changes;
-  for (Group& group : groups) {
-    const std::string data_row = DataRow(group.key);
+  std::vector<std::string_view> values;  // the current value, then the updates
+  // The keys of a run are normally all of its bucket: one data row prefix.
+  std::string data_prefix, data_row;
+  uint32_t prefix_bucket = UINT32_MAX;
+  for (size_t first = 0; first < order.size();) {
+    const std::string_view key = entries[order[first]].key();
+    size_t end = first + 1;
+    while (end < order.size() && entries[order[end]].key() == key) ++end;
+    const uint32_t bucket = BucketOf(key);
+    if (bucket != prefix_bucket) {
+      data_prefix = DataRowPrefix(bucket);
+      prefix_bucket = bucket;
+    }
+    data_row.assign(data_prefix).append(key);  // DataRow(key), without allocating
     const CellRef data_cell{data_row, kDataFamily, kDataQualifier};
     std::optional<std::string> current = transaction->Get(data_cell);
-    if (current) group.values.insert(group.values.begin(), *current);
+    values.clear();
+    if (current) values.push_back(*current);
+    for (size_t i = first; i < end; ++i) values.push_back(entries[order[i]].value);
+    first = end;
     std::optional<std::string> combined;
-    Status status = Combine(group.key, group.values, &combined);
+    Status status = Combine(key, values, &combined);
     if (!status.ok()) return status;
     if (combined != current) {
       if (combined) {
@@ -291,7 +296,7 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       } else {
         transaction->Delete(data_cell);
       }
-      changes.push_back(Change{group.key, current, combined});
+      changes.push_back(Change{std::string(key), std::move(current), std::move(combined)});
     }
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit;

@@ -87,20 +87,21 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
                      options_.batch_size)) {
     return Status::Ok();
   }
-  std::vector<queue_rows::Entry> queued;
+  queue_rows::Entries read_entries;
+  const std::vector<queue_rows::Entry>& queued = read_entries.list();
   bool more = false;
   size_t consecutive = 0;
   Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor, options_.batch_size,
-                                 /*whole_keys=*/false, what, &queued, &more, &consecutive);
+                                 /*whole_keys=*/false, what, &read_entries, &more, &consecutive);
   if (!read.ok()) return read;
   if (!queued.empty()) {
     std::vector<ExportEntry> batch;
     batch.reserve(queued.size());
-    for (queue_rows::Entry& entry : queued) {
+    for (const queue_rows::Entry& entry : queued) {
       if (entry.commit_ts >= kMaxSeqCommitTs || entry.index >= (uint32_t{1} << kSeqIndexBits)) {
         return Status::Make(ErrorCode::kCorruption, what + ": a queued entry's stamp is too large");
       }
-      batch.push_back(ExportEntry{std::string(entry.key()), std::move(entry.value),
+      batch.push_back(ExportEntry{std::string(entry.key()), std::string(entry.value),
                                   Seq(entry.commit_ts, entry.index)});
     }
     // Read in commit order; the exporter gets them by key, then seq.
@@ -111,7 +112,7 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
     queue_rows::PurgeRead(*transaction, entry_row, kEntryFamily, queued, consecutive);
   }
   // Every run writes the cursor, so two runs of one bucket cannot both commit.
-  transaction->Set(cursor_cell, more ? queued.back().qualifier : std::string());
+  transaction->Set(cursor_cell, more ? queued.back().qualifier : std::string_view());
   // Run again to continue after the cursor. (Entries sort in commit order, so
   // none can appear before it: they would have been visible to this run.)
   if (more) transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <unordered_set>
 
 #include "percolite/encoding.h"
@@ -52,9 +53,31 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
   }
 }
 
+// Blocks of at least this many bytes: a full run of short entries takes a few.
+constexpr size_t kEntriesBlock = 64 * 1024;
+
+std::string_view Entries::Keep(std::string_view bytes) {
+  if (capacity_ - used_ < bytes.size()) {
+    capacity_ = std::max(kEntriesBlock, bytes.size());
+    blocks_.push_back(std::unique_ptr<char[]>(new char[capacity_]));
+    used_ = 0;
+  }
+  char* at = blocks_.back().get() + used_;
+  if (!bytes.empty()) std::memcpy(at, bytes.data(), bytes.size());
+  used_ += bytes.size();
+  return std::string_view(at, bytes.size());
+}
+
+Entry& Entries::Add(std::string_view qualifier, std::string_view value) {
+  Entry& entry = list_.emplace_back();
+  entry.qualifier = Keep(qualifier);
+  entry.value = Keep(value);
+  return entry;
+}
+
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            std::vector<Entry>* out, bool* more, size_t* consecutive) {
+            Entries* out, bool* more, size_t* consecutive) {
   *more = false;
   *consecutive = SIZE_MAX;  // set at the first entry left out
   // The cells of row/family, visited without copies: each key is its prefix,
@@ -82,10 +105,10 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
                         return false;
                       }
                       const std::string_view key = std::string_view(qualifier).substr(kStampSize);
-                      if (filling && out->size() >= limit) {
+                      if (filling && out->list().size() >= limit) {
                         if (!whole_keys) {
                           *more = true;
-                          *consecutive = out->size();
+                          *consecutive = out->list().size();
                           return false;
                         }
                         filling = false;
@@ -93,25 +116,23 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
                       if (!filling) {
                         if (keys.count(StableHash64(key)) == 0) {
                           *more = true;
-                          *consecutive = std::min(*consecutive, out->size());
+                          *consecutive = std::min(*consecutive, out->list().size());
                           return true;
                         }
                       } else if (whole_keys) {
                         keys.insert(StableHash64(key));
                       }
-                      Entry& entry = out->emplace_back();
+                      Entry& entry = out->Add(qualifier, value);
                       entry.commit_ts = ReadUint64BE(qualifier);
                       for (size_t i = 8; i < kStampSize; ++i) {
                         entry.index = (entry.index << 8) | static_cast<unsigned char>(qualifier[i]);
                       }
-                      entry.qualifier = qualifier;
-                      entry.value.assign(value);
                       return true;
                     });
   if (malformed) {
     return Status::Make(ErrorCode::kCorruption, std::string(what) + ": malformed queued entry");
   }
-  *consecutive = std::min(*consecutive, out->size());
+  *consecutive = std::min(*consecutive, out->list().size());
   return Status::Ok();
 }
 

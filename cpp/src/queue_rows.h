@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -46,12 +47,38 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
            const std::function<uint32_t(std::string_view)>& bucket_of,
            const std::vector<std::pair<std::string, std::string>>& entries);
 
+// One queued entry: views of bytes its Entries keeps.
 struct Entry {
-  std::string qualifier;  // as stored: the stamp, then the key
-  std::string value;
+  std::string_view qualifier;  // as stored: the stamp, then the key
+  std::string_view value;
   uint64_t commit_ts = 0;
   uint32_t index = 0;
-  std::string_view key() const { return std::string_view(qualifier).substr(kStampSize); }
+  std::string_view key() const { return qualifier.substr(kStampSize); }
+};
+
+// What Read found: the entries, and the bytes they view, copied into blocks
+// that never move, so the views stay valid as long as this object (moving it
+// keeps them valid too). One allocation per block instead of two per entry.
+class Entries {
+ public:
+  Entries() = default;
+  Entries(const Entries&) = delete;
+  Entries& operator=(const Entries&) = delete;
+  Entries(Entries&&) = default;
+  Entries& operator=(Entries&&) = default;
+
+  std::vector<Entry>& list() { return list_; }
+  const std::vector<Entry>& list() const { return list_; }
+  // Appends an entry viewing copies of `qualifier` and `value`.
+  Entry& Add(std::string_view qualifier, std::string_view value);
+
+ private:
+  std::string_view Keep(std::string_view bytes);
+
+  std::vector<Entry> list_;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  size_t used_ = 0;      // bytes used in blocks_.back()
+  size_t capacity_ = 0;  // size of blocks_.back()
 };
 
 // Reads the entries of `row`/`family` in commit order, starting after
@@ -63,7 +90,7 @@ struct Entry {
 // left out between them: PurgeRead removes those as one range.
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            std::vector<Entry>* out, bool* more, size_t* consecutive);
+            Entries* out, bool* more, size_t* consecutive);
 
 // Purges, in `transaction`, the entries Read returned in `entries`, of which
 // the first `consecutive` go as one range (Transaction::PurgeStamps) and the

@@ -27,7 +27,8 @@ std::string Int64(int64_t v) {
 std::optional<std::string> Combine(NativeCombiner c, ValueType t, size_t n,
                                    std::vector<std::string> values) {
   std::optional<std::string> result;
-  percolite::Status status = CombineNative(c, t, n, values, &result);
+  percolite::Status status =
+      CombineNative(c, t, n, std::vector<std::string_view>(values.begin(), values.end()), &result);
   REQUIRE(status.ok());
   return result;
 }

@@ -91,7 +91,7 @@ struct Change {
 // A combiner given from outside the core (Python): `values` holds the current
 // value (when there is one) followed by the updates in commit order.
 using CombineFn =
-    std::function<Status(const std::string& key, const std::vector<std::string>& values,
+    std::function<Status(std::string_view key, const std::vector<std::string_view>& values,
                          std::optional<std::string>* result)>;
 using ChangeFn = std::function<Status(const std::shared_ptr<Transaction>& transaction,
                                       const std::vector<Change>& changes)>;
@@ -138,7 +138,7 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
  private:
   explicit CombineQueue(CombineQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
-  Status Combine(const std::string& key, const std::vector<std::string>& values,
+  Status Combine(std::string_view key, const std::vector<std::string_view>& values,
                  std::optional<std::string>* result) const;
   void CheckValue(std::string_view key, std::string_view value) const;
   size_t ValueSize() const;  // 0 for kBytes
@@ -151,6 +151,7 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
 
 // Runs a native combiner over encoded values (exposed for tests).
 Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_length,
-                     const std::vector<std::string>& values, std::optional<std::string>* result);
+                     const std::vector<std::string_view>& values,
+                     std::optional<std::string>* result);
 
 }  // namespace percolite
