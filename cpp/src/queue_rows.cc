@@ -57,13 +57,14 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
 constexpr size_t kEntriesBlock = 64 * 1024;
 
 std::string_view Entries::Keep(std::string_view bytes) {
+  if (bytes.empty()) return std::string_view();  // there may be no block yet
   if (capacity_ - used_ < bytes.size()) {
     capacity_ = std::max(kEntriesBlock, bytes.size());
     blocks_.push_back(std::unique_ptr<char[]>(new char[capacity_]));
     used_ = 0;
   }
   char* at = blocks_.back().get() + used_;
-  if (!bytes.empty()) std::memcpy(at, bytes.data(), bytes.size());
+  std::memcpy(at, bytes.data(), bytes.size());
   used_ += bytes.size();
   return std::string_view(at, bytes.size());
 }
