@@ -988,9 +988,15 @@ void Store::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
 
 std::string Store::SignalFilePath() const { return path_ + "/waiting"; }
 
+namespace {
+// Opens the signal file for writing, creating it if missing; -1 on failure.
+int OpenSignalFile(const std::string& path, mode_t mode) {
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+}
+}  // namespace
+
 bool Store::CreateSignalFile() const {
-  int fd = ::open(SignalFilePath().c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-                  options_.file_mode);
+  int fd = OpenSignalFile(SignalFilePath(), options_.file_mode);
   if (fd < 0) return false;
   ::close(fd);
   return true;
@@ -998,8 +1004,7 @@ bool Store::CreateSignalFile() const {
 
 bool Store::SignalWaiting() const {
   // The touch (an IN_ATTRIB event) is the signal; the file stays empty.
-  int fd = ::open(SignalFilePath().c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-                  options_.file_mode);
+  int fd = OpenSignalFile(SignalFilePath(), options_.file_mode);
   if (fd < 0) return false;
   const bool touched = ::futimens(fd, nullptr) == 0;
   ::close(fd);

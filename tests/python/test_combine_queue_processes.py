@@ -71,10 +71,10 @@ def app_dir(tmp_path: Path) -> Path:
     return directory
 
 
-def load_module(app_dir: Path):
+def load_module(app_dir: Path, name: str = "combine_app"):
     """The same module in the test process (to add with the same queues)."""
     spec = importlib.util.spec_from_file_location(
-        f"combine_app_{abs(hash(app_dir))}", app_dir / "combine_app.py"
+        f"{name}_{abs(hash(app_dir))}", app_dir / f"{name}.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -196,9 +196,7 @@ def test_wait_without_workers_hurries_worker_processes(tmp_path):
     app_dir = tmp_path / "app"
     app_dir.mkdir()
     (app_dir / "linger_app.py").write_text(LINGER_APP)
-    spec = importlib.util.spec_from_file_location("linger_app_test", app_dir / "linger_app.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(app_dir, "linger_app")
     db = tmp_path / "db"
     with percolite.open(db, app=module.app, sync="none") as env:
         worker = subprocess.Popen(
