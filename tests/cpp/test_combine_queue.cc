@@ -57,6 +57,21 @@ TEST_CASE("Native sum fails when the result overflows, not when a step does") {
                 {Int64(INT64_MAX), Int64(1), Int64(-1)}) == Int64(INT64_MAX));
 }
 
+TEST_CASE("Native combiners reject a stored value of the wrong width, naming its size") {
+  std::optional<std::string> result;
+  // A 3-byte value among int64s (a store written with another value codec).
+  percolite::Status status =
+      CombineNative(NativeCombiner::kSum, ValueType::kInt64, 0, {Int64(1), "abc"}, &result);
+  CHECK(status.code() == percolite::ErrorCode::kInvalidArgument);
+  CHECK(status.message() == "combining: a stored value has 3 bytes, expected 8");
+  CHECK_FALSE(result);
+  // A one-element int64 where pairs are expected.
+  status = CombineNative(NativeCombiner::kMax, ValueType::kInt64Tuple, 2,
+                         {Int64(1) + Int64(2), Int64(4)}, &result);
+  CHECK(status.message() == "combining: a stored value has 8 bytes, expected 16");
+  CHECK_FALSE(result);
+}
+
 TEST_CASE("Native max, min and last") {
   CHECK(Combine(NativeCombiner::kMax, ValueType::kInt64, 0, {Int64(-5), Int64(9), Int64(2)}) ==
         Int64(9));
