@@ -20,7 +20,7 @@ bench: install
 
 lint:
 	$(PY) -m ruff check python tests bench scripts notebooks
-	clang-format --dry-run --Werror cpp/include/percolite/*.h cpp/src/* cpp/bindings/*.cc tests/cpp/*
+	clang-format --dry-run --Werror $(shell find cpp tests/cpp -name "*.h" -o -name "*.cc")
 
 clean:
 	rm -rf build .venv

@@ -1,6 +1,6 @@
 // percolite._core: the thin pybind11 layer over the core.
 //
-// Rules (design.md section 8): arguments are converted while the GIL is held;
+// Rules: arguments are converted while the GIL is held;
 // every call into the core that can block (LMDB work, commit, waiting, worker
 // start and stop, store locks) runs with the GIL released; core errors become
 // Python exceptions through ErrorClassName, the one translation table.
@@ -485,12 +485,19 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
+  {
+    py::tuple names(percolite::BackendNames().size());
+    size_t i = 0;
+    for (const std::string& name : percolite::BackendNames()) names[i++] = name;
+    m.attr("BACKENDS") = names;  // what percolite.open(..., backend=) accepts
+  }
+
   py::class_<PyEnv>(m, "Env")
       .def_static(
           "open",
           [](const std::string& path, const std::string& sync, bool create, unsigned mode,
-             size_t map_size, unsigned max_readers) {
-            percolite::StoreOptions options;
+             size_t map_size, unsigned max_readers, const std::string& backend) {
+            percolite::BackendOptions options;
             options.sync = ParseSync(sync);
             options.create = create;
             options.file_mode = mode;
@@ -498,11 +505,11 @@ PYBIND11_MODULE(_core, m) {
             options.max_readers = max_readers;
             auto env = std::make_unique<PyEnv>();
             py::gil_scoped_release release;
-            env->env = percolite::Env::Open(path, options);
+            env->env = percolite::Env::Open(path, options, backend);
             return env;
           },
           py::arg("path"), py::arg("sync"), py::arg("create"), py::arg("mode"), py::arg("map_size"),
-          py::arg("max_readers"))
+          py::arg("max_readers"), py::arg("backend") = "")
       .def("begin",
            [](PyEnv& self) {
              py::gil_scoped_release release;
@@ -597,14 +604,14 @@ PYBIND11_MODULE(_core, m) {
       .def("pending_notifications",
            [](PyEnv& self) {
              py::gil_scoped_release release;
-             return self.env->store()->PendingNotifications();
+             return self.env->backend()->PendingNotifications();
            })
       .def("pending_by_column",
            [](PyEnv& self) {
              std::map<std::pair<std::string, std::string>, uint64_t> counts;
              {
                py::gil_scoped_release release;
-               counts = self.env->store()->CountPendingByColumn();
+               counts = self.env->backend()->CountPendingByColumn();
              }
              py::dict out;
              for (const auto& [column, n] : counts) {
@@ -618,7 +625,7 @@ PYBIND11_MODULE(_core, m) {
              std::string after_key = after;
              {
                py::gil_scoped_release release;
-               self.env->store()->ScanNotifications(after_key, limit, &found);
+               self.env->backend()->ScanNotifications(after_key, limit, &found);
              }
              py::list out;
              for (const auto& n : found) {
@@ -632,8 +639,19 @@ PYBIND11_MODULE(_core, m) {
            })
       .def_property_readonly("closed", [](PyEnv& self) { return self.env->closed(); })
       .def_property_readonly("path", [](PyEnv& self) { return self.env->path(); })
+      .def_property_readonly("capabilities",
+                             [](PyEnv& self) {
+                               const percolite::BackendCapabilities& c = self.env->capabilities();
+                               py::dict d;
+                               d["name"] = c.name;
+                               d["persistent"] = c.persistent;
+                               d["cross_process"] = c.cross_process;
+                               d["durable"] = c.durable;
+                               d["max_value_size"] = c.max_value_size;
+                               return d;
+                             })
       .def("stats", [](PyEnv& self) {
-        percolite::StoreStats s;
+        percolite::BackendStats s;
         {
           py::gil_scoped_release release;
           s = self.env->Stats();

@@ -200,4 +200,9 @@ bool DecodeRecord(std::string_view bytes, RecordView* out) {
   return true;
 }
 
+bool RowOfCellKey(std::string_view key, std::string* row) {
+  size_t parts[3], pos = 0;
+  return CellKeyParts(key, &parts) && ReadEscapedPart(key, &pos, row);
+}
+
 }  // namespace percolite

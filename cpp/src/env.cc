@@ -9,48 +9,26 @@
 
 namespace percolite {
 
-std::shared_ptr<Env> Env::Open(const std::string& path, const StoreOptions& options) {
-  std::shared_ptr<Store> store = Store::Acquire(path, options);
-  std::string canonical = store->path();
-  return std::shared_ptr<Env>(new Env(std::move(canonical), std::move(store)));
+std::shared_ptr<Env> Env::Open(const std::string& target, const BackendOptions& options,
+                               const std::string& backend) {
+  return std::shared_ptr<Env>(new Env(OpenBackend(target, backend, options)));
 }
 
-Env::Env(std::string path, std::shared_ptr<Store> store)
-    : path_(std::move(path)), store_(std::move(store)) {}
+Env::Env(std::shared_ptr<Backend> backend)
+    : path_(backend->location()),
+      capabilities_(backend->capabilities()),
+      transactions_(std::make_shared<TransactionSource>(std::move(backend))) {}
 
 Env::~Env() { Close(); }
 
-bool Env::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return store_ == nullptr;
-}
+bool Env::closed() const { return transactions_->closed(); }
 
-std::shared_ptr<Store> Env::store() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (store_ == nullptr) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
-  store_->CheckUsable();
-  return store_;
-}
+BackendStats Env::Stats() const { return backend()->Stats(); }
 
-StoreStats Env::Stats() const { return store()->Stats(); }
-
-std::shared_ptr<Transaction> Env::Begin() {
-  std::shared_ptr<Store> store = this->store();
-  std::shared_ptr<Transaction> transaction(
-      new Transaction(shared_from_this(), store->BeginSnapshot()));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (store_ == nullptr) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
-  active_.emplace(transaction.get(), transaction);
-  return transaction;
-}
-
-void Env::Forget(Transaction* transaction) {
-  std::lock_guard<std::mutex> lock(mu_);
-  active_.erase(transaction);
-}
+std::shared_ptr<Transaction> Env::Begin() { return transactions_->Begin(); }
 
 void Env::SetObservers(std::vector<Observer> observers) {
-  std::shared_ptr<Store> store = this->store();
+  std::shared_ptr<Backend> store = backend();
   std::vector<ObservedColumn> columns;
   for (const Observer& o : observers) columns.push_back(o.column);
   std::lock_guard<std::mutex> lock(mu_);
@@ -66,12 +44,12 @@ void Env::StartWorkers(const WorkerOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "worker_index must be in [0, worker_count) and worker_count >= 1");
   }
-  std::shared_ptr<Store> store = this->store();
+  backend();  // throws when closed
   std::shared_ptr<Workers> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (workers_) throw Error(ErrorCode::kWrongState, "workers are already running");
-    workers = std::make_shared<Workers>(shared_from_this(), store, observers_, options);
+    workers = std::make_shared<Workers>(transactions_, observers_, options);
     workers_ = workers;
   }
   try {
@@ -101,7 +79,7 @@ void Env::StopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     workers = std::move(workers_);
-    if (workers && store_ && store_->ForkedAway()) {
+    if (workers && workers->ForkedAway()) {
       // The parent's threads do not exist in a forked child: never join them.
       new std::shared_ptr<Workers>(std::move(workers));
       return;
@@ -120,7 +98,7 @@ constexpr std::chrono::milliseconds kSignalEvery{100};
 
 bool Env::WaitIdle(double timeout_seconds) {
   RefuseOnWorkerThread("wait()");
-  std::shared_ptr<Store> store = this->store();
+  std::shared_ptr<Backend> store = backend();
   std::shared_ptr<Workers> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -164,21 +142,7 @@ WorkerStats Env::GetWorkerStats() const {
 void Env::Close() {
   RefuseOnWorkerThread("close()");
   StopWorkers();
-  std::shared_ptr<Store> store;
-  std::vector<std::shared_ptr<Transaction>> active;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (store_ == nullptr) return;
-    store = std::move(store_);
-    for (auto& [raw, weak] : active_) {
-      if (auto strong = weak.lock()) active.push_back(std::move(strong));
-    }
-    active_.clear();
-  }
-  // Each abort waits for a commit already in flight on that transaction.
-  for (auto& transaction : active) transaction->AbortFromEnvClose();
-  active.clear();
-  store->ReleaseHandle();
+  if (std::shared_ptr<Backend> backend = transactions_->Close()) backend->ReleaseHandle();
 }
 
 }  // namespace percolite

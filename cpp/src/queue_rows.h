@@ -1,7 +1,7 @@
 // queue_rows.h (internal): what the combine queue and the export queue share.
 // Both keep queued entries as stamped writes in one row per bucket, with the
 // qualifier the 12-byte stamp (commit_ts, index; the writer puts it in front,
-// store.h) followed by the key's bytes, and a bucket row holding the "notify"
+// backend.h) followed by the key's bytes, and a bucket row holding the "notify"
 // and "cursor" cells. Entries sort in commit order, so a commit appends its
 // entries at the end of each bucket it touches (a page or two per bucket,
 // however many entries), and a run consumes entries from the front.
@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "percolite/backend.h"
 #include "percolite/status.h"
-#include "percolite/store.h"
 
 namespace percolite {
 
@@ -27,7 +27,7 @@ class Transaction;
 
 namespace queue_rows {
 
-using percolite::kStampSize;  // commit_ts (8) + index (4), appended by the writer (store.h)
+using percolite::kStampSize;  // commit_ts (8) + index (4), appended by the writer (backend.h)
 constexpr std::string_view kNotifyQualifier = "notify";
 constexpr std::string_view kCursorQualifier = "cursor";
 

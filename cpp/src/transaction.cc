@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include "percolite/env.h"
-
 namespace percolite {
 
 ScanRange ScanRange::RowPrefix(std::string_view prefix) {
@@ -21,15 +19,16 @@ ScanRange ScanRange::Rows(std::string_view start_row, std::optional<std::string_
   return range;
 }
 
-Transaction::Transaction(std::shared_ptr<Env> env, std::unique_ptr<Snapshot> snapshot)
-    : env_(env), snapshot_(std::move(snapshot)), start_ts_(snapshot_->start_ts()) {}
+Transaction::Transaction(std::shared_ptr<TransactionSource> source,
+                         std::unique_ptr<Snapshot> snapshot)
+    : source_(source), snapshot_(std::move(snapshot)), start_ts_(snapshot_->start_ts()) {}
 
 Transaction::~Transaction() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kActive) ReleaseLocked(State::kAborted);
   }
-  if (auto env = env_.lock()) env->Forget(this);
+  if (auto source = source_.lock()) source->Forget(this);
 }
 
 Transaction::State Transaction::state() const {
@@ -50,7 +49,7 @@ void Transaction::ValidateCell(const CellRef& cell) {
 }
 
 void Transaction::CheckActive() const {
-  if (env_closed_) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
+  if (source_closed_) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
   if (state_ == State::kCommitted) {
     throw Error(ErrorCode::kWrongState, "the transaction was already committed");
   }
@@ -352,9 +351,9 @@ void Transaction::Commit() {
     ReleaseLocked(State::kCommitted);
     return;
   }
-  std::shared_ptr<Env> env = env_.lock();
-  if (!env) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
-  std::shared_ptr<Store> store = env->store();
+  std::shared_ptr<TransactionSource> source = source_.lock();
+  if (!source) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
+  std::shared_ptr<Backend> backend = source->backend();
   // The writes move into the mutations (keys and values are not copied), so
   // from here on the transaction ends aborted unless the commit succeeds.
   std::vector<Mutation> mutations;
@@ -379,7 +378,8 @@ void Transaction::Commit() {
   for (Mutation& m : stamped_) mutations.push_back(std::move(m));
   CommitResult result;
   try {
-    result = store->Commit(start_ts_, mutations, has_extras ? &extras_ : nullptr);
+    result = backend->Commit(start_ts_, std::move(mutations),
+                             has_extras ? std::move(extras_) : CommitExtras());
   } catch (...) {
     ReleaseLocked(State::kAborted);
     throw;
@@ -397,10 +397,63 @@ void Transaction::Abort() {
   if (state_ == State::kActive) ReleaseLocked(State::kAborted);
 }
 
-void Transaction::AbortFromEnvClose() {
+void Transaction::AbortFromClose() {
   std::lock_guard<std::mutex> lock(mu_);
-  env_closed_ = true;
+  source_closed_ = true;
   if (state_ == State::kActive) ReleaseLocked(State::kClosed);
+}
+
+// ---------------------------------------------------------------------------
+
+TransactionSource::TransactionSource(std::shared_ptr<Backend> backend)
+    : location_(backend->location()), backend_(std::move(backend)) {}
+
+Error TransactionSource::ClosedError() const {
+  return Error(ErrorCode::kClosed, "store '" + location_ + "' is closed");
+}
+
+std::shared_ptr<Backend> TransactionSource::backend() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (backend_ == nullptr) throw ClosedError();
+  backend_->CheckUsable();
+  return backend_;
+}
+
+bool TransactionSource::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backend_ == nullptr;
+}
+
+std::shared_ptr<Transaction> TransactionSource::Begin() {
+  std::shared_ptr<Backend> backend = this->backend();
+  std::shared_ptr<Transaction> transaction(
+      new Transaction(shared_from_this(), backend->BeginSnapshot()));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (backend_ == nullptr) throw ClosedError();
+  active_.emplace(transaction.get(), transaction);
+  return transaction;
+}
+
+void TransactionSource::Forget(Transaction* transaction) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(transaction);
+}
+
+std::shared_ptr<Backend> TransactionSource::Close() {
+  std::shared_ptr<Backend> backend;
+  std::vector<std::shared_ptr<Transaction>> active;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (backend_ == nullptr) return nullptr;
+    backend = std::move(backend_);
+    for (auto& [raw, weak] : active_) {
+      if (auto strong = weak.lock()) active.push_back(std::move(strong));
+    }
+    active_.clear();
+  }
+  // Each abort waits for a commit already in flight on that transaction.
+  for (auto& transaction : active) transaction->AbortFromClose();
+  return backend;
 }
 
 }  // namespace percolite

@@ -1,17 +1,11 @@
 #include "percolite/workers.h"
 
-#include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
-#include "percolite/env.h"
-#include "percolite/store.h"
 #include "percolite/transaction.h"
 
 namespace percolite {
@@ -19,8 +13,8 @@ namespace {
 
 constexpr size_t kScanBudget = 4096;
 constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
-// How long after a touch of the store's signal file (a wait in another
-// process: Store::SignalWaiting) this pool hurries as if a thread waited here.
+// How long after a signal of a wait in another process (Backend::SignalWaiting)
+// this pool hurries as if a thread waited here.
 constexpr std::chrono::milliseconds kExternalHurry{1000};
 
 double UnixNow() {
@@ -32,28 +26,6 @@ thread_local bool t_on_worker_thread = false;
 
 double Uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(t_random);
-}
-
-void Drain(int fd) {
-  char buf[4096];
-  while (::read(fd, buf, sizeof buf) > 0) {
-  }
-}
-
-// Reads every pending event of the (non-blocking) inotify descriptor `fd`;
-// sets *watched when one is for watch descriptor `watch`, *other when one is
-// for another watch.
-void ReadInotify(int fd, int watch, bool* watched, bool* other) {
-  alignas(struct inotify_event) char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) return;
-    for (ssize_t at = 0; at + static_cast<ssize_t>(sizeof(struct inotify_event)) <= n;) {
-      const auto* event = reinterpret_cast<const struct inotify_event*>(buf + at);
-      *(event->wd == watch ? watched : other) = true;
-      at += sizeof(struct inotify_event) + event->len;
-    }
-  }
 }
 
 }  // namespace
@@ -84,10 +56,10 @@ void Workers::Lanes::Clear() {
   size_ = 0;
 }
 
-Workers::Workers(std::shared_ptr<Env> env, std::shared_ptr<Store> store,
-                 std::vector<Observer> observers, const WorkerOptions& options)
-    : env_(env),
-      store_(std::move(store)),
+Workers::Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer> observers,
+                 const WorkerOptions& options)
+    : source_(source),
+      backend_(source->backend()),
       observers_(std::move(observers)),
       options_(options),
       ready_(observers_.size() + 1) {
@@ -111,8 +83,8 @@ void Workers::Start() {
     if (started_) throw Error(ErrorCode::kWrongState, "workers were already started");
     started_ = true;
   }
-  store_->SetNotificationListener(this);
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  watch_ = backend_->WatchForWork();
+  backend_->SetNotificationSink(this);
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   scanner_ = std::thread([this] { ScannerLoop(); });
 }
@@ -123,18 +95,14 @@ void Workers::Stop() {
     if (!started_ || stopping_) return;
     stopping_ = true;
   }
-  store_->ClearNotificationListener(this);
+  backend_->ClearNotificationSink(this);
   work_cv_.notify_all();
   idle_cv_.notify_all();
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof one);
-  }
+  if (watch_) watch_->Interrupt();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   if (scanner_.joinable()) scanner_.join();
-  if (wake_fd_ >= 0) ::close(wake_fd_);
-  wake_fd_ = -1;
+  watch_.reset();
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
   ready_.Clear();
@@ -190,11 +158,11 @@ Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
   if (!DecodeCellKey(notification.cell_key, &cell)) return Outcome::kNoObserver;
   const Observer* observer = Find(cell, observer_index);
   if (observer == nullptr) return Outcome::kNoObserver;
-  std::shared_ptr<Env> env = env_.lock();
-  if (!env) return Outcome::kGone;
+  std::shared_ptr<TransactionSource> source = source_.lock();
+  if (!source) return Outcome::kGone;
   std::shared_ptr<Transaction> transaction;
   try {
-    transaction = env->Begin();
+    transaction = source->Begin();
     if (!transaction->NotificationPending(notification.cell_key)) {
       transaction->Abort();
       return Outcome::kGone;
@@ -360,10 +328,10 @@ size_t Workers::ScanOnce(std::string* position) {
   }
   const size_t budget = std::min(kScanBudget, room * 2);
   std::vector<Notification> found;
-  bool reached_end = store_->ScanNotifications(*position, budget, &found);
+  bool reached_end = backend_->ScanNotifications(*position, budget, &found);
   if (reached_end && !position->empty() && found.size() < budget) {
     // Wrap around: the part before the random starting point.
-    store_->ScanNotifications("", budget - found.size(), &found);
+    backend_->ScanNotifications("", budget - found.size(), &found);
     position->clear();
   } else if (!found.empty()) {
     *position = NotificationKey(found.back().row_hash, found.back().cell_key);
@@ -375,25 +343,8 @@ size_t Workers::ScanOnce(std::string* position) {
 
 void Workers::ScannerLoop() {
   pthread_setname_np(pthread_self(), "pc-scanner");
-  int inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (inotify_fd >= 0) {
-    std::string data_file = store_->path() + "/data.mdb";
-    if (::inotify_add_watch(inotify_fd, data_file.c_str(), IN_MODIFY) < 0) {
-      ::close(inotify_fd);
-      inotify_fd = -1;
-    }
-  }
-  // A wait in another process touches the signal file (workers.h, Hurrying).
-  int signal_watch = -1;
-  if (inotify_fd >= 0 && store_->CreateSignalFile()) {
-    signal_watch = ::inotify_add_watch(inotify_fd, store_->SignalFilePath().c_str(), IN_ATTRIB);
-  }
   std::string position;
   AppendUint64BE(&position, t_random());  // start at a random point
-  // A data-file write wakes us before LMDB publishes the commit to new
-  // readers (the txnid in the lock file is updated after the meta page is
-  // written), so a scan right after a wake can miss it: rescan shortly after.
-  int followups = 0;
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -404,25 +355,11 @@ void Workers::ScannerLoop() {
     } catch (const Error&) {
       // The store is closing, or a transient failure: the next wake retries.
     }
-    struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd, POLLIN, 0}};
-    int nfds = inotify_fd >= 0 ? 2 : 1;
-    int timeout = inotify_fd >= 0 ? kScanSafetyNetMs : 50;
-    if (followups > 0) timeout = followups == 2 ? 1 : 5;
-    int ready = ::poll(fds, nfds, timeout);
-    if (ready > 0) {
-      if (fds[0].revents) Drain(wake_fd_);
-      if (nfds == 2 && fds[1].revents) {
-        bool signalled = false, written = false;
-        ReadInotify(inotify_fd, signal_watch, &signalled, &written);
-        if (written) followups = 2;
-        if (signalled) {
-          std::lock_guard<std::mutex> lock(mu_);
-          external_hurry_until_ = Clock::now() + kExternalHurry;
-          HurryLocked();
-        }
-      }
-    } else if (followups > 0) {
-      --followups;
+    const unsigned events = watch_->Wait(kScanSafetyNetMs);
+    if (events & WorkWatch::kWaiterSignal) {
+      std::lock_guard<std::mutex> lock(mu_);
+      external_hurry_until_ = Clock::now() + kExternalHurry;
+      HurryLocked();
     }
     // While the workers are busy, scanning on every commit is wasted work:
     // local commits are handed over directly. Rescan at most every 20 ms then.
@@ -431,7 +368,6 @@ void Workers::ScannerLoop() {
       idle_cv_.wait_for(lock, std::chrono::milliseconds(20));
     }
   }
-  if (inotify_fd >= 0) ::close(inotify_fd);
 }
 
 void Workers::HurryLocked() {
@@ -480,7 +416,7 @@ bool Workers::WaitIdle(double timeout_seconds) {
       std::lock_guard<std::mutex> lock(mu_);
       local_idle = active_ == 0 && ready_.empty();
     }
-    if (local_idle && store_->PendingNotifications() == 0) return true;
+    if (local_idle && backend_->PendingNotifications() == 0) return true;
     auto now = Clock::now();
     if (now >= deadline) return false;
     std::unique_lock<std::mutex> lock(mu_);

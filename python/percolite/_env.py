@@ -34,8 +34,18 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     map_size: int = _DEFAULT_MAP_SIZE,
     max_readers: int = 2046,
     app: App | None = None,
+    backend: str | None = None,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.
+
+    ``path`` is a directory (the default ``"lmdb"`` backend, also written
+    ``"lmdb://DIR"``), or ``":memory:"`` for a new in-memory store: like
+    ``sqlite3.connect(":memory:")``, each such open is a private store of its
+    own, gone when the handle closes, seen by no other handle or process (for
+    tests and simulations; nothing is written to disk, so ``sync`` changes
+    nothing). ``backend`` (``"lmdb"`` or ``"memory"``) names the backend
+    instead of the path's form. An unknown scheme or backend name raises
+    ``ValueError``, as does ``create=False`` with ``":memory:"``.
 
     ``sync`` chooses durability: ``"full"`` (default) makes every commit
     durable; ``"meta"`` may lose the last commits on an OS crash but never
@@ -72,12 +82,14 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at least 1 MiB, not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"backend must be a str or None, not {type(backend).__name__}")
     if app is not None:
         from ._app import App
 
         if not isinstance(app, App):
             raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
-    core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers)
+    core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers, backend or "")
     env = Env(core, sync=sync)
     if app is not None:
         try:
@@ -130,8 +142,21 @@ class Env:
 
     @property
     def path(self) -> str:
-        """The real path of the store's directory."""
+        """The real path of the store's directory, or ``":memory:"``."""
         return self._core.path
+
+    @property
+    def backend(self) -> str:
+        """The storage backend: ``"lmdb"`` or ``"memory"``."""
+        return self._core.capabilities["name"]
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """What the backend offers: ``name``, ``persistent`` (data outlives
+        the process), ``cross_process`` (other processes may open the store),
+        ``durable`` (``sync="full"`` commits survive a power cut) and
+        ``max_value_size`` in bytes."""
+        return dict(self._core.capabilities)
 
     @property
     def sync(self) -> str:

@@ -4,9 +4,9 @@
 #include <climits>
 #include <cstring>
 
+#include "backend/lmdb_backend.h"
 #include "percolite/combine_queue.h"
 #include "percolite/encoding.h"
-#include "percolite/store.h"
 #include "percolite/transaction.h"
 #include "test_util.h"
 
@@ -145,7 +145,7 @@ std::optional<std::string> Current(percolite::Env& env, const percolite::Combine
 
 TEST_CASE("A lingering combine queue folds updates that keep arriving in one run", "[combine]") {
   percolite_test::TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), percolite_test::FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   std::vector<std::vector<percolite::Change>> reports;
   percolite::CombineQueueOptions options = RecordingOptions(&reports);
   options.buffer_size = 100;
@@ -168,7 +168,7 @@ TEST_CASE("A lingering combine queue folds updates that keep arriving in one run
 
 TEST_CASE("A run folds every queued update of its keys, even past buffer_size", "[combine]") {
   percolite_test::TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), percolite_test::FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   std::vector<std::vector<percolite::Change>> reports;
   percolite::CombineQueueOptions options = RecordingOptions(&reports);
   options.buffer_size = 1;

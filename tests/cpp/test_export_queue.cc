@@ -71,7 +71,7 @@ size_t Depth(percolite::Env& env) {
 TEST_CASE("Exported entries are ordered by key then seq, and seq follows commit order",
           "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, 100);
   uint64_t first_ts = 0;
@@ -106,7 +106,7 @@ TEST_CASE("Exported entries are ordered by key then seq, and seq follows commit 
 
 TEST_CASE("Batches take the oldest entries first, whatever their keys", "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, 2);
   for (const char* key : {"z", "a", "m", "b"}) AddOne(*env, *queue, key);
@@ -126,7 +126,7 @@ TEST_CASE("Batches take the oldest entries first, whatever their keys", "[export
 
 TEST_CASE("A failing exporter leaves its batch queued; the retry delivers it again", "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, 2);
   auto tx = env->Begin();
@@ -153,7 +153,7 @@ TEST_CASE("A failing exporter leaves its batch queued; the retry delivers it aga
 
 TEST_CASE("Two runs of one bucket cannot both commit", "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, 100);
   auto add = env->Begin();
@@ -205,7 +205,7 @@ TEST_CASE("Export queue options are checked", "[export]") {
 TEST_CASE("A lingering bucket defers while entries keep arriving, then exports them at once",
           "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/100, /*linger_seconds=*/0.4);
   AddOne(*env, *queue, "a");
@@ -226,7 +226,7 @@ TEST_CASE("A lingering bucket defers while entries keep arriving, then exports t
 
 TEST_CASE("Lingering ends after linger_seconds even while entries keep arriving", "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/1000, /*linger_seconds=*/0.2);
   const auto start = std::chrono::steady_clock::now();
@@ -247,7 +247,7 @@ TEST_CASE("Lingering ends after linger_seconds even while entries keep arriving"
 
 TEST_CASE("A full batch is exported at once however long the linger", "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/3, /*linger_seconds=*/3600);
   for (const char* key : {"a", "b", "c", "d"}) AddOne(*env, *queue, key);
@@ -262,7 +262,7 @@ TEST_CASE("A full batch is exported at once however long the linger", "[export]"
 
 TEST_CASE("Only an observer run can defer itself", "[export]") {
   TempDir dir;
-  auto env = percolite::Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   auto tx = env->Begin();
   CHECK(percolite_test::ErrorCodeOf([&] { tx->DeferTrigger(1); }) ==
         percolite::ErrorCode::kWrongState);

@@ -1,4 +1,4 @@
-// Group commit (percolite/store.h): validation of batch members against each
+// Group commit (backend/lmdb_backend.h): validation of batch members against each
 // other, and batching of concurrent commits into fewer LMDB write transactions.
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "backend/lmdb_backend.h"
 #include "percolite/encoding.h"
 #include "percolite/env.h"
-#include "percolite/store.h"
 #include "percolite/transaction.h"
 #include "test_util.h"
 
@@ -24,7 +24,7 @@ using percolite::CommitResult;
 using percolite::Env;
 using percolite::ErrorCode;
 using percolite::Mutation;
-using percolite::Store;
+using Store = percolite::LmdbBackend;
 using percolite_test::CommitSet;
 using percolite_test::FastOptions;
 using percolite_test::ReadCommitted;
@@ -54,9 +54,9 @@ TEST_CASE("In one batch, a member writing a cell an earlier member wrote is refu
   auto env = Env::Open(dir.path(), FastOptions());
   const Cell before{"a", "f", "q"}, shared{"m", "f", "q"}, after{"z", "f", "q"};
   CommitSet(*env, before, "a0");
-  std::shared_ptr<Store> store = env->store();
+  std::shared_ptr<Store> store = std::dynamic_pointer_cast<Store>(env->backend());
   const uint64_t start_ts = CurrentStartTs(*store);
-  const percolite::StoreStats stats_before = store->Stats();
+  const percolite::BackendStats stats_before = store->Stats();
 
   // The refused member writes cells sorted before and after the shared one.
   const std::vector<CommitResult> results = store->CommitBatchForTesting({
@@ -72,7 +72,7 @@ TEST_CASE("In one batch, a member writing a cell an earlier member wrote is refu
   CHECK(ReadCommitted(*env, before) == "a0");
   CHECK(ReadCommitted(*env, after) == std::nullopt);
 
-  const percolite::StoreStats stats = store->Stats();
+  const percolite::BackendStats stats = store->Stats();
   CHECK(stats.batches == stats_before.batches + 1);
   CHECK(stats.commits == stats_before.commits + 1);
   CHECK(stats.conflicts == stats_before.conflicts + 1);
@@ -83,7 +83,7 @@ TEST_CASE("In one batch, a member setting a cell an earlier member deleted is re
   TempDir dir;
   auto env = Env::Open(dir.path(), FastOptions());
   const Cell cell{"never", "f", "q"}, other{"other", "f", "q"};
-  std::shared_ptr<Store> store = env->store();
+  std::shared_ptr<Store> store = std::dynamic_pointer_cast<Store>(env->backend());
   const uint64_t start_ts = CurrentStartTs(*store);
   const std::vector<CommitResult> results = store->CommitBatchForTesting({
       {start_ts, {DeleteOf(cell)}},
@@ -102,7 +102,7 @@ TEST_CASE("In one batch, members writing disjoint cells both commit with consecu
   auto env = Env::Open(dir.path(), FastOptions());
   const Cell x{"x", "f", "q"}, y{"y", "f", "q"}, y2{"y", "f", "q2"};
   CommitSet(*env, x, "x0");
-  std::shared_ptr<Store> store = env->store();
+  std::shared_ptr<Store> store = std::dynamic_pointer_cast<Store>(env->backend());
   const uint64_t start_ts = CurrentStartTs(*store);
   const uint64_t batches_before = store->Stats().batches;
 
@@ -154,7 +154,7 @@ TEST_CASE("Concurrent commits with sync=full share LMDB write transactions", "[g
   }
   for (auto& thread : threads) thread.join();
 
-  const percolite::StoreStats stats = env->Stats();
+  const percolite::BackendStats stats = env->Stats();
   INFO("commits " << stats.commits << " batches " << stats.batches);
   CHECK(stats.commits == kThreads * kPerThread);
   CHECK(stats.conflicts == 0);
@@ -184,7 +184,7 @@ TEST_CASE("A lone committer runs its group commit on its own thread", "[group-co
 
   // No other commit was ever in progress, so no commit was handed to the
   // writer thread: each one was a batch of its own, run by its committer.
-  const percolite::StoreStats stats = env->Stats();
+  const percolite::BackendStats stats = env->Stats();
   CHECK(stats.commits == kCommits);
   CHECK(stats.batches == kCommits);
   CHECK(stats.inline_batches == kCommits);
@@ -225,7 +225,7 @@ TEST_CASE(
   }
   for (auto& thread : threads) thread.join();
 
-  const percolite::StoreStats stats = env->Stats();
+  const percolite::BackendStats stats = env->Stats();
   INFO("batches " << stats.batches << " inline " << stats.inline_batches << " retries "
                   << retries.load());
   CHECK(ReadCommitted(*env, counter) == std::to_string(kThreads * kPerThread));

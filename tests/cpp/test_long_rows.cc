@@ -140,7 +140,7 @@ Model CommitAll(Env& env, std::vector<Cell> cells) {
 
 TEST_CASE("Rows of 400 to 5000 bytes sharing long prefixes round-trip through Get", "[long-rows]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const std::vector<Cell> cells = CellsOf(LongRows());
   size_t hashed = 0;
   for (const Cell& cell : cells) {
@@ -170,7 +170,7 @@ TEST_CASE("Rows of 400 to 5000 bytes sharing long prefixes round-trip through Ge
 TEST_CASE("Scan returns long rows in exact lexicographic order, by prefix and by range",
           "[long-rows]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Model model = CommitAll(*env, CellsOf(LongRows()));
   const std::string base = BaseRow();
   auto tx = env->Begin();
@@ -206,7 +206,7 @@ TEST_CASE("Scan returns long rows in exact lexicographic order, by prefix and by
 
 TEST_CASE("Own writes of long rows merge into a scan in exact order", "[long-rows]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Model model = CommitAll(*env, CellsOf(LongRows()));
   const std::string base = BaseRow();
 
@@ -240,7 +240,7 @@ TEST_CASE("Own writes of long rows merge into a scan in exact order", "[long-row
 
 TEST_CASE("Conflicts on long rows are per cell, not per shared inline prefix", "[long-rows]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const std::string base = BaseRow();
   const Cell same{base, "f", "q"};
   const Cell sibling_a{base.substr(0, 481), "f", "q"}, sibling_b{base.substr(0, 490), "f", "q"};

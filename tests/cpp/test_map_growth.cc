@@ -1,4 +1,4 @@
-// Memory-map growth (percolite/store.h): a store opened with a tiny map takes
+// Memory-map growth (backend/lmdb_backend.h): a store opened with a tiny map takes
 // far more data than the map holds, and open snapshots survive the growth.
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -48,7 +48,7 @@ TEST_CASE("The map grows past a 1 MiB start to hold 40 MiB, and old snapshots st
   percolite::StoreOptions options = FastOptions();
   options.initial_map_size = kMiB;
   auto env = Env::Open(dir.path(), options);
-  const percolite::StoreStats at_open = env->Stats();
+  const percolite::BackendStats at_open = env->Stats();
   CHECK(at_open.map_size <= 2 * kMiB);
 
   const Cell early{"early", "f", "q"}, replaced{"early", "f", "replaced"};
@@ -68,7 +68,7 @@ TEST_CASE("The map grows past a 1 MiB start to hold 40 MiB, and old snapshots st
     REQUIRE_NOTHROW(tx->Commit());
   }
 
-  const percolite::StoreStats grown = env->Stats();
+  const percolite::BackendStats grown = env->Stats();
   CHECK(grown.map_growths > 0);
   CHECK(grown.map_size >= kTransactions * kValuesPerTransaction * kValueSize);
 

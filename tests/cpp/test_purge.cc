@@ -1,4 +1,4 @@
-// Range purges (Transaction::PurgeStamps, store.h Mutation::purge_end): a
+// Range purges (Transaction::PurgeStamps, backend.h Mutation::purge_end): a
 // consumer removes a run of consumed queue entries in one cursor walk.
 #include <set>
 #include <string>
@@ -57,7 +57,7 @@ std::vector<ScanItem> RowItems(Env& env, const std::string& row) {
 
 TEST_CASE("A range purge removes the entries between two stamps and nothing else", "[purge]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const std::string long_key(600, 'k');  // its cell key is stored hashed
   AddEntries(*env, "q", "e", Numbered("a", 300));
   AddEntries(*env, "q", "e", {long_key + "1", "b", long_key + "2"});
@@ -118,7 +118,7 @@ TEST_CASE("A range purge removes the entries between two stamps and nothing else
 
 TEST_CASE("A range purge over many pages deletes every entry in it", "[purge]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   AddEntries(*env, "before", "e", {"x"});
   AddEntries(*env, "q", "e", Numbered("a", 20000));
   AddEntries(*env, "r", "e", {"y"});
@@ -147,7 +147,7 @@ TEST_CASE("A range purge over many pages deletes every entry in it", "[purge]") 
 
 TEST_CASE("A range purge refuses malformed stamps and finished transactions", "[purge]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const std::string low(percolite::kStampSize, '\x01'), high(percolite::kStampSize, '\x02');
   auto tx = env->Begin();
   CHECK(ErrorCodeOf([&] { tx->PurgeStamps("q", "e", "short", high); }) ==

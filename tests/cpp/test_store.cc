@@ -1,4 +1,4 @@
-// Opening and closing stores (percolite/env.h, percolite/store.h): one Store per
+// Opening and closing stores (percolite/env.h, backend/lmdb_backend.h): one Store per
 // path per process, option checks, persistence across reopening, closing while
 // other threads work, and handles inherited by a forked child.
 #include <sys/wait.h>
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "backend/lmdb_backend.h"
 #include "percolite/env.h"
-#include "percolite/store.h"
 #include "percolite/transaction.h"
 #include "test_util.h"
 
@@ -38,14 +38,14 @@ TEST_CASE("Handles of one path share one Store, which closes with its last handl
   const Cell cell{"r", "f", "q"};
   auto first = Env::Open(dir.path(), FastOptions());
   auto second = Env::Open(dir.path() + "/./", FastOptions());
-  CHECK(first->store() == second->store());
+  CHECK(first->backend() == second->backend());
   CHECK(first->path() == second->path());
 
   CommitSet(*first, cell, "from first");
   CHECK(ReadCommitted(*second, cell) == "from first");
   CHECK(second->Stats().commits == 1);
 
-  std::weak_ptr<percolite::Store> store = first->store();
+  std::weak_ptr<percolite::Backend> store = first->backend();
   first->Close();
   CHECK(ErrorCodeOf([&] { first->Begin(); }) == ErrorCode::kClosed);
   CHECK_FALSE(store.expired());

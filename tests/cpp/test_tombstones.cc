@@ -1,4 +1,4 @@
-// Tombstone collection (percolite/store.h): a delete's tombstone is removed once
+// Tombstone collection (backend/lmdb_backend.h): a delete's tombstone is removed once
 // no open transaction began before the delete, and never earlier.
 #include <lmdb.h>
 

@@ -56,7 +56,7 @@ struct RaceOutcome {
 // that order. The cell holds "before" first when `preexisting`.
 RaceOutcome RaceOnOneCell(Op first, Op second, bool preexisting) {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell cell{"row", "fam", "qual"};
   if (preexisting) CommitSet(*env, cell, "before");
   auto t1 = env->Begin();
@@ -128,7 +128,7 @@ TEST_CASE("Deleting a never-existing cell leaves a tombstone a concurrent set co
 TEST_CASE("Concurrent writes of different cells, even in one row, do not conflict",
           "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell existing{"r1", "f", "q"};
   CommitSet(*env, existing, "v0");
   const std::vector<Cell> cells = {
@@ -147,7 +147,7 @@ TEST_CASE("Concurrent writes of different cells, even in one row, do not conflic
 
 TEST_CASE("Reads never conflict, so write skew commits", "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell x{"oncall", "doctor", "alice"}, y{"oncall", "doctor", "bob"};
   CommitSet(*env, x, "on");
   CommitSet(*env, y, "on");
@@ -176,7 +176,7 @@ TEST_CASE("Reads never conflict, so write skew commits", "[transactions]") {
 
 TEST_CASE("A refused commit applies none of its writes", "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell a{"a", "f", "q"}, b{"b", "f", "q"}, c{"c", "f", "q"}, d{"d", "f", "q"};
   CommitSet(*env, a, "a0");
   CommitSet(*env, b, "b0");
@@ -209,7 +209,7 @@ TEST_CASE("A refused commit applies none of its writes", "[transactions]") {
 
 TEST_CASE("Commit timestamps are unique and increase with commit order", "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
 
   SECTION("one thread") {
     uint64_t previous = 0;
@@ -254,7 +254,7 @@ TEST_CASE("Commit timestamps are unique and increase with commit order", "[trans
 
 TEST_CASE("A transaction sees its snapshot, not commits made after it began", "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell changed{"k1", "f", "q"}, added{"k2", "f", "q"}, removed{"k3", "f", "q"};
   CommitSet(*env, changed, "old");
   CommitSet(*env, removed, "here");
@@ -286,7 +286,7 @@ TEST_CASE("A transaction sees its snapshot, not commits made after it began", "[
 TEST_CASE("Concurrent transfers keep the total of every snapshot constant", "[transactions]") {
   constexpr int kAccounts = 8, kWriters = 3, kTransfersPerWriter = 60, kInitial = 100;
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   auto account = [](int i) { return Cell{"acct" + std::to_string(i), "bal", ""}; };
   {
     auto tx = env->Begin();
@@ -342,7 +342,7 @@ TEST_CASE("Concurrent transfers keep the total of every snapshot constant", "[tr
 TEST_CASE("Get reads the transaction's own sets and deletes before the snapshot",
           "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell kept{"r", "f", "kept"}, overwritten{"r", "f", "over"}, deleted{"r", "f", "del"},
       fresh{"r", "f", "fresh"}, reborn{"r", "f", "reborn"}, transient{"r", "f", "transient"};
   CommitSet(*env, kept, "k0");
@@ -382,7 +382,7 @@ TEST_CASE("Get reads the transaction's own sets and deletes before the snapshot"
 TEST_CASE("Scan merges own writes into the snapshot in key order, for every chunk size",
           "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Model committed;
   {
     auto tx = env->Begin();
@@ -436,7 +436,7 @@ TEST_CASE("Scan merges own writes into the snapshot in key order, for every chun
 TEST_CASE("Count gives what Scan would visit, up to limit, with or without own writes",
           "[transactions][count]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   for (const std::string row : {"q", "r1", "r2", "r3", "r4", "r5", "s"}) {
     CommitSet(*env, Cell{row, "f", "q"}, row);
   }
@@ -482,7 +482,7 @@ TEST_CASE("Count gives what Scan would visit, up to limit, with or without own w
 TEST_CASE("Scan returns at most limit cells per chunk, counting the transaction's own writes",
           "[transactions][scan-limit]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   for (const std::string row : {"b", "d", "f", "h"}) CommitSet(*env, Cell{row, "f", "q"}, row);
   auto tx = env->Begin();
   for (const std::string row : {"a", "c", "e", "g", "i", "j"}) {
@@ -507,10 +507,10 @@ TEST_CASE("Scan returns at most limit cells per chunk, counting the transaction'
 TEST_CASE("A transaction that wrote nothing commits without a commit_ts or a store write",
           "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell cell{"r", "f", "q"};
   CommitSet(*env, cell, "v");
-  const percolite::StoreStats before = env->Stats();
+  const percolite::BackendStats before = env->Stats();
 
   auto reader = env->Begin();
   CHECK(reader->Get(Ref(cell)) == "v");
@@ -522,7 +522,7 @@ TEST_CASE("A transaction that wrote nothing commits without a commit_ts or a sto
   REQUIRE_NOTHROW(idle->Commit());
   CHECK_FALSE(idle->commit_ts().has_value());
 
-  const percolite::StoreStats after = env->Stats();
+  const percolite::BackendStats after = env->Stats();
   CHECK(after.commits == before.commits);
   CHECK(after.batches == before.batches);
   // The next writer's snapshot has not moved either.
@@ -533,7 +533,7 @@ TEST_CASE("A transaction that wrote nothing commits without a commit_ts or a sto
 TEST_CASE("Every call but Abort throws kWrongState once a transaction is finished",
           "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const Cell cell{"r", "f", "q"};
   auto expect_finished = [&](Transaction& tx, Transaction::State state) {
     CHECK(tx.state() == state);
@@ -596,7 +596,7 @@ TEST_CASE("Closing the Env makes its transactions and the handle throw kClosed",
   }
   CHECK(ErrorCodeOf([&] { env->Begin(); }) == ErrorCode::kClosed);
   CHECK(ErrorCodeOf([&] { env->Stats(); }) == ErrorCode::kClosed);
-  CHECK(ErrorCodeOf([&] { env->store(); }) == ErrorCode::kClosed);
+  CHECK(ErrorCodeOf([&] { env->backend(); }) == ErrorCode::kClosed);
   CHECK_NOTHROW(env->Close());
 
   // The open transaction's buffered write was discarded; committed data stays.
@@ -608,7 +608,7 @@ TEST_CASE("Closing the Env makes its transactions and the handle throw kClosed",
 TEST_CASE("Empty rows and families are refused while empty qualifiers and binary bytes work",
           "[transactions]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   auto tx = env->Begin();
   CHECK(ErrorCodeOf([&] { tx->Set(Ref(Cell{"", "f", "q"}), "v"); }) == ErrorCode::kInvalidArgument);
   CHECK(ErrorCodeOf([&] { tx->Set(Ref(Cell{"r", "", "q"}), "v"); }) == ErrorCode::kInvalidArgument);

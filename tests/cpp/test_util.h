@@ -70,10 +70,22 @@ class TempDir {
 };
 
 // Options for tests that do not measure durability: no fsync, so they run fast.
-inline percolite::StoreOptions FastOptions() {
-  percolite::StoreOptions options;
+inline percolite::BackendOptions FastOptions() {
+  percolite::BackendOptions options;
   options.sync = percolite::SyncMode::kNone;
   return options;
+}
+
+// The conformance tests: a test case that opens its Env with
+// OpenEnv(dir, PERCOLITE_EACH_BACKEND()) runs once per backend (a Catch2
+// generator), so a new backend is one name away from being tested.
+#define PERCOLITE_EACH_BACKEND() GENERATE(as<std::string>{}, "lmdb", "memory")
+
+// A store of `backend` for a test: the lmdb store in `dir`, or a new memory store.
+inline std::shared_ptr<percolite::Env> OpenEnv(
+    const TempDir& dir, const std::string& backend,
+    const percolite::BackendOptions& options = FastOptions()) {
+  return percolite::Env::Open(backend == "memory" ? ":memory:" : dir.path(), options, backend);
 }
 
 // The code of the percolite::Error that `body` throws, or kOk when it throws none.

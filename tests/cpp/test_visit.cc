@@ -45,7 +45,7 @@ Cells FromVisit(percolite::Transaction& tx, const ScanRange& range, const std::s
 
 TEST_CASE("Visit sees what Scan sees: own writes, deletes, purges, long keys", "[visit]") {
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   std::mt19937 rng(3);
   auto row_of = [&](int i) {
     std::string row = "r" + std::to_string(i % 7);
@@ -124,7 +124,7 @@ TEST_CASE("Visit walks a range of many thousand cells in chunks, long rows inclu
   // resumes after the last one: nothing may be lost or repeated at a seam,
   // not even inside a group of long rows (stored hashed, re-sorted per group).
   TempDir dir;
-  auto env = Env::Open(dir.path(), FastOptions());
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   const std::string long_prefix(500, 'L');
   {
     auto tx = env->Begin();

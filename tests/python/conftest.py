@@ -12,7 +12,15 @@ import pytest
 from _isolated import finish_isolated, run_isolated, start_isolated
 from _postgres import postgres_dsn  # noqa: F401 - a session fixture: a real PostgreSQL server
 
-__all__ = ["COL", "as_tuples", "committed_cells", "finish_isolated", "start_isolated"]
+__all__ = [
+    "BACKENDS",
+    "COL",
+    "as_tuples",
+    "committed_cells",
+    "finish_isolated",
+    "open_store",
+    "start_isolated",
+]
 
 # A column most tests write to.
 COL = ("f", "q")
@@ -24,10 +32,29 @@ def store_path(tmp_path):
     return tmp_path / "store"
 
 
+# The conformance tests run on every backend percolite has: a test that takes
+# the ``env`` or ``backend`` fixture runs once per backend, so a new backend
+# is tested as soon as the core lists it.
+BACKENDS = tuple(percolite._core.BACKENDS)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """The name of a backend; tests taking it run once per backend."""
+    return request.param
+
+
+def open_store(backend, path, **options):
+    """Open a store of ``backend``: the lmdb store at ``path``, or a new
+    private memory store."""
+    target = ":memory:" if backend == "memory" else path
+    return percolite.open(target, backend=backend, **options)
+
+
 @pytest.fixture
-def env(store_path):
-    """A fresh store opened with ``sync="none"``; closed after the test."""
-    handle = percolite.open(store_path, sync="none")
+def env(store_path, backend):
+    """A fresh store of each backend opened with ``sync="none"``; closed after the test."""
+    handle = open_store(backend, store_path, sync="none")
     yield handle
     handle.close()
 

@@ -15,7 +15,7 @@ runs of one bucket never overlap (each writes the bucket's cursor cell, so of
 two overlapping runs at most one commits), hence sorting by ``start_ts`` is
 sorting by commit order. Adders record the ``commit_ts`` of each transaction
 with its updates. A snapshot that starts at ``start_ts`` S sees exactly the
-transactions with ``commit_ts <= S`` (store.h: start_ts is the timestamp
+transactions with ``commit_ts <= S`` (backend.h: start_ts is the timestamp
 counter of the snapshot).
 """
 

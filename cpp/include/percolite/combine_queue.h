@@ -1,12 +1,12 @@
-// percolite/combine_queue.h: the combine queue (Fluo Recipes' CombineQueue,
-// first named collision-free map; shared/seeds 000-002, design.md section 5).
+// percolite/combine_queue.h: the combine queue (after Fluo Recipes'
+// CombineQueue, first described as the collision-free map).
 //
 // Thread safety: a CombineQueue is immutable after construction; Add, Get and
 // the processor may run on any threads at once.
 //
 // Contract
 // - Add(tx, updates) queues (key, update) pairs in `tx` without reading or
-//   writing current values: each update is a stamped write (store.h) in the
+//   writing current values: each update is a stamped write (backend.h) in the
 //   key's bucket, unique to its transaction, plus a weak notification of the
 //   bucket. Adders never collide with each other or with the processor.
 // - The processor of a bucket (a WEAK observer of NotifyColumn(), run by the
@@ -26,7 +26,7 @@
 //   waits up to linger_seconds to fold more of them in one run (fewer runs,
 //   hot keys written once per run), so changes are reported up to about
 //   linger_seconds later; as there, a linger never idles a waiter.
-// - Guarantees, as in the seeds: (1) the new value reported for a key combines
+// - Guarantees, as in Fluo Recipes: (1) the new value reported for a key combines
 //   every update of that key committed before the processing transaction
 //   started; (2) the old value reported for a key is the new value of the
 //   previous report for that key (the first report's old value is absent).
@@ -42,7 +42,7 @@
 //   <id>:b:<bucket>   family "cq:<id>", qualifiers "notify" and "cursor"   bucket state
 //   <id>:d:<bucket>:<key>  family "cq", qualifier "v"                       current value
 // where <bucket> is the bucket number in 6 decimal digits. The stamp first
-// (store.h) keeps updates in commit order, so an add appends to the end of
+// (backend.h) keeps updates in commit order, so an add appends to the end of
 // each bucket it touches, writing a page or two per bucket instead of one per
 // update; a run scans its whole bucket for the updates of its keys (reads
 // only). Current values sit by bucket (as in the seed: "data is organized to

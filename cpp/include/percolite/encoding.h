@@ -48,6 +48,9 @@ bool CellKeyParts(std::string_view key, size_t (*parts)[3]);
 // `key` encodes, spliced from its bytes (nothing decoded). False when `key`
 // is not a cell key.
 bool PrefixQualifier(std::string_view key, std::string_view prefix, std::string* out);
+// Sets *row to the row of the cell key `key` (only the row is decoded);
+// false when `key` is not a cell key.
+bool RowOfCellKey(std::string_view key, std::string* row);
 std::string EncodeRowPrefix(std::string_view row_prefix);
 std::string EncodeRowStart(std::string_view row);
 // The smallest byte string greater than every string that starts with `prefix`;

@@ -1,39 +1,48 @@
-// percolite/env.h: a handle on an open store, and the transactions begun from it.
+// percolite/env.h: a handle on an open store: its backend, the transactions
+// begun from it, its observers and its worker pool.
 //
 // Thread safety: all methods may be called from any thread.
 //
 // Contract
-// - Env::Open returns a new handle. Handles of one path in one process share
-//   one Store (store.h); the Store closes when its last handle closes.
+// - Env::Open(target, backend, options) opens the backend OpenBackend
+//   (backend.h) chooses and returns a new handle. Handles of one lmdb path in
+//   one process share one backend, which closes when its last handle closes;
+//   each ":memory:" handle has a private store of its own.
 // - Begin() starts a Transaction (transaction.h) tied to this handle.
 // - Close() marks the handle closed, aborts its transactions that are still
 //   active (waiting for any commit already in flight to finish: close drains
-//   in-flight work) and releases the Store. Every later call on the handle or
-//   its transactions throws kClosed. Close is idempotent.
+//   in-flight work) and releases the backend. Every later call on the handle
+//   or its transactions throws kClosed. Close is idempotent.
 // - A handle used in a child created by fork() throws kWrongState; closing it
 //   there only marks it closed.
 // - SetObservers stores the observed columns in the store (so every process
 //   creates the same notifications) and keeps the observer functions for
 //   StartWorkers. It throws kWrongState while workers run.
 // - StartWorkers runs a Workers pool (workers.h); StopWorkers stops it; Close
-//   stops it first. WaitIdle works with or without workers in this process.
+//   stops it first. WaitIdle works with or without workers in this process:
+//   without them it polls the store and signals the other processes' pools
+//   that someone waits (Backend::SignalWaiting).
+// - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
+//   throw kWrongState: a worker cannot wait for its own pool.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
-#include "percolite/store.h"
+#include "percolite/backend.h"
+#include "percolite/notifications.h"
+#include "percolite/transaction.h"
 #include "percolite/workers.h"
 
 namespace percolite {
 
-class Transaction;
-
 class Env : public std::enable_shared_from_this<Env> {
  public:
-  static std::shared_ptr<Env> Open(const std::string& path, const StoreOptions& options);
+  static std::shared_ptr<Env> Open(const std::string& target, const BackendOptions& options,
+                                   const std::string& backend = "");
   ~Env();
   Env(const Env&) = delete;
   Env& operator=(const Env&) = delete;
@@ -41,30 +50,30 @@ class Env : public std::enable_shared_from_this<Env> {
   std::shared_ptr<Transaction> Begin();
   void Close();
   bool closed() const;
+  // The store's location: its canonical directory, or ":memory:".
   const std::string& path() const { return path_; }
+  const BackendCapabilities& capabilities() const { return capabilities_; }
 
   void SetObservers(std::vector<Observer> observers);
   void StartWorkers(const WorkerOptions& options);
   void StopWorkers();
   bool WaitIdle(double timeout_seconds);
   WorkerStats GetWorkerStats() const;
-  std::vector<ObservedColumn> ObservedColumns() const { return store()->ObservedColumns(); }
+  std::vector<ObservedColumn> ObservedColumns() const { return backend()->ObservedColumns(); }
 
-  // The shared store; throws kClosed once this handle is closed.
-  std::shared_ptr<Store> store() const;
-  StoreStats Stats() const;
+  // The backend; throws kClosed once this handle is closed.
+  std::shared_ptr<Backend> backend() const { return transactions_->backend(); }
+  BackendStats Stats() const;
 
  private:
-  friend class Transaction;
-  Env(std::string path, std::shared_ptr<Store> store);
-  void Forget(Transaction* transaction);
+  explicit Env(std::shared_ptr<Backend> backend);
 
   const std::string path_;
+  const BackendCapabilities capabilities_;
+  const std::shared_ptr<TransactionSource> transactions_;
   mutable std::mutex mu_;
-  std::shared_ptr<Store> store_;                               // GUARDED_BY(mu_); null once closed
-  std::map<Transaction*, std::weak_ptr<Transaction>> active_;  // GUARDED_BY(mu_)
-  std::vector<Observer> observers_;                            // GUARDED_BY(mu_)
-  std::shared_ptr<Workers> workers_;                           // GUARDED_BY(mu_)
+  std::vector<Observer> observers_;           // GUARDED_BY(mu_)
+  std::shared_ptr<Workers> workers_;          // GUARDED_BY(mu_)
   std::shared_ptr<Workers> stopped_workers_;  // GUARDED_BY(mu_): counters stay visible
 };
 

@@ -1,13 +1,12 @@
-// percolite/export_queue.h: the export queue (Fluo Recipes' ExportQueue;
-// shared/seeds 003, design.md section 6): only committed data leaves for
-// external systems.
+// percolite/export_queue.h: the export queue (after Fluo Recipes'
+// ExportQueue): only committed data leaves for external systems.
 //
 // Thread safety: an ExportQueue is immutable after construction; Add and the
 // processor may run on any threads at once. The exporter may be called from
 // several worker threads (different buckets) and processes at once.
 //
 // Contract
-// - Add(tx, key, value) queues an entry as a stamped write (store.h) in the
+// - Add(tx, key, value) queues an entry as a stamped write (backend.h) in the
 //   key's bucket, plus a weak notification of the bucket: the entry exists if
 //   and only if `tx` commits, and adders never collide with each other or
 //   with the processor.
@@ -50,7 +49,7 @@
 //   <id>:e:<bucket>   family "e", qualifier stamp (12 bytes) + key         queued entry
 //   <id>:b:<bucket>   family "eq:<id>", qualifiers "notify" and "cursor"   bucket state
 // where <bucket> is the bucket number in 6 decimal digits. The stamp first
-// (store.h) keeps entries in commit order: an add appends to its bucket. A
+// (backend.h) keeps entries in commit order: an add appends to its bucket. A
 // queued value is
 // one tag byte, then the value's bytes: ExportValue() gives "\x01" + value for
 // a value and "\x00" for a deletion (the Python layer and the combine

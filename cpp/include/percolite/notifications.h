@@ -1,9 +1,10 @@
-// percolite/notifications.h: notifications, the trigger of observers.
+// percolite/notifications.h: notifications, the trigger of observers, and
+// the observers they trigger.
 //
-// Thread safety: the functions here are pure; the registry of observed columns
-// is a value type.
+// Thread safety: the types here are values. Observer functions are called on
+// worker threads (workers.h), one notification per thread at a time.
 //
-// Contract (design.md section 4)
+// Contract
 // - An observer is registered for a column, STRONG or WEAK. The observed
 //   columns and their kinds are stored in the store itself, so that every
 //   process committing to it (with or without the application bound) creates
@@ -24,52 +25,31 @@
 // - A notification is removed only by such a commit; a run that fails, raises
 //   or dies leaves it in place.
 //
-// Layout: table `notify` maps StoredKeyFor(row hash (8 bytes) + encoded cell
-// key) to a record whose commit_ts is the notification's stamp. The row hash
-// prefix spreads notifications so that a scan may start at a random point, and
-// gives each of n worker processes the share hash % n == i. Table `ack` maps
-// encoded cell keys to records whose commit_ts is the last committed run.
+// The backend (backend.h) stores notifications, acks and the observed
+// columns and applies rules (a)-(b) at commit; the transaction layer carries a
+// run's trigger (Transaction::SetTrigger) and weak notifications to its
+// commit; the worker layer (workers.h) finds notifications and runs observers.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <vector>
+#include <functional>
+#include <memory>
 
+#include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/status.h"
+#include "percolite/transaction.h"
 
 namespace percolite {
 
-enum class NotifyKind : uint8_t { kStrong = 1, kWeak = 2 };
+// Runs one notification in `transaction`. Returns ok, or an error status
+// (kCallback with the traceback for a raising Python observer). Returning ok
+// commits the run (unless it deferred itself: Transaction::DeferTrigger).
+using ObserverFn =
+    std::function<Status(const std::shared_ptr<Transaction>& transaction, const Cell& cell)>;
 
-struct ObservedColumn {
-  std::string family;
-  std::string qualifier;
-  NotifyKind kind = NotifyKind::kStrong;
-  std::string observer;  // the observer's name, for status reports
-};
-
-// The set of observed columns as stored in the meta table.
-std::string EncodeObservedColumns(const std::vector<ObservedColumn>& columns);
-bool DecodeObservedColumns(std::string_view bytes, std::vector<ObservedColumn>* out);
-
-// A pending notification, as found in the notify table or handed over by a commit.
-struct Notification {
-  std::string cell_key;  // encoded cell key (encoding.h)
-  uint64_t stamp = 0;    // commit_ts of the transaction that set it
-  uint64_t row_hash = 0;
-};
-
-uint64_t RowHash(std::string_view row);
-// The key of a notification in the notify table, before StoredKeyFor.
-std::string NotificationKey(uint64_t row_hash, std::string_view cell_key);
-
-// What an observer run, or a transaction setting weak notifications, adds to
-// its commit besides its mutations.
-struct CommitExtras {
-  std::vector<std::string> weak_notifications;  // encoded cell keys
-  std::optional<std::string> trigger;           // the notification this run processes
+struct Observer {
+  ObservedColumn column;
+  ObserverFn fn;
 };
 
 }  // namespace percolite

@@ -1,11 +1,12 @@
-// percolite/transaction.h: snapshot-isolation transactions.
+// percolite/transaction.h: snapshot-isolation transactions over a backend.
 //
 // Thread safety: a Transaction may be used from any thread; calls on one
 // Transaction are serialised by its own mutex. Commit() blocks the calling
-// thread until the group commit holding it is durable; callers from Python
-// release the GIL first.
+// thread until the backend reports the commit (durable, with sync="full");
+// callers from Python release the GIL first. TransactionSource's methods may
+// be called from any thread.
 //
-// Contract (design.md section 3)
+// Contract
 // - The snapshot is taken at Begin: every transaction committed before it is
 //   visible, nothing committed after. start_ts names that snapshot.
 // - Reads (Get, Scan) see the snapshot plus this transaction's own writes.
@@ -20,7 +21,10 @@
 // - Rows must be non-empty; families must be non-empty; qualifiers and values
 //   may be empty; all are byte strings of any length.
 // - After Commit or Abort, every call except Abort throws kWrongState; once
-//   the owning Env is closed, they throw kClosed.
+//   the TransactionSource that began it is closed, they throw kClosed.
+// - TransactionSource::Close aborts every transaction it began that is still
+//   active (waiting for a commit already in flight on it to finish), and
+//   refuses new ones with kClosed.
 #pragma once
 
 #include <cstdint>
@@ -33,13 +37,12 @@
 #include <utility>
 #include <vector>
 
+#include "percolite/backend.h"
 #include "percolite/encoding.h"
-#include "percolite/notifications.h"
-#include "percolite/store.h"
 
 namespace percolite {
 
-class Env;
+class TransactionSource;
 
 // Which cells a scan visits: encoded keys in [from, end) (end empty = no bound)
 // and, when `columns` is not empty, only those (family, qualifier) pairs.
@@ -80,15 +83,15 @@ class Transaction {
   void Set(const CellRef& cell, std::string_view value);
   void Delete(const CellRef& cell);
 
-  // Buffers a stamped write (store.h): the qualifier gets the commit_ts and a
+  // Buffers a stamped write (backend.h): the qualifier gets the commit_ts and a
   // sequence number appended, so adders of queue entries never collide. Not
   // visible to this transaction's own reads.
   void AddStamped(const CellRef& cell, std::string_view value);
-  // Removes a cell a stamped write created, without a tombstone (store.h,
+  // Removes a cell a stamped write created, without a tombstone (backend.h,
   // Mutation::purge). Only for consumed queue entries.
   void Purge(const CellRef& cell);
   // Purges every cell of `row`/`family` whose qualifier sorts from
-  // `first_stamp` (kStampSize bytes, store.h) to anything that begins with
+  // `first_stamp` (kStampSize bytes, backend.h) to anything that begins with
   // `last_stamp`, as one range (Mutation::purge_end), without tombstones and
   // without conflict checks: a run of consumed queue entries, in a queue row
   // that holds nothing but stamped entries. Only for stamps this transaction's
@@ -138,25 +141,25 @@ class Transaction {
   void Abort();
 
  private:
-  friend class Env;
+  friend class TransactionSource;
   struct BufferedWrite {
     bool is_delete = false;
     std::string value;
     bool purge = false;
   };
 
-  Transaction(std::shared_ptr<Env> env, std::unique_ptr<Snapshot> snapshot);
+  Transaction(std::shared_ptr<TransactionSource> source, std::unique_ptr<Snapshot> snapshot);
   void CheckActive() const;     // REQUIRES(mu_)
   void ReleaseLocked(State s);  // REQUIRES(mu_)
-  void AbortFromEnvClose();
+  void AbortFromClose();
   static void ValidateCell(const CellRef& cell);
 
   mutable std::mutex mu_;
-  std::weak_ptr<Env> env_;
+  std::weak_ptr<TransactionSource> source_;
   std::unique_ptr<Snapshot> snapshot_;  // GUARDED_BY(mu_)
   const uint64_t start_ts_;
   State state_ = State::kActive;                 // GUARDED_BY(mu_)
-  bool env_closed_ = false;                      // GUARDED_BY(mu_)
+  bool source_closed_ = false;                   // GUARDED_BY(mu_)
   std::optional<uint64_t> commit_ts_;            // GUARDED_BY(mu_)
   std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
   CommitExtras extras_;                          // GUARDED_BY(mu_)
@@ -166,6 +169,34 @@ class Transaction {
   bool Purged(std::string_view key) const;                   // REQUIRES(mu_)
   double deferred_seconds_ = 0;                              // GUARDED_BY(mu_)
   bool hurried_ = false;                                     // GUARDED_BY(mu_)
+};
+
+// Begins transactions on a backend and keeps track of the active ones, so
+// that closing it aborts them: one per Env handle.
+class TransactionSource : public std::enable_shared_from_this<TransactionSource> {
+ public:
+  explicit TransactionSource(std::shared_ptr<Backend> backend);
+  TransactionSource(const TransactionSource&) = delete;
+  TransactionSource& operator=(const TransactionSource&) = delete;
+
+  // A new transaction on a fresh snapshot; throws kClosed after Close.
+  std::shared_ptr<Transaction> Begin();
+  // The backend; throws kClosed after Close (and kWrongState in a forked child).
+  std::shared_ptr<Backend> backend() const;
+  bool closed() const;
+  // Aborts the active transactions and refuses new ones; returns the backend
+  // (null when already closed), for its owner to release. Idempotent.
+  std::shared_ptr<Backend> Close();
+
+ private:
+  friend class Transaction;
+  void Forget(Transaction* transaction);
+  Error ClosedError() const;
+
+  const std::string location_;  // for messages
+  mutable std::mutex mu_;
+  std::shared_ptr<Backend> backend_;                           // GUARDED_BY(mu_); null once closed
+  std::map<Transaction*, std::weak_ptr<Transaction>> active_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace percolite

@@ -5,13 +5,13 @@
 // per thread at a time; Env refuses StopWorkers, Close and WaitIdle from them
 // (kWrongState), since a worker cannot wait for itself.
 //
-// Contract (design.md section 4; notifications.h has the delivery rules)
+// Contract (notifications.h has the delivery rules)
 // - Finding work: the process that commits a notification hands it straight
 //   to its own workers (no scan latency). A scanner thread finds the rest
 //   (other processes' commits, work left by a crash or a failure) by scanning
-//   the notify table from a random point. It sleeps on inotify events of the
-//   store's data file, so an idle pool costs no CPU, and wakes at once when
-//   any process commits.
+//   the pending notifications from a random point. Between scans it sleeps in
+//   the backend's WorkWatch (backend.h), which wakes it when any process
+//   commits, so an idle pool costs no CPU.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
 //   thread serves the observer with the fewest runs going (ties in turn). So
 //   one observer whose runs are slow or wait on something (an exporter on its
@@ -43,10 +43,10 @@
 //   Retries of failures and conflicts keep their delays, and a hurried run
 //   that defers again is deferred as asked. A wait in another process, one
 //   without workers of its own (Env::WaitIdle), hurries this pool too: it
-//   touches the store's signal file (Store::SignalWaiting), and the pool
+//   signals through the backend (Backend::SignalWaiting), and the pool
 //   hurries as if a local thread waited until kExternalHurry after the last
-//   touch it saw (the signal is best effort: without inotify or write access
-//   to the directory, deferrals just keep their time).
+//   signal its WorkWatch saw (best effort: where the backend cannot signal,
+//   deferrals just keep their time).
 // - WaitIdle returns true once the notify table is empty and no observer is
 //   running in this pool; false when the timeout elapses first.
 // - Stop lets running observers finish, runs nothing new, and joins threads.
@@ -65,24 +65,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "percolite/backend.h"
 #include "percolite/notifications.h"
 #include "percolite/status.h"
+#include "percolite/transaction.h"
 
 namespace percolite {
-
-class Env;
-class Store;
-class Transaction;
-
-// Runs one notification in `transaction`. Returns ok, or an error status
-// (kCallback with the traceback for a raising Python observer).
-using ObserverFn =
-    std::function<Status(const std::shared_ptr<Transaction>& transaction, const Cell& cell)>;
-
-struct Observer {
-  ObservedColumn column;
-  ObserverFn fn;
-};
 
 struct WorkerOptions {
   int threads = 4;
@@ -114,11 +102,12 @@ struct WorkerStats {
   std::vector<ObserverStats> observers;
 };
 
-class Workers {
+class Workers final : public NotificationSink {
  public:
-  Workers(std::shared_ptr<Env> env, std::shared_ptr<Store> store, std::vector<Observer> observers,
+  // Runs `observers` in transactions begun from `source`, on its backend.
+  Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer> observers,
           const WorkerOptions& options);
-  ~Workers();
+  ~Workers() override;
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
 
@@ -127,11 +116,13 @@ class Workers {
   bool WaitIdle(double timeout_seconds);
   WorkerStats Stats() const;
 
-  // Called by the store's writer after a commit: the notifications it wrote.
-  void Offer(const std::vector<Notification>& notifications);
+  // Called by the backend after a commit of this process: the notifications it wrote.
+  void Offer(const std::vector<Notification>& notifications) override;
 
   // True on a thread of any worker pool (an observer is running on it).
   static bool OnWorkerThread();
+  // True in a child forked after the pool started: its threads do not exist there.
+  bool ForkedAway() const { return backend_->ForkedAway(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -178,8 +169,8 @@ class Workers {
   void HurryLocked();
   const Observer* Find(const Cell& cell, size_t* index) const;
 
-  std::weak_ptr<Env> env_;
-  std::shared_ptr<Store> store_;
+  std::weak_ptr<TransactionSource> source_;
+  std::shared_ptr<Backend> backend_;
   const std::vector<Observer> observers_;
   const WorkerOptions options_;
 
@@ -201,7 +192,7 @@ class Workers {
   bool started_ = false;                      // GUARDED_BY(mu_)
   uint64_t scans_ = 0;                        // GUARDED_BY(mu_)
 
-  int wake_fd_ = -1;  // eventfd: wakes the scanner on Stop
+  std::unique_ptr<WorkWatch> watch_;  // the scanner sleeps in it; Stop interrupts it
   std::vector<std::thread> threads_;
   std::thread scanner_;
 };

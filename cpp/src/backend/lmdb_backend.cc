@@ -1,9 +1,12 @@
-#include "percolite/store.h"
+#include "lmdb_backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,9 +16,9 @@
 #include <cstring>
 #include <map>
 
+#include "fork_guard.h"
 #include "lmdb_util.h"
 #include "percolite/encoding.h"
-#include "percolite/workers.h"
 
 namespace percolite {
 namespace {
@@ -28,26 +31,24 @@ constexpr std::string_view kFormat = "percolite/3";
 constexpr std::string_view kObservedKey = "observed";
 constexpr size_t kTombstonesPerBatch = 1024;
 
-// fork() handling: a child sees a new generation and refuses the parent's stores.
-std::atomic<uint64_t> g_fork_generation{0};
+// One backend per canonical path in this process. fork() handling
+// (fork_guard.h): a child sees a new generation and refuses the parent's stores.
 std::mutex g_registry_mu;
-std::map<std::string, std::shared_ptr<Store>>* g_registry =
-    new std::map<std::string, std::shared_ptr<Store>>;
+std::map<std::string, std::shared_ptr<LmdbBackend>>* g_registry =
+    new std::map<std::string, std::shared_ptr<LmdbBackend>>;
 
 void InstallForkHandlers() {
   static std::once_flag once;
   std::call_once(once, [] {
+    InstallForkGeneration();
     pthread_atfork([] { g_registry_mu.lock(); }, [] { g_registry_mu.unlock(); },
-                   [] {
-                     g_fork_generation.fetch_add(1);
-                     g_registry_mu.unlock();
-                   });
+                   [] { g_registry_mu.unlock(); });
   });
 }
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
-std::string CanonicalDirectory(const std::string& path, const StoreOptions& options) {
+std::string CanonicalDirectory(const std::string& path, const BackendOptions& options) {
   if (path.empty()) throw Error(ErrorCode::kInvalidArgument, "opening a store: the path is empty");
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
@@ -97,35 +98,6 @@ uint64_t ReadCounter(MDB_txn* txn, MDB_dbi meta) {
   return ReadUint64BE(FromVal(data));
 }
 
-// A printable form of an encoded cell key, for error messages.
-std::string DescribeKey(std::string_view encoded) {
-  Cell cell;
-  if (!DecodeCellKey(encoded, &cell)) return "an internal key";
-  auto repr = [](const std::string& s) {
-    std::string out = "b'";
-    size_t shown = 0;
-    for (unsigned char c : s) {
-      if (++shown > 60) {
-        out += "...";
-        break;
-      }
-      if (c == '\\' || c == '\'') {
-        out += '\\';
-        out += static_cast<char>(c);
-      } else if (c >= 32 && c < 127) {
-        out += static_cast<char>(c);
-      } else {
-        char buf[5];
-        std::snprintf(buf, sizeof buf, "\\x%02x", c);
-        out += buf;
-      }
-    }
-    return out + "'";
-  };
-  return "row " + repr(cell.row) + " column (" + repr(cell.family) + ", " + repr(cell.qualifier) +
-         ")";
-}
-
 // The oldest snapshot (LMDB txnid) any reader in any process still holds.
 uint64_t OldestReaderTxnid(MDB_env* env) {
   uint64_t oldest = UINT64_MAX;
@@ -153,31 +125,68 @@ struct TxnAborter {
 
 }  // namespace
 
-struct Store::PendingCommit {
+struct LmdbBackend::PendingCommit {
   uint64_t start_ts;
   const std::vector<Mutation>* mutations;
-  const CommitExtras* extras = nullptr;
+  const CommitExtras* extras = nullptr;  // null when it has none
   CommitResult result;
   bool done = false;  // GUARDED_BY(queue_mu_)
   std::condition_variable cv;
+  // CommitAsync: the request owns its writes, and is deleted once `callback` ran.
+  std::vector<Mutation> owned_mutations;
+  CommitExtras owned_extras;
+  CommitCallback callback;
 };
+
+namespace {
+bool HasExtras(const CommitExtras& extras) {
+  return extras.trigger || !extras.weak_notifications.empty();
+}
+}  // namespace
+
+// A snapshot: an LMDB read transaction held for its whole life.
+class LmdbSnapshot final : public Snapshot {
+ public:
+  LmdbSnapshot(std::shared_ptr<LmdbBackend> store, MDB_txn* txn, uint64_t start_ts)
+      : Snapshot(start_ts), store_(std::move(store)), txn_(txn) {}
+  ~LmdbSnapshot() override;
+
+  std::optional<std::string> Get(std::string_view encoded_key) override;
+  bool Visit(std::string_view from, bool exclusive, std::string_view end,
+             const CellVisitor& visit) override;
+  std::optional<uint64_t> NotificationStamp(std::string_view cell_key) override;
+  void Release() override;
+
+ private:
+  void CheckOpen(const char* what) const;
+  std::shared_ptr<LmdbBackend> store_;
+  MDB_txn* txn_;
+};
+
+const BackendCapabilities& LmdbBackend::capabilities() const {
+  static const BackendCapabilities kLmdb{"lmdb", /*persistent=*/true, /*cross_process=*/true,
+                                         /*durable=*/true,
+                                         /*max_value_size=*/size_t{0xFFFFFFFF} - 64};
+  return kLmdb;
+}
 
 // ---------------------------------------------------------------------------
 // Opening and closing
 
-std::shared_ptr<Store> Store::Acquire(const std::string& path, const StoreOptions& options) {
+std::shared_ptr<LmdbBackend> LmdbBackend::Acquire(const std::string& path,
+                                                  const BackendOptions& options) {
   InstallForkHandlers();
   std::string canonical = CanonicalDirectory(path, options);
   std::lock_guard<std::mutex> lock(g_registry_mu);
   auto it = g_registry->find(canonical);
   if (it != g_registry->end() && it->second->ForkedAway()) {
     // Inherited from the parent process: deliberately leaked, never touched.
-    new std::shared_ptr<Store>(std::move(it->second));
+    new std::shared_ptr<LmdbBackend>(std::move(it->second));
     g_registry->erase(it);
     it = g_registry->end();
   }
   if (it != g_registry->end()) {
-    Store& existing = *it->second;
+    LmdbBackend& existing = *it->second;
     if (existing.options_.sync != options.sync) {
       throw Error(
           ErrorCode::kInvalidArgument,
@@ -187,7 +196,7 @@ std::shared_ptr<Store> Store::Acquire(const std::string& path, const StoreOption
     ++existing.handles_;
     return it->second;
   }
-  std::shared_ptr<Store> store(new Store(canonical, options));
+  std::shared_ptr<LmdbBackend> store(new LmdbBackend(canonical, options));
   store->OpenEnvironment();
   store->writer_ = std::make_unique<std::thread>([s = store.get()] { s->WriterLoop(); });
   store->handles_ = 1;
@@ -195,8 +204,8 @@ std::shared_ptr<Store> Store::Acquire(const std::string& path, const StoreOption
   return store;
 }
 
-void Store::ReleaseHandle() {
-  std::shared_ptr<Store> keep_alive;
+void LmdbBackend::ReleaseHandle() {
+  std::shared_ptr<LmdbBackend> keep_alive;
   std::lock_guard<std::mutex> lock(g_registry_mu);
   if (ForkedAway() || handles_ == 0) return;
   if (--handles_ > 0) return;
@@ -208,13 +217,13 @@ void Store::ReleaseHandle() {
   Close();
 }
 
-Store::Store(std::string path, const StoreOptions& options)
+LmdbBackend::LmdbBackend(std::string path, const BackendOptions& options)
     : path_(std::move(path)),
       options_(options),
-      fork_generation_(g_fork_generation.load()),
+      fork_generation_(ForkGeneration()),
       map_lock_(std::make_unique<MapLock>()) {}
 
-Store::~Store() {
+LmdbBackend::~LmdbBackend() {
   if (ForkedAway()) {
     // Threads and LMDB state belong to the parent: leak them rather than touch them.
     writer_.release();
@@ -225,9 +234,9 @@ Store::~Store() {
   CloseEnvironment();
 }
 
-bool Store::ForkedAway() const { return fork_generation_ != g_fork_generation.load(); }
+bool LmdbBackend::ForkedAway() const { return fork_generation_ != ForkGeneration(); }
 
-void Store::CheckUsable() const {
+void LmdbBackend::CheckUsable() const {
   if (ForkedAway()) {
     throw Error(ErrorCode::kWrongState,
                 "store '" + path_ +
@@ -237,7 +246,7 @@ void Store::CheckUsable() const {
   if (closed_.load()) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
 }
 
-void Store::OpenEnvironment() {
+void LmdbBackend::OpenEnvironment() {
   MDB_env* env = nullptr;
   CheckLmdb(mdb_env_create(&env), "creating the LMDB environment");
   env_ = env;
@@ -313,7 +322,7 @@ void Store::OpenEnvironment() {
   map_size_ = info.me_mapsize;
 }
 
-void Store::Close() {
+void LmdbBackend::Close() {
   if (ForkedAway()) return;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -326,7 +335,7 @@ void Store::Close() {
   CloseEnvironment();
 }
 
-void Store::CloseEnvironment() {
+void LmdbBackend::CloseEnvironment() {
   MapLock::Exclusive lock(*map_lock_);
   // Snapshots are counted under the shared lock, so this check cannot race
   // with one being created: the last one to be released closes LMDB instead.
@@ -335,8 +344,8 @@ void Store::CloseEnvironment() {
   env_ = nullptr;
 }
 
-StoreStats Store::Stats() const {
-  StoreStats s;
+BackendStats LmdbBackend::Stats() const {
+  BackendStats s;
   s.commits = commits_.load();
   s.conflicts = conflicts_.load();
   s.batches = batches_.load();
@@ -347,7 +356,7 @@ StoreStats Store::Stats() const {
   return s;
 }
 
-void Store::GrowMap(bool adopt_only) {
+void LmdbBackend::GrowMap(bool adopt_only) {
   MapLock::Exclusive lock(*map_lock_);
   MDB_envinfo info;
   mdb_env_info(env_, &info);
@@ -361,7 +370,7 @@ void Store::GrowMap(bool adopt_only) {
 // ---------------------------------------------------------------------------
 // Snapshots
 
-MDB_txn* Store::TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* what) {
+MDB_txn* LmdbBackend::TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* what) {
   if (env_ == nullptr || closed_.load()) {
     throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
   }
@@ -383,7 +392,7 @@ MDB_txn* Store::TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* w
   return txn;
 }
 
-std::unique_ptr<Snapshot> Store::BeginSnapshot() {
+std::unique_ptr<Snapshot> LmdbBackend::BeginSnapshot() {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
@@ -397,23 +406,28 @@ std::unique_ptr<Snapshot> Store::BeginSnapshot() {
       throw;
     }
     live_snapshots_.fetch_add(1);
-    return std::unique_ptr<Snapshot>(new Snapshot(shared_from_this(), txn, start_ts));
+    return std::make_unique<LmdbSnapshot>(shared_from_this(), txn, start_ts);
   }
 }
 
-Snapshot::~Snapshot() {
+LmdbSnapshot::~LmdbSnapshot() {
   if (store_ && store_->ForkedAway()) return;  // the parent's reader slot: leave it alone
   Release();
 }
 
-void Snapshot::Release() {
+void LmdbSnapshot::CheckOpen(const char* what) const {
+  store_->CheckUsable();
+  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, std::string(what) + " a released snapshot");
+}
+
+void LmdbSnapshot::Release() {
   if (txn_ == nullptr) return;
   if (store_->ForkedAway()) {
     txn_ = nullptr;
     return;
   }
   {
-    Store::MapLock::Shared lock(*store_->map_lock_);
+    LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
     mdb_txn_abort(txn_);
     txn_ = nullptr;
   }
@@ -422,10 +436,9 @@ void Snapshot::Release() {
   }
 }
 
-std::optional<std::string> Snapshot::Get(std::string_view encoded_key) {
-  store_->CheckUsable();
-  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "reading from a released snapshot");
-  Store::MapLock::Shared lock(*store_->map_lock_);
+std::optional<std::string> LmdbSnapshot::Get(std::string_view encoded_key) {
+  CheckOpen("reading from");
+  LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
   std::string raw;
   if (!ReadRecord(txn_, store_->data_dbi_, encoded_key, &raw)) return std::nullopt;
   RecordView record;
@@ -435,12 +448,11 @@ std::optional<std::string> Snapshot::Get(std::string_view encoded_key) {
   return std::string(record.value);
 }
 
-std::optional<uint64_t> Snapshot::NotificationStamp(std::string_view cell_key) {
-  store_->CheckUsable();
-  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "reading from a released snapshot");
+std::optional<uint64_t> LmdbSnapshot::NotificationStamp(std::string_view cell_key) {
+  CheckOpen("reading from");
   Cell cell;
   if (!DecodeCellKey(cell_key, &cell)) return std::nullopt;
-  Store::MapLock::Shared lock(*store_->map_lock_);
+  LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
   std::string raw;
   if (!ReadRecord(txn_, store_->notify_dbi_, NotificationKey(RowHash(cell.row), cell_key), &raw)) {
     return std::nullopt;
@@ -448,34 +460,16 @@ std::optional<uint64_t> Snapshot::NotificationStamp(std::string_view cell_key) {
   return ReadUint64BE(raw);
 }
 
-bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
-                    std::vector<std::pair<std::string, std::string>>* out) {
-  store_->CheckUsable();
-  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
-  Store::MapLock::Shared lock(*store_->map_lock_);
-  size_t taken = 0;
-  return ScanRecords(txn_, store_->data_dbi_, from, exclusive, end,
-                     [&](std::string_view key, const RecordView& record) {
-                       if (taken == limit) return false;
-                       if (!record.tombstone) {
-                         out->emplace_back(std::string(key), std::string(record.value));
-                         ++taken;
-                       }
-                       return true;
-                     });
-}
-
-bool Snapshot::Visit(std::string_view from, bool exclusive, std::string_view end,
-                     const CellVisitor& visit) {
-  store_->CheckUsable();
-  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
+bool LmdbSnapshot::Visit(std::string_view from, bool exclusive, std::string_view end,
+                         const CellVisitor& visit) {
+  CheckOpen("scanning");
   // The map lock is taken for kVisitChunk cells at a time, so a long walk
   // never holds up a map growth (which takes it exclusively) for long.
   constexpr size_t kVisitChunk = 4096;
   std::string last, resume;  // the key a chunk ended at; where this chunk began
   for (bool first = true;; first = false) {
     resume.swap(last);  // its own string: `last` is written when this chunk ends
-    Store::MapLock::Shared lock(*store_->map_lock_);
+    LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
     size_t visited = 0;
     bool stopped = false;
     const bool exhausted = ScanRecords(
@@ -494,30 +488,34 @@ bool Snapshot::Visit(std::string_view from, bool exclusive, std::string_view end
   }
 }
 
-size_t Snapshot::Count(std::string_view from, bool exclusive, std::string_view end, size_t limit) {
-  store_->CheckUsable();
-  if (txn_ == nullptr) throw Error(ErrorCode::kClosed, "scanning a released snapshot");
-  Store::MapLock::Shared lock(*store_->map_lock_);
-  size_t counted = 0;
-  ScanRecords(txn_, store_->data_dbi_, from, exclusive, end,
-              [&](std::string_view, const RecordView& record) {
-                if (counted == limit) return false;
-                if (!record.tombstone) ++counted;
-                return true;
-              });
-  return counted;
-}
-
 // ---------------------------------------------------------------------------
 // Group commit
 
-CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutations,
-                           const CommitExtras* extras) {
+void LmdbBackend::CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations,
+                              CommitExtras extras, CommitCallback done) {
+  CheckUsable();
+  auto pending = std::make_unique<PendingCommit>();
+  pending->start_ts = start_ts;
+  pending->owned_mutations = std::move(mutations);
+  pending->mutations = &pending->owned_mutations;
+  pending->owned_extras = std::move(extras);
+  if (HasExtras(pending->owned_extras)) pending->extras = &pending->owned_extras;
+  pending->callback = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) throw Error(ErrorCode::kClosed, "committing: store '" + path_ + "' is closed");
+    queue_.push_back(pending.release());
+  }
+  queue_cv_.notify_one();  // the writer leads unless a committer already does
+}
+
+CommitResult LmdbBackend::Commit(uint64_t start_ts, std::vector<Mutation> mutations,
+                                 CommitExtras extras) {
   CheckUsable();
   PendingCommit pending;
   pending.start_ts = start_ts;
   pending.mutations = &mutations;
-  pending.extras = extras;
+  if (HasExtras(extras)) pending.extras = &extras;
   std::unique_lock<std::mutex> lock(queue_mu_);
   if (stopping_) throw Error(ErrorCode::kClosed, "committing: store '" + path_ + "' is closed");
   queue_.push_back(&pending);
@@ -532,7 +530,7 @@ CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutat
   lock.unlock();
   std::vector<PendingCommit*> batch;
   struct Resign {  // gives leadership back even if a step throws
-    Store* store;
+    LmdbBackend* store;
     std::unique_lock<std::mutex>* lock;
     ~Resign() {
       if (!lock->owns_lock()) lock->lock();
@@ -553,7 +551,7 @@ CommitResult Store::Commit(uint64_t start_ts, const std::vector<Mutation>& mutat
   return pending.result;
 }
 
-std::vector<CommitResult> Store::CommitBatchForTesting(
+std::vector<CommitResult> LmdbBackend::CommitBatchForTesting(
     const std::vector<std::pair<uint64_t, std::vector<Mutation>>>& commits) {
   CheckUsable();
   std::vector<PendingCommit> pending(commits.size());
@@ -569,20 +567,29 @@ std::vector<CommitResult> Store::CommitBatchForTesting(
   return results;
 }
 
-void Store::Wake(std::vector<PendingCommit*>& done) {
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  for (PendingCommit* p : done) {
-    p->done = true;
-    p->cv.notify_one();
+void LmdbBackend::Wake(std::vector<PendingCommit*>& done) {
+  std::vector<std::unique_ptr<PendingCommit>> asynchronous;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (PendingCommit* p : done) {
+      if (p->callback) {
+        asynchronous.emplace_back(p);
+        continue;
+      }
+      p->done = true;
+      p->cv.notify_one();
+    }
   }
   done.clear();
+  // Outside queue_mu_: a callback may submit the next commit.
+  for (const auto& p : asynchronous) p->callback(p->result);
 }
 
 // A batch of at least this many cells first confirms the previous batch
 // with a sync of its own (LeadOnce).
 constexpr size_t kEarlySyncCells = 256;
 
-bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
+bool LmdbBackend::LeadOnce(std::vector<PendingCommit*>& batch) {
   // With sync="full", a committed batch is durable once its meta page is
   // synced. The next batch's commit syncs the file (its data pages), which
   // covers the previous meta page; when nothing else is queued, an explicit
@@ -638,7 +645,7 @@ bool Store::LeadOnce(std::vector<PendingCommit*>& batch) {
   return true;
 }
 
-void Store::WriterLoop() {
+void LmdbBackend::WriterLoop() {
   pthread_setname_np(pthread_self(), "pc-writer");  // shown by top -H, perf, py-spy
   std::vector<PendingCommit*> batch;
   for (;;) {
@@ -657,7 +664,7 @@ void Store::WriterLoop() {
   }
 }
 
-Status Store::SyncMeta() {
+Status LmdbBackend::SyncMeta() {
   MapLock::Shared lock(*map_lock_);
   int rc = mdb_env_sync(env_, 1);
   if (rc != MDB_SUCCESS) {
@@ -668,31 +675,14 @@ Status Store::SyncMeta() {
   return Status::Ok();
 }
 
-std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_t seq) {
-  std::string stamp, key;
-  AppendUint64BE(&stamp, commit_ts);
-  for (int shift = 24; shift >= 0; shift -= 8) stamp.push_back(static_cast<char>(seq >> shift));
-  if (!PrefixQualifier(encoded_key, stamp, &key)) {
-    throw Error(ErrorCode::kInvalidArgument, "a stamped write needs a cell key");
-  }
-  return key;
-}
-
 namespace {
-
-// Sets *row to the row of the cell key `key` (only the row is decoded);
-// false when `key` is not a cell key.
-bool RowOfCellKey(std::string_view key, std::string* row) {
-  size_t parts[3], pos = 0;
-  return CellKeyParts(key, &parts) && ReadEscapedPart(key, &pos, row);
-}
 
 // Deletes every stored cell whose whole encoded key k has from <= k < end
 // (Mutation::purge_end), walking one cursor from the first; returns how many.
 // A long key is stored under its first kMaxInlineKey bytes and a hash, so
 // keys sharing those bytes sort by hash: each is checked by its whole key,
 // and the walk ends only past every key whose first bytes could be in range.
-size_t PurgeRange(MDB_txn* txn, MDB_dbi dbi, std::string_view from, std::string_view end) {
+size_t PurgeStoredRange(MDB_txn* txn, MDB_dbi dbi, std::string_view from, std::string_view end) {
   MDB_cursor* cursor = nullptr;
   CheckLmdb(mdb_cursor_open(txn, dbi, &cursor), "opening a cursor to purge queue entries");
   std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
@@ -733,152 +723,131 @@ void PutRecordAt(MDB_txn* txn, MDB_dbi dbi, std::string_view full_key, uint64_t 
   CheckLmdb(mdb_put(txn, dbi, &k, &v, 0), "writing a notification");
 }
 
+// The tables of one LMDB write transaction, as commit_rules.h uses them.
+class LmdbTables {
+ public:
+  LmdbTables(MDB_txn* txn, uint64_t txnid, MDB_dbi data, MDB_dbi tombstones, MDB_dbi notify,
+             MDB_dbi ack)
+      : txn_(txn),
+        txnid_(txnid),
+        data_(data),
+        tombstones_(tombstones),
+        notify_(notify),
+        ack_(ack) {}
+
+  std::optional<uint64_t> CellWrittenTs(std::string_view key) { return TsIn(data_, key); }
+  std::optional<uint64_t> AckTs(std::string_view cell_key) { return TsIn(ack_, cell_key); }
+  std::optional<uint64_t> NotificationStampAt(std::string_view key) { return TsIn(notify_, key); }
+
+  void PutCell(std::string_view key, uint64_t commit_ts, bool is_delete, std::string_view value) {
+    std::string stored = StoredKeyFor(key);
+    std::string_view full = IsHashedStoredKey(stored) ? key : std::string_view();
+    std::string record = EncodeRecord(commit_ts, is_delete, full, value);
+    MDB_val k = ToVal(stored), v = ToVal(record);
+    CheckLmdb(mdb_put(txn_, data_, &k, &v, 0), "writing a cell");
+    if (!is_delete) return;
+    // Index the tombstone by the LMDB txn that wrote it (CollectTombstones).
+    std::string index_key, ts_bytes;
+    AppendUint64BE(&index_key, txnid_);
+    index_key += stored;
+    AppendUint64BE(&ts_bytes, commit_ts);
+    MDB_val tk = ToVal(index_key), tv = ToVal(ts_bytes);
+    CheckLmdb(mdb_put(txn_, tombstones_, &tk, &tv, 0), "indexing a tombstone");
+  }
+  void PurgeCell(std::string_view key) {
+    std::string stored = StoredKeyFor(key);
+    MDB_val k = ToVal(stored);
+    int rc = mdb_del(txn_, data_, &k, nullptr);
+    if (rc != MDB_NOTFOUND) CheckLmdb(rc, "purging a consumed queue entry");
+  }
+  void PurgeRange(std::string_view from, std::string_view end) {
+    PurgeStoredRange(txn_, data_, from, end);
+  }
+  void PutNotification(std::string_view key, uint64_t stamp) {
+    PutRecordAt(txn_, notify_, key, stamp);
+  }
+  void RemoveNotification(std::string_view key) {
+    std::string stored = StoredKeyFor(key);
+    MDB_val k = ToVal(stored);
+    CheckLmdb(mdb_del(txn_, notify_, &k, nullptr), "removing a notification");
+  }
+  void PutAck(std::string_view cell_key, uint64_t commit_ts) {
+    PutRecordAt(txn_, ack_, cell_key, commit_ts);
+  }
+
+ private:
+  std::optional<uint64_t> TsIn(MDB_dbi dbi, std::string_view key) {
+    if (!ReadRecord(txn_, dbi, key, &raw_)) return std::nullopt;
+    return ReadUint64BE(raw_);
+  }
+
+  MDB_txn* txn_;
+  uint64_t txnid_;
+  MDB_dbi data_, tombstones_, notify_, ack_;
+  std::string raw_;  // scratch for reads
+};
+
 }  // namespace
 
-void Store::RefreshObserved(MDB_txn* txn) {
+void LmdbBackend::RefreshObserved(MDB_txn* txn) {
   MDB_val key = ToVal(kObservedKey), data;
   int rc = mdb_get(txn, meta_dbi_, &key, &data);
   std::string_view raw = rc == MDB_SUCCESS ? FromVal(data) : std::string_view();
   if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading the observed columns");
-  if (raw == observed_raw_) return;
-  std::vector<ObservedColumn> columns;
-  if (!DecodeObservedColumns(raw, &columns)) {
+  if (!strong_.Load(raw)) {
     throw Error(ErrorCode::kCorruption, "the stored observed columns are malformed");
-  }
-  observed_raw_.assign(raw);
-  strong_.clear();
-  for (const ObservedColumn& c : columns) {
-    if (c.kind != NotifyKind::kStrong) continue;
-    std::string column;
-    AppendEscapedPart(&column, c.family);
-    AppendEscapedPart(&column, c.qualifier);
-    strong_.insert(std::move(column));
   }
 }
 
-bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
+bool LmdbBackend::WriteBatch(std::vector<PendingCommit*>& batch,
+                             std::vector<Notification>* written) {
+  MapLock::Shared lock(*map_lock_);
+  MDB_txn* txn = TryBeginTxn(lock, 0, "beginning a group commit");
+  if (txn == nullptr) return false;  // the map had grown: begin again
+  TxnAborter aborter{txn};
+  const uint64_t txnid = mdb_txn_id(txn);
+  uint64_t ts = ReadCounter(txn, meta_dbi_);
+  RefreshObserved(txn);
+  LmdbTables tables(txn, txnid, data_dbi_, tombstone_dbi_, notify_dbi_, ack_dbi_);
+  uint64_t committed = 0, refused = 0;
+  for (PendingCommit* p : batch) {
+    // Validate every write before applying any: a refused member writes nothing.
+    p->result = CommitResult{ValidateCommit(tables, p->start_ts, *p->mutations, p->extras), 0};
+    if (!p->result.status.ok()) {
+      ++refused;
+      continue;
+    }
+    p->result.commit_ts = ++ts;
+    ApplyCommit(tables, strong_, p->start_ts, ts, *p->mutations, p->extras, written);
+    ++committed;
+  }
+  const uint64_t collected = CollectTombstones(txn, txnid);
+  std::string ts_bytes;
+  AppendUint64BE(&ts_bytes, ts);
+  MDB_val ck = ToVal(kCounterKey), cv = ToVal(ts_bytes);
+  CheckLmdb(mdb_put(txn, meta_dbi_, &ck, &cv, 0), "advancing the timestamp counter");
+  aborter.txn = nullptr;  // mdb_txn_commit frees the transaction, even on failure
+  CheckLmdb(mdb_txn_commit(txn), "committing a group commit");
+  commits_.fetch_add(committed);
+  conflicts_.fetch_add(refused);
+  batches_.fetch_add(1);
+  tombstones_collected_.fetch_add(collected);
+  return true;
+}
+
+void LmdbBackend::Deliver(const std::vector<Notification>& written) {
+  if (written.empty()) return;
+  std::lock_guard<std::mutex> lock(sink_mu_);
+  if (sink_) sink_->Offer(written);
+}
+
+bool LmdbBackend::ProcessBatch(std::vector<PendingCommit*>& batch) {
   std::vector<Notification> written;
   for (;;) {
     written.clear();
     try {
-      MapLock::Shared lock(*map_lock_);
-      MDB_txn* txn = TryBeginTxn(lock, 0, "beginning a group commit");
-      if (txn == nullptr) continue;
-      TxnAborter aborter{txn};
-      const uint64_t txnid = mdb_txn_id(txn);
-      uint64_t ts = ReadCounter(txn, meta_dbi_);
-      RefreshObserved(txn);
-      auto notify = [&](const std::string& cell_key, std::string_view row, uint64_t stamp) {
-        uint64_t hash = RowHash(row);
-        PutRecordAt(txn, notify_dbi_, NotificationKey(hash, cell_key), stamp);
-        written.push_back(Notification{cell_key, stamp, hash});
-      };
-      uint64_t committed = 0, refused = 0;
-      std::string raw, tombstone_key;
-      for (PendingCommit* p : batch) {
-        p->result = CommitResult{};
-        // Validate every write before applying any: a refused member writes nothing.
-        for (const Mutation& m : *p->mutations) {
-          if (m.stamped || m.purge || !ReadRecord(txn, data_dbi_, m.key, &raw)) continue;
-          uint64_t written_ts = ReadUint64BE(raw);
-          if (written_ts > p->start_ts) {
-            p->result.status = Status::Make(
-                ErrorCode::kConflict,
-                "commit conflict on " + DescribeKey(m.key) +
-                    ": it was written by a transaction that committed at ts " +
-                    std::to_string(written_ts) + ", after this transaction's start_ts " +
-                    std::to_string(p->start_ts));
-            break;
-          }
-        }
-        const CommitExtras* extras = p->extras;
-        if (p->result.status.ok() && extras && extras->trigger &&
-            ReadRecord(txn, ack_dbi_, *extras->trigger, &raw) && ReadUint64BE(raw) > p->start_ts) {
-          p->result.status = Status::Make(ErrorCode::kConflict,
-                                          "commit conflict: another run of the observer for " +
-                                              DescribeKey(*extras->trigger) + " committed first");
-        }
-        if (!p->result.status.ok()) {
-          ++refused;
-          continue;
-        }
-        const uint64_t commit_ts = ++ts;
-        for (const Mutation& m : *p->mutations) {
-          if (m.purge && !m.purge_end.empty()) {
-            PurgeRange(txn, data_dbi_, m.key, m.purge_end);
-            continue;
-          }
-          if (m.purge) {
-            std::string stored = StoredKeyFor(m.key);
-            MDB_val k = ToVal(stored);
-            int rc = mdb_del(txn, data_dbi_, &k, nullptr);
-            if (rc != MDB_NOTFOUND) CheckLmdb(rc, "purging a consumed queue entry");
-            continue;
-          }
-          const std::string stamped_key =
-              m.stamped ? StampedKey(m.key, commit_ts, m.stamp_seq) : std::string();
-          const std::string& key = m.stamped ? stamped_key : m.key;
-          std::string stored = StoredKeyFor(key);
-          std::string_view full = IsHashedStoredKey(stored) ? std::string_view(key) : "";
-          std::string record = EncodeRecord(commit_ts, m.is_delete, full, m.value);
-          MDB_val k = ToVal(stored), v = ToVal(record);
-          CheckLmdb(mdb_put(txn, data_dbi_, &k, &v, 0), "writing a cell");
-          if (m.is_delete) {
-            tombstone_key.clear();
-            AppendUint64BE(&tombstone_key, txnid);
-            tombstone_key += stored;
-            std::string ts_bytes;
-            AppendUint64BE(&ts_bytes, commit_ts);
-            MDB_val tk = ToVal(tombstone_key), tv = ToVal(ts_bytes);
-            CheckLmdb(mdb_put(txn, tombstone_dbi_, &tk, &tv, 0), "indexing a tombstone");
-          } else if (!strong_.empty()) {
-            size_t parts[3], pos = 0;
-            std::string row;
-            if (CellKeyParts(key, &parts) &&
-                strong_.count(std::string_view(key).substr(parts[1])) &&
-                ReadEscapedPart(key, &pos, &row)) {
-              notify(key, row, commit_ts);
-            }
-          }
-        }
-        if (extras) {
-          std::string row;
-          for (const std::string& cell_key : extras->weak_notifications) {
-            if (RowOfCellKey(cell_key, &row)) notify(cell_key, row, commit_ts);
-          }
-          if (extras->trigger) {
-            const std::string& trigger = *extras->trigger;
-            PutRecordAt(txn, ack_dbi_, trigger, commit_ts);
-            if (RowOfCellKey(trigger, &row)) {
-              // Remove the notification unless it was set again after the run began.
-              std::string key = NotificationKey(RowHash(row), trigger);
-              if (ReadRecord(txn, notify_dbi_, key, &raw) && ReadUint64BE(raw) <= p->start_ts) {
-                std::string stored = StoredKeyFor(key);
-                MDB_val k = ToVal(stored);
-                CheckLmdb(mdb_del(txn, notify_dbi_, &k, nullptr), "removing a notification");
-              }
-            }
-          }
-        }
-        p->result.commit_ts = commit_ts;
-        ++committed;
-      }
-      uint64_t collected = CollectTombstones(txn, txnid);
-      std::string ts_bytes;
-      AppendUint64BE(&ts_bytes, ts);
-      MDB_val ck = ToVal(kCounterKey), cv = ToVal(ts_bytes);
-      CheckLmdb(mdb_put(txn, meta_dbi_, &ck, &cv, 0), "advancing the timestamp counter");
-      aborter.txn = nullptr;  // mdb_txn_commit frees the transaction, even on failure
-      CheckLmdb(mdb_txn_commit(txn), "committing a group commit");
-      commits_.fetch_add(committed);
-      conflicts_.fetch_add(refused);
-      batches_.fetch_add(1);
-      tombstones_collected_.fetch_add(collected);
-      if (!written.empty()) {
-        lock.unlock();
-        std::lock_guard<std::mutex> listener_lock(listener_mu_);
-        if (listener_) listener_->Offer(written);
-      }
+      if (!WriteBatch(batch, &written)) continue;
+      Deliver(written);
       return true;
     } catch (const LmdbError& e) {
       if (e.rc() == MDB_MAP_FULL) {
@@ -900,7 +869,7 @@ bool Store::ProcessBatch(std::vector<PendingCommit*>& batch) {
   }
 }
 
-uint64_t Store::CollectTombstones(MDB_txn* txn, uint64_t current_txnid) {
+uint64_t LmdbBackend::CollectTombstones(MDB_txn* txn, uint64_t current_txnid) {
   MDB_cursor* cursor = nullptr;
   CheckLmdb(mdb_cursor_open(txn, tombstone_dbi_, &cursor), "opening the tombstone index");
   std::vector<std::pair<std::string, uint64_t>> due;  // (index key, commit_ts)
@@ -938,7 +907,7 @@ uint64_t Store::CollectTombstones(MDB_txn* txn, uint64_t current_txnid) {
 }
 
 template <typename Fn>
-auto Store::WithReadTxn(Fn&& fn) {
+auto LmdbBackend::WithReadTxn(Fn&& fn) {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
@@ -949,7 +918,7 @@ auto Store::WithReadTxn(Fn&& fn) {
   }
 }
 
-std::vector<ObservedColumn> Store::ObservedColumns() {
+std::vector<ObservedColumn> LmdbBackend::ObservedColumns() {
   return WithReadTxn([&](MDB_txn* txn) {
     std::vector<ObservedColumn> columns;
     MDB_val key = ToVal(kObservedKey), data;
@@ -963,7 +932,7 @@ std::vector<ObservedColumn> Store::ObservedColumns() {
   });
 }
 
-void Store::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
+void LmdbBackend::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
   CheckUsable();
   std::string encoded = EncodeObservedColumns(columns);
   for (;;) {
@@ -986,7 +955,7 @@ void Store::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
   }
 }
 
-std::string Store::SignalFilePath() const { return path_ + "/waiting"; }
+std::string LmdbBackend::SignalFilePath() const { return path_ + "/waiting"; }
 
 namespace {
 // Opens the signal file for writing, creating it if missing; -1 on failure.
@@ -995,14 +964,14 @@ int OpenSignalFile(const std::string& path, mode_t mode) {
 }
 }  // namespace
 
-bool Store::CreateSignalFile() const {
+bool LmdbBackend::CreateSignalFile() const {
   int fd = OpenSignalFile(SignalFilePath(), options_.file_mode);
   if (fd < 0) return false;
   ::close(fd);
   return true;
 }
 
-bool Store::SignalWaiting() const {
+bool LmdbBackend::SignalWaiting() {
   // The touch (an IN_ATTRIB event) is the signal; the file stays empty.
   int fd = OpenSignalFile(SignalFilePath(), options_.file_mode);
   if (fd < 0) return false;
@@ -1011,7 +980,7 @@ bool Store::SignalWaiting() const {
   return touched;
 }
 
-uint64_t Store::PendingNotifications() {
+uint64_t LmdbBackend::PendingNotifications() {
   return WithReadTxn([&](MDB_txn* txn) {
     MDB_stat stat;
     CheckLmdb(mdb_stat(txn, notify_dbi_, &stat), "counting notifications");
@@ -1019,8 +988,8 @@ uint64_t Store::PendingNotifications() {
   });
 }
 
-bool Store::ScanNotifications(std::string_view after, size_t limit,
-                              std::vector<Notification>* out) {
+bool LmdbBackend::ScanNotifications(std::string_view after, size_t limit,
+                                    std::vector<Notification>* out) {
   return WithReadTxn([&](MDB_txn* txn) {
     size_t taken = 0;
     return ScanRecords(txn, notify_dbi_, after, !after.empty(), "",
@@ -1035,7 +1004,7 @@ bool Store::ScanNotifications(std::string_view after, size_t limit,
   });
 }
 
-std::map<std::pair<std::string, std::string>, uint64_t> Store::CountPendingByColumn() {
+std::map<std::pair<std::string, std::string>, uint64_t> LmdbBackend::CountPendingByColumn() {
   return WithReadTxn([&](MDB_txn* txn) {
     std::map<std::pair<std::string, std::string>, uint64_t> counts;
     ScanRecords(txn, notify_dbi_, "", false, "", [&](std::string_view key, const RecordView&) {
@@ -1049,19 +1018,124 @@ std::map<std::pair<std::string, std::string>, uint64_t> Store::CountPendingByCol
   });
 }
 
-void Store::SetNotificationListener(Workers* workers) {
-  std::lock_guard<std::mutex> lock(listener_mu_);
-  if (listener_ != nullptr && listener_ != workers) {
+void LmdbBackend::SetNotificationSink(NotificationSink* sink) {
+  std::lock_guard<std::mutex> lock(sink_mu_);
+  if (sink_ != nullptr && sink_ != sink) {
     throw Error(ErrorCode::kWrongState,
                 "workers are already running for store '" + path_ +
                     "' in this process (one worker pool per store and process)");
   }
-  listener_ = workers;
+  sink_ = sink;
 }
 
-void Store::ClearNotificationListener(Workers* workers) {
-  std::lock_guard<std::mutex> lock(listener_mu_);
-  if (listener_ == workers) listener_ = nullptr;
+void LmdbBackend::ClearNotificationSink(NotificationSink* sink) {
+  std::lock_guard<std::mutex> lock(sink_mu_);
+  if (sink_ == sink) sink_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Waiting for work
+
+namespace {
+
+void Drain(int fd) {
+  char buf[4096];
+  while (::read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
+// Reads every pending event of the (non-blocking) inotify descriptor `fd`;
+// sets *watched when one is for watch descriptor `watch`, *other when one is
+// for another watch.
+void ReadInotify(int fd, int watch, bool* watched, bool* other) {
+  alignas(struct inotify_event) char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return;
+    for (ssize_t at = 0; at + static_cast<ssize_t>(sizeof(struct inotify_event)) <= n;) {
+      const auto* event = reinterpret_cast<const struct inotify_event*>(buf + at);
+      *(event->wd == watch ? watched : other) = true;
+      at += sizeof(struct inotify_event) + event->len;
+    }
+  }
+}
+
+// Every commit of every process writes the data file: inotify (IN_MODIFY)
+// wakes the watcher at once, so an idle pool costs no CPU. Without inotify it
+// polls every 50 ms.
+class LmdbWorkWatch final : public WorkWatch {
+ public:
+  explicit LmdbWorkWatch(const LmdbBackend& backend) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) {
+      throw Error(ErrorCode::kStorage, std::string("creating an eventfd: ") + std::strerror(errno));
+    }
+    inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotify_fd_ >= 0) {
+      const std::string data_file = backend.path() + "/data.mdb";
+      if (::inotify_add_watch(inotify_fd_, data_file.c_str(), IN_MODIFY) < 0) {
+        ::close(inotify_fd_);
+        inotify_fd_ = -1;
+      }
+    }
+    if (inotify_fd_ >= 0 && backend.CreateSignalFile()) {
+      signal_watch_ = ::inotify_add_watch(inotify_fd_, backend.SignalFilePath().c_str(), IN_ATTRIB);
+    }
+  }
+  ~LmdbWorkWatch() override {
+    if (inotify_fd_ >= 0) ::close(inotify_fd_);
+    ::close(wake_fd_);
+  }
+
+  unsigned Wait(int timeout_ms) override {
+    // A data-file write wakes us before LMDB publishes the commit to new
+    // readers (the txnid in the lock file is updated after the meta page is
+    // written), so a scan right after a wake can miss it: after a write, Wait
+    // also returns 1 ms and then 5 ms later, for a rescan.
+    if (followups_ > 0) timeout_ms = std::min(timeout_ms, followups_ == 2 ? 1 : 5);
+    if (inotify_fd_ < 0) timeout_ms = std::min(timeout_ms, 50);
+    struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
+    const int nfds = inotify_fd_ >= 0 ? 2 : 1;
+    const int ready = ::poll(fds, nfds, timeout_ms);
+    unsigned events = kTimeout;
+    if (ready > 0) {
+      if (fds[0].revents) {
+        Drain(wake_fd_);
+        events |= kInterrupted;
+      }
+      if (nfds == 2 && fds[1].revents) {
+        bool signalled = false, written = false;
+        ReadInotify(inotify_fd_, signal_watch_, &signalled, &written);
+        if (written) {
+          followups_ = 2;
+          events |= kCommitted;
+        }
+        if (signalled) events |= kWaiterSignal;
+      }
+    } else if (followups_ > 0) {
+      --followups_;
+      events |= kCommitted;
+    }
+    return events;
+  }
+
+  void Interrupt() override {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+
+ private:
+  int wake_fd_ = -1;
+  int inotify_fd_ = -1;
+  int signal_watch_ = -1;
+  int followups_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkWatch> LmdbBackend::WatchForWork() {
+  CheckUsable();
+  return std::make_unique<LmdbWorkWatch>(*this);
 }
 
 }  // namespace percolite

@@ -1,0 +1,227 @@
+// lmdb_backend.h: the "lmdb" backend (backend.h): one LMDB environment per
+// directory per process, and its group-commit writer.
+//
+// Thread safety: as backend.h. A snapshot may move between threads (MDB_NOTLS).
+//
+// How it meets the contract of backend.h
+// - LmdbBackend::Acquire returns the one backend of a path in this process (a
+//   registry keyed by the real path) and counts one more handle on it;
+//   acquiring it again with a different sync mode throws kInvalidArgument
+//   naming it. ReleaseHandle drops one; the last one closes it.
+// - A snapshot is an LMDB read transaction held for its whole life; its
+//   start_ts is the timestamp counter as stored in that snapshot.
+// - Group commit: one leader at a time drains every pending request into one
+//   LMDB write transaction, validating members in arrival order, and commits
+//   LMDB once. A committer that finds no leader leads itself, on its own
+//   thread, until its commit is done (a lone commit costs no hand-off and no
+//   context switch); then the writer thread takes over whatever is still
+//   queued, as it does for every CommitAsync. With SyncMode::kFull, a commit
+//   is reported only once the batch is durable; under load, about one sync per
+//   batch achieves that (see LeadOnce).
+// - Tombstones carry their commit_ts and are collected once every reader in
+//   every process began after the write that made them.
+// - The memory map grows by itself; users never see MDB_MAP_FULL.
+// - WatchForWork: inotify on the data file (every commit of every process
+//   writes it) and on the signal file "waiting" in the store directory, which
+//   SignalWaiting touches.
+//
+// Caveats
+// - Not usable in a child created by fork(): every call there throws
+//   kWrongState, and nothing of the parent's LMDB state is touched.
+// - Close() drains queued commits, then closes LMDB. Snapshots still open are
+//   released first by their owners, never by another thread.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "commit_rules.h"
+#include "percolite/backend.h"
+#include "percolite/status.h"
+
+struct MDB_env;
+struct MDB_txn;
+
+namespace percolite {
+
+class LmdbSnapshot;
+
+class LmdbBackend final : public Backend, public std::enable_shared_from_this<LmdbBackend> {
+ public:
+  static std::shared_ptr<LmdbBackend> Acquire(const std::string& path,
+                                              const BackendOptions& options);
+  ~LmdbBackend() override;
+  LmdbBackend(const LmdbBackend&) = delete;
+  LmdbBackend& operator=(const LmdbBackend&) = delete;
+
+  const BackendCapabilities& capabilities() const override;
+  const std::string& location() const override { return path_; }
+  const BackendOptions& options() const override { return options_; }
+  const std::string& path() const { return path_; }
+
+  void CheckUsable() const override;
+  bool ForkedAway() const override;
+
+  std::unique_ptr<Snapshot> BeginSnapshot() override;
+
+  void CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations, CommitExtras extras,
+                   CommitCallback done) override;
+  // Leads the group commit on the calling thread when no one else does.
+  CommitResult Commit(uint64_t start_ts, std::vector<Mutation> mutations,
+                      CommitExtras extras) override;
+
+  std::vector<ObservedColumn> ObservedColumns() override;
+  void SetObservedColumns(const std::vector<ObservedColumn>& columns) override;
+
+  uint64_t PendingNotifications() override;
+  bool ScanNotifications(std::string_view after, size_t limit,
+                         std::vector<Notification>* out) override;
+  std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override;
+
+  void SetNotificationSink(NotificationSink* sink) override;
+  void ClearNotificationSink(NotificationSink* sink) override;
+
+  // The signal file of the store directory ("waiting"): a process waiting
+  // for other processes' workers touches it (SignalWaiting); their watches
+  // see it with inotify. Best effort: false when it cannot be created or touched.
+  std::unique_ptr<WorkWatch> WatchForWork() override;
+  bool SignalWaiting() override;
+  std::string SignalFilePath() const;
+  bool CreateSignalFile() const;
+
+  BackendStats Stats() const override;
+
+  // Tests only: validates and applies these commits as one group-commit batch,
+  // in order, on the calling thread (as the writer thread would).
+  std::vector<CommitResult> CommitBatchForTesting(
+      const std::vector<std::pair<uint64_t, std::vector<Mutation>>>& commits);
+
+  void ReleaseHandle() override;
+  // Drains pending commits, stops the writer and closes LMDB. Idempotent.
+  // Called by the last ReleaseHandle; tests may call it directly.
+  void Close() override;
+
+ private:
+  friend class LmdbSnapshot;
+  struct PendingCommit;
+  // Readers hold the map lock shared for the length of one LMDB call sequence;
+  // growing the map takes it exclusively, so no thread is inside the map while
+  // it moves. Writer-preferring so a resize is not starved by a stream of reads.
+  class MapLock {
+   public:
+    MapLock() {
+      pthread_rwlockattr_t attr;
+      pthread_rwlockattr_init(&attr);
+      pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+      pthread_rwlock_init(&lock_, &attr);
+      pthread_rwlockattr_destroy(&attr);
+    }
+    ~MapLock() { pthread_rwlock_destroy(&lock_); }
+
+    class Shared {
+     public:
+      explicit Shared(MapLock& l) : l_(&l) { pthread_rwlock_rdlock(&l_->lock_); }
+      ~Shared() { unlock(); }
+      void unlock() {
+        if (l_) pthread_rwlock_unlock(&l_->lock_);
+        l_ = nullptr;
+      }
+
+     private:
+      MapLock* l_;
+    };
+    class Exclusive {
+     public:
+      explicit Exclusive(MapLock& l) : l_(l) { pthread_rwlock_wrlock(&l_.lock_); }
+      ~Exclusive() { pthread_rwlock_unlock(&l_.lock_); }
+
+     private:
+      MapLock& l_;
+    };
+
+   private:
+    pthread_rwlock_t lock_;
+  };
+
+  LmdbBackend(std::string path, const BackendOptions& options);
+  void OpenEnvironment();
+  void CloseEnvironment();
+  void WriterLoop();
+  // One step of the group-commit leader (the caller holds leadership, not
+  // queue_mu_): commits the queued requests as one batch, or syncs when only
+  // unconfirmed ones remain, and wakes the committers it finished. `batch` is
+  // scratch space. Returns true when it ran an LMDB write transaction.
+  bool LeadOnce(std::vector<PendingCommit*>& batch);
+  // Wakes these committers (their results are set) and clears `done`.
+  void Wake(std::vector<PendingCommit*>& done);
+  // Returns true when it committed an LMDB write (which synced the data file).
+  bool ProcessBatch(std::vector<PendingCommit*>& batch);
+  // Validates and applies the batch in one LMDB write transaction and commits
+  // it; throws on a storage failure. The notifications it wrote go to *written.
+  // Returns false when another process had grown the map: call it again.
+  bool WriteBatch(std::vector<PendingCommit*>& batch, std::vector<Notification>* written);
+  // Syncs the data file (making the last meta page durable).
+  Status SyncMeta();
+  void RefreshObserved(MDB_txn* txn);
+  // Hands notifications a batch wrote to this process's sink.
+  void Deliver(const std::vector<Notification>& written);
+  // Begins an LMDB transaction under `lock` (held shared). Returns nullptr when
+  // another process had grown the map: the lock was dropped to adopt the new
+  // size, and the caller retries with a fresh lock.
+  MDB_txn* TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* what);
+  // Runs `fn(txn)` in a short read transaction under the map lock.
+  template <typename Fn>
+  auto WithReadTxn(Fn&& fn);
+  // Removes tombstones no reader can need any more; returns how many.
+  uint64_t CollectTombstones(MDB_txn* txn, uint64_t current_txnid);
+  // Grows the map (or adopts another process's larger size); takes the map lock exclusively.
+  void GrowMap(bool adopt_only);
+
+  std::string path_;
+  BackendOptions options_;
+  uint64_t fork_generation_;
+  MDB_env* env_ = nullptr;
+  unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
+
+  // The writer's cache of the strongly observed columns (from the meta table).
+  StrongColumns strong_;  // group-commit leader only
+
+  std::mutex sink_mu_;
+  NotificationSink* sink_ = nullptr;  // GUARDED_BY(sink_mu_)
+  std::unique_ptr<MapLock> map_lock_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;  // wakes the writer
+  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
+  bool stopping_ = false;             // GUARDED_BY(queue_mu_)
+  // Whether some thread (the writer or a committer) is the group-commit
+  // leader; only the leader runs LMDB write transactions.
+  bool leading_ = false;  // GUARDED_BY(queue_mu_)
+  // Committed, not yet durable (sync="full"): woken after the next sync.
+  // Touched by the leader, or under queue_mu_ while no one leads.
+  std::vector<PendingCommit*> unconfirmed_;
+  std::unique_ptr<std::thread> writer_;
+  std::atomic<bool> closed_{false};
+  int handles_ = 0;  // GUARDED_BY(registry mutex)
+  std::atomic<int> live_snapshots_{0};
+
+  std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, inline_batches_{0},
+      tombstones_collected_{0}, map_growths_{0};
+  std::atomic<uint64_t> map_size_{0};
+};
+
+}  // namespace percolite

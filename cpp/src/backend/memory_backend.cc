@@ -1,0 +1,467 @@
+#include "memory_backend.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "fork_guard.h"
+
+namespace percolite {
+namespace {
+
+using Version = MemoryBackend::Version;
+using VersionState = MemoryBackend::VersionState;
+using Table = MemoryBackend::Table;
+
+const std::string kLocation = ":memory:";
+
+// The version a reader at `ts` sees, or nullptr.
+const Version* VisibleAt(const MemoryBackend::Versions& versions, uint64_t ts) {
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+    if (it->ts <= ts) return &*it;
+  }
+  return nullptr;
+}
+
+bool IsLive(const Version* v) { return v != nullptr && v->state == VersionState::kLive; }
+
+}  // namespace
+
+// The tables as commit_rules.h uses them, on the newest versions.
+class MemoryTables {
+ public:
+  // Writes land at commit_ts.
+  MemoryTables(MemoryBackend* store, uint64_t commit_ts) : s_(store), ts_(commit_ts) {}
+
+  std::optional<uint64_t> CellWrittenTs(std::string_view key) {
+    auto it = s_->data_.find(key);
+    if (it == s_->data_.end() || it->second.empty()) return std::nullopt;
+    const Version& newest = it->second.back();
+    if (newest.state == VersionState::kPurged) return std::nullopt;  // as if never written
+    return newest.ts;
+  }
+  std::optional<uint64_t> AckTs(std::string_view cell_key) {
+    auto it = s_->ack_.find(cell_key);
+    if (it == s_->ack_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::optional<uint64_t> NotificationStampAt(std::string_view key) {
+    auto it = s_->notify_.find(key);
+    if (it == s_->notify_.end() || !IsLive(&it->second.back())) return std::nullopt;
+    return ReadUint64BE(it->second.back().value);
+  }
+  void PutCell(std::string_view key, uint64_t, bool is_delete, std::string_view value) {
+    Put(&s_->data_, false, key, is_delete ? VersionState::kDeleted : VersionState::kLive, value);
+  }
+  void PurgeCell(std::string_view key) {
+    auto it = s_->data_.find(key);
+    if (it == s_->data_.end() || it->second.back().state == VersionState::kPurged) return;
+    Append(&s_->data_, false, it, VersionState::kPurged, "");
+  }
+  void PurgeRange(std::string_view from, std::string_view end) {
+    for (auto it = s_->data_.lower_bound(from); it != s_->data_.end() && it->first < end; ++it) {
+      if (it->second.back().state != VersionState::kPurged) {
+        Append(&s_->data_, false, it, VersionState::kPurged, "");
+      }
+    }
+  }
+  void PutNotification(std::string_view key, uint64_t stamp) {
+    auto it = s_->notify_.find(key);
+    if (it == s_->notify_.end() || !IsLive(&it->second.back())) ++s_->live_notifications_;
+    std::string value;
+    AppendUint64BE(&value, stamp);
+    Put(&s_->notify_, true, key, VersionState::kLive, value);
+  }
+  void RemoveNotification(std::string_view key) {
+    auto it = s_->notify_.find(key);
+    if (it == s_->notify_.end() || !IsLive(&it->second.back())) return;
+    --s_->live_notifications_;
+    Append(&s_->notify_, true, it, VersionState::kDeleted, "");
+  }
+  void PutAck(std::string_view cell_key, uint64_t) { s_->ack_[std::string(cell_key)] = ts_; }
+
+ private:
+  void Put(Table* table, bool notify, std::string_view key, VersionState state,
+           std::string_view value) {
+    auto it = table->find(key);
+    if (it == table->end()) {
+      it = table->emplace(std::string(key), MemoryBackend::Versions{}).first;
+      it->second.push_back(Version{ts_, state, std::string(value)});
+      // A first version needs collecting only when it is not a live one.
+      if (state != VersionState::kLive) s_->collectable_.push_back({ts_, notify, it->first});
+      return;
+    }
+    Append(table, notify, it, state, value);
+  }
+  void Append(Table*, bool notify, Table::iterator it, VersionState state, std::string_view value) {
+    MemoryBackend::Versions& versions = it->second;
+    if (versions.back().ts == ts_) {  // written twice by one commit (a purge, then a set)
+      versions.back().state = state;
+      versions.back().value.assign(value);
+      return;
+    }
+    // The version this one supersedes was readable by snapshots from its ts
+    // up to now; with none of those open, nothing can read it any more.
+    if (!s_->SnapshotBetweenLocked(versions.back().ts, ts_)) {
+      if (versions.back().state == VersionState::kDeleted) s_->tombstones_collected_.fetch_add(1);
+      versions.pop_back();
+    }
+    versions.push_back(Version{ts_, state, std::string(value)});
+    if (versions.size() > 1 || state != VersionState::kLive) {
+      s_->collectable_.push_back({ts_, notify, it->first});
+    }
+  }
+
+  MemoryBackend* s_;
+  uint64_t ts_;
+};
+
+// A snapshot: reads the newest version at or before its start_ts.
+class MemorySnapshot final : public Snapshot {
+ public:
+  MemorySnapshot(std::shared_ptr<MemoryBackend> store, uint64_t start_ts)
+      : Snapshot(start_ts), store_(std::move(store)) {}
+  ~MemorySnapshot() override {
+    if (!store_->ForkedAway()) Release();
+  }
+
+  std::optional<std::string> Get(std::string_view encoded_key) override {
+    CheckOpen("reading from");
+    std::shared_lock<std::shared_mutex> lock(store_->mu_);
+    auto it = store_->data_.find(encoded_key);
+    if (it == store_->data_.end()) return std::nullopt;
+    const Version* v = VisibleAt(it->second, start_ts());
+    if (!IsLive(v)) return std::nullopt;
+    return v->value;
+  }
+
+  bool Visit(std::string_view from, bool exclusive, std::string_view end,
+             const CellVisitor& visit) override {
+    CheckOpen("scanning");
+    // The lock is taken for kChunk cells at a time, so a long walk never
+    // holds up commits for long; each chunk resumes after the last key seen.
+    constexpr size_t kChunk = 4096;
+    std::string resume(from);
+    bool after = exclusive;
+    for (;;) {
+      std::shared_lock<std::shared_mutex> lock(store_->mu_);
+      const Table& data = store_->data_;
+      auto it = after ? data.upper_bound(resume) : data.lower_bound(resume);
+      for (size_t seen = 0; it != data.end(); ++it) {
+        if (!end.empty() && std::string_view(it->first) >= end) return true;
+        const Version* v = VisibleAt(it->second, start_ts());
+        if (IsLive(v) && !visit(it->first, v->value)) return false;
+        if (++seen == kChunk) break;
+      }
+      if (it == data.end()) return true;
+      resume = it->first;
+      after = true;
+    }
+  }
+
+  std::optional<uint64_t> NotificationStamp(std::string_view cell_key) override {
+    CheckOpen("reading from");
+    std::string row;
+    if (!RowOfCellKey(cell_key, &row)) return std::nullopt;
+    const std::string key = NotificationKey(RowHash(row), cell_key);
+    std::shared_lock<std::shared_mutex> lock(store_->mu_);
+    auto it = store_->notify_.find(key);
+    if (it == store_->notify_.end()) return std::nullopt;
+    const Version* v = VisibleAt(it->second, start_ts());
+    if (!IsLive(v)) return std::nullopt;
+    return ReadUint64BE(v->value);
+  }
+
+  void Release() override {
+    if (released_) return;
+    released_ = true;
+    store_->ForgetSnapshot(start_ts());
+  }
+
+ private:
+  void CheckOpen(const char* what) const {
+    store_->CheckUsable();
+    if (released_) throw Error(ErrorCode::kClosed, std::string(what) + " a released snapshot");
+  }
+
+  std::shared_ptr<MemoryBackend> store_;
+  bool released_ = false;
+};
+
+// Waits for the backend's event counters to move.
+class MemoryWorkWatch final : public WorkWatch {
+ public:
+  explicit MemoryWorkWatch(std::shared_ptr<MemoryBackend> store) : store_(std::move(store)) {
+    std::lock_guard<std::mutex> lock(store_->watch_mu_);
+    commits_seen_ = store_->commit_events_;
+    waiters_seen_ = store_->waiter_events_;
+  }
+
+  unsigned Wait(int timeout_ms) override {
+    std::unique_lock<std::mutex> lock(store_->watch_mu_);
+    auto events = [&] {
+      unsigned e = kTimeout;
+      if (store_->commit_events_ != commits_seen_) e |= kCommitted;
+      if (store_->waiter_events_ != waiters_seen_) e |= kWaiterSignal;
+      if (interrupted_) e |= kInterrupted;
+      return e;
+    };
+    store_->watch_cv_.wait_for(lock, std::chrono::milliseconds(std::max(0, timeout_ms)),
+                               [&] { return events() != kTimeout; });
+    const unsigned e = events();
+    commits_seen_ = store_->commit_events_;
+    waiters_seen_ = store_->waiter_events_;
+    interrupted_ = false;
+    return e;
+  }
+
+  void Interrupt() override {
+    {
+      std::lock_guard<std::mutex> lock(store_->watch_mu_);
+      interrupted_ = true;
+    }
+    store_->watch_cv_.notify_all();
+  }
+
+ private:
+  std::shared_ptr<MemoryBackend> store_;
+  uint64_t commits_seen_ = 0;  // GUARDED_BY(store_->watch_mu_)
+  uint64_t waiters_seen_ = 0;  // GUARDED_BY(store_->watch_mu_)
+  bool interrupted_ = false;   // GUARDED_BY(store_->watch_mu_)
+};
+
+// ---------------------------------------------------------------------------
+
+std::shared_ptr<MemoryBackend> MemoryBackend::Open(const BackendOptions& options) {
+  InstallForkGeneration();
+  return std::shared_ptr<MemoryBackend>(new MemoryBackend(options));
+}
+
+MemoryBackend::MemoryBackend(const BackendOptions& options)
+    : options_(options), fork_generation_(ForkGeneration()) {}
+
+const BackendCapabilities& MemoryBackend::capabilities() const {
+  static const BackendCapabilities kMemory{"memory", /*persistent=*/false,
+                                           /*cross_process=*/false, /*durable=*/false,
+                                           /*max_value_size=*/size_t{0xFFFFFFFF} - 64};
+  return kMemory;
+}
+
+const std::string& MemoryBackend::location() const { return kLocation; }
+
+bool MemoryBackend::ForkedAway() const { return fork_generation_ != ForkGeneration(); }
+
+void MemoryBackend::CheckUsable() const {
+  if (ForkedAway()) {
+    throw Error(ErrorCode::kWrongState,
+                "a memory store belongs to the process that opened it; a forked child cannot "
+                "use it (open the store in the child, or share an lmdb store)");
+  }
+  if (closed_.load()) throw Error(ErrorCode::kClosed, "the memory store is closed");
+}
+
+void MemoryBackend::Close() { closed_ = true; }
+
+std::unique_ptr<Snapshot> MemoryBackend::BeginSnapshot() {
+  CheckUsable();
+  // Under the shared lock, so no commit collects what this snapshot is about
+  // to read between reading ts_ and registering it.
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  const uint64_t start_ts = ts_;
+  {
+    std::lock_guard<std::mutex> snapshots_lock(snapshots_mu_);
+    snapshots_.insert(start_ts);
+  }
+  return std::make_unique<MemorySnapshot>(shared_from_this(), start_ts);
+}
+
+void MemoryBackend::ForgetSnapshot(uint64_t start_ts) {
+  std::lock_guard<std::mutex> lock(snapshots_mu_);
+  auto it = snapshots_.find(start_ts);
+  if (it != snapshots_.end()) snapshots_.erase(it);
+}
+
+CommitResult MemoryBackend::Commit(uint64_t start_ts, std::vector<Mutation> mutations,
+                                   CommitExtras extras) {
+  CheckUsable();
+  const bool has_extras = extras.trigger || !extras.weak_notifications.empty();
+  return CommitNow(start_ts, mutations, has_extras ? &extras : nullptr);
+}
+
+void MemoryBackend::CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations,
+                                CommitExtras extras, CommitCallback done) {
+  CommitResult result = Commit(start_ts, std::move(mutations), std::move(extras));
+  done(result);
+}
+
+CommitResult MemoryBackend::CommitNow(uint64_t start_ts, const std::vector<Mutation>& mutations,
+                                      const CommitExtras* extras) {
+  std::vector<Notification> written;
+  CommitResult result;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (closed_.load()) throw Error(ErrorCode::kClosed, "committing: the memory store is closed");
+    // Held with mu_ (in that order, as BeginSnapshot does): collection reads the open snapshots.
+    std::lock_guard<std::mutex> snapshots_lock(snapshots_mu_);
+    MemoryTables tables(this, ts_ + 1);
+    result.status = ValidateCommit(tables, start_ts, mutations, extras);
+    if (!result.status.ok()) {
+      conflicts_.fetch_add(1);
+      return result;
+    }
+    result.commit_ts = ++ts_;
+    ApplyCommit(tables, strong_, start_ts, ts_, mutations, extras, &written);
+    CollectLocked();
+  }
+  commits_.fetch_add(1);
+  if (!written.empty()) {
+    std::lock_guard<std::mutex> lock(sink_mu_);
+    if (sink_) sink_->Offer(written);
+  }
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    ++commit_events_;
+  }
+  watch_cv_.notify_all();
+  return result;
+}
+
+bool MemoryBackend::SnapshotBetweenLocked(uint64_t from, uint64_t to) const {
+  auto it = snapshots_.lower_bound(from);
+  return it != snapshots_.end() && *it < to;
+}
+
+void MemoryBackend::CollectLocked() {
+  const uint64_t oldest = snapshots_.empty() ? ts_ : std::min(ts_, *snapshots_.begin());
+  while (!collectable_.empty() && collectable_.front().ts <= oldest) {
+    Collectable& c = collectable_.front();
+    CollectKey(c.notify ? &notify_ : &data_, c.key, oldest);
+    collectable_.pop_front();
+  }
+}
+
+void MemoryBackend::CollectKey(Table* table, const std::string& key, uint64_t oldest) {
+  auto it = table->find(key);
+  if (it == table->end()) return;
+  Versions& versions = it->second;
+  // Every reader began at or after `oldest`: of the versions at or before it,
+  // only the newest can still be read.
+  size_t keep_from = 0;
+  for (size_t i = 0; i < versions.size(); ++i) {
+    if (versions[i].ts <= oldest) keep_from = i;
+  }
+  if (keep_from > 0) {
+    for (size_t i = 0; i < keep_from; ++i) {
+      if (versions[i].state == VersionState::kDeleted) tombstones_collected_.fetch_add(1);
+    }
+    versions.erase(versions.begin(), versions.begin() + static_cast<ptrdiff_t>(keep_from));
+  }
+  // A lone tombstone or purge that every reader sees is as good as nothing:
+  // no writer's snapshot predates it, so it can cause no conflict.
+  if (versions.size() == 1 && versions[0].ts <= oldest &&
+      versions[0].state != VersionState::kLive) {
+    if (versions[0].state == VersionState::kDeleted) tombstones_collected_.fetch_add(1);
+    table->erase(it);
+  }
+}
+
+size_t MemoryBackend::VersionCountForTesting() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, versions] : data_) n += versions.size();
+  for (const auto& [key, versions] : notify_) n += versions.size();
+  return n;
+}
+
+std::vector<ObservedColumn> MemoryBackend::ObservedColumns() {
+  CheckUsable();
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::vector<ObservedColumn> columns;
+  DecodeObservedColumns(observed_, &columns);
+  return columns;
+}
+
+void MemoryBackend::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
+  CheckUsable();
+  std::string encoded = EncodeObservedColumns(columns);
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (!strong_.Load(encoded)) {
+    throw Error(ErrorCode::kInvalidArgument, "the observed columns cannot be stored");
+  }
+  observed_ = std::move(encoded);
+}
+
+uint64_t MemoryBackend::PendingNotifications() {
+  CheckUsable();
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return live_notifications_;
+}
+
+bool MemoryBackend::ScanNotifications(std::string_view after, size_t limit,
+                                      std::vector<Notification>* out) {
+  CheckUsable();
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = after.empty() ? notify_.begin() : notify_.upper_bound(after);
+  size_t taken = 0;
+  for (; it != notify_.end(); ++it) {
+    const Version& newest = it->second.back();
+    if (!IsLive(&newest) || it->first.size() < 8) continue;
+    if (taken == limit) return false;
+    out->push_back(
+        Notification{it->first.substr(8), ReadUint64BE(newest.value), ReadUint64BE(it->first)});
+    ++taken;
+  }
+  return true;
+}
+
+std::map<std::pair<std::string, std::string>, uint64_t> MemoryBackend::CountPendingByColumn() {
+  CheckUsable();
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::map<std::pair<std::string, std::string>, uint64_t> counts;
+  for (const auto& [key, versions] : notify_) {
+    Cell cell;
+    if (IsLive(&versions.back()) && key.size() >= 8 &&
+        DecodeCellKey(std::string_view(key).substr(8), &cell)) {
+      ++counts[{cell.family, cell.qualifier}];
+    }
+  }
+  return counts;
+}
+
+void MemoryBackend::SetNotificationSink(NotificationSink* sink) {
+  std::lock_guard<std::mutex> lock(sink_mu_);
+  if (sink_ != nullptr && sink_ != sink) {
+    throw Error(ErrorCode::kWrongState,
+                "workers are already running for this memory store (one worker pool per store)");
+  }
+  sink_ = sink;
+}
+
+void MemoryBackend::ClearNotificationSink(NotificationSink* sink) {
+  std::lock_guard<std::mutex> lock(sink_mu_);
+  if (sink_ == sink) sink_ = nullptr;
+}
+
+std::unique_ptr<WorkWatch> MemoryBackend::WatchForWork() {
+  CheckUsable();
+  return std::make_unique<MemoryWorkWatch>(shared_from_this());
+}
+
+bool MemoryBackend::SignalWaiting() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    ++waiter_events_;
+  }
+  watch_cv_.notify_all();
+  return true;
+}
+
+BackendStats MemoryBackend::Stats() const {
+  BackendStats s;
+  s.commits = commits_.load();
+  s.conflicts = conflicts_.load();
+  s.batches = commits_.load();
+  s.tombstones_collected = tombstones_collected_.load();
+  return s;
+}
+
+}  // namespace percolite

@@ -1,0 +1,233 @@
+// Notifications and the worker pool on their own (notifications.h,
+// workers.h), over each backend: no Env, just a backend, a TransactionSource
+// and a Workers pool, as the layers stack.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "percolite/backend.h"
+#include "percolite/encoding.h"
+#include "percolite/notifications.h"
+#include "percolite/transaction.h"
+#include "percolite/workers.h"
+#include "test_util.h"
+
+namespace {
+
+using percolite::Backend;
+using percolite::Cell;
+using percolite::ErrorCode;
+using percolite::NotifyKind;
+using percolite::ObservedColumn;
+using percolite::Observer;
+using percolite::Status;
+using percolite::Transaction;
+using percolite::TransactionSource;
+using percolite::WorkWatch;
+using percolite_test::ErrorCodeOf;
+using percolite_test::FastOptions;
+using percolite_test::Ref;
+using percolite_test::TempDir;
+
+std::shared_ptr<Backend> OpenBackendFor(const TempDir& dir, const std::string& backend) {
+  return percolite::OpenBackend(backend == "memory" ? ":memory:" : dir.path(), backend,
+                                FastOptions());
+}
+
+void Set(TransactionSource& source, const Cell& cell, const std::string& value) {
+  auto tx = source.Begin();
+  tx->Set(Ref(cell), value);
+  tx->Commit();
+}
+
+std::optional<std::string> Read(TransactionSource& source, const Cell& cell) {
+  auto tx = source.Begin();
+  auto value = tx->Get(Ref(cell));
+  tx->Abort();
+  return value;
+}
+
+bool Pending(TransactionSource& source, const Cell& cell) {
+  auto tx = source.Begin();
+  const bool pending =
+      tx->NotificationPending(percolite::EncodeCellKey({cell.row, cell.family, cell.qualifier}));
+  tx->Abort();
+  return pending;
+}
+
+const ObservedColumn kContent{"doc", "content", NotifyKind::kStrong, "count"};
+
+}  // namespace
+
+TEST_CASE("A worker pool runs every strong notification and commits each run once",
+          "[workers][conformance]") {
+  TempDir dir;
+  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
+  auto source = std::make_shared<TransactionSource>(backend);
+  backend->SetObservedColumns({kContent});
+  std::atomic<int> calls{0};
+  Observer count{
+      kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
+        ++calls;
+        auto value = tx->Get(Ref(cell));
+        tx->Set(Ref(Cell{cell.row, "doc", "length"}), std::to_string(value ? value->size() : 0));
+        return Status::Ok();
+      }};
+  percolite::WorkerOptions options;
+  options.threads = 3;
+  percolite::Workers workers(source, {count}, options);
+  workers.Start();
+  constexpr int kRows = 60;
+  for (int i = 0; i < kRows; ++i) {
+    Set(*source, Cell{"row" + std::to_string(i), "doc", "content"}, std::string(i, 'x'));
+  }
+  Set(*source, Cell{"unobserved", "doc", "other"}, "v");  // makes no notification
+  REQUIRE(workers.WaitIdle(30));
+  workers.Stop();
+  for (int i = 0; i < kRows; ++i) {
+    CHECK(Read(*source, Cell{"row" + std::to_string(i), "doc", "length"}) == std::to_string(i));
+  }
+  CHECK(backend->PendingNotifications() == 0);
+  const percolite::WorkerStats stats = workers.Stats();
+  REQUIRE(stats.observers.size() == 1);
+  CHECK(stats.observers[0].commits == kRows);
+  CHECK(calls.load() >= kRows);
+  source->Close();
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("Two runs of one notification conflict on its ack: only the first commits",
+          "[notifications][conformance]") {
+  TempDir dir;
+  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
+  auto source = std::make_shared<TransactionSource>(backend);
+  backend->SetObservedColumns({kContent});
+  const Cell cell{"r", "doc", "content"};
+  Set(*source, cell, "v1");
+  REQUIRE(backend->PendingNotifications() == 1);
+  const std::string key = percolite::EncodeCellKey(Ref(cell));
+  auto first = source->Begin(), second = source->Begin();
+  for (auto& run : {first, second}) {
+    REQUIRE(run->NotificationPending(key));
+    run->SetTrigger(key);
+    run->Set(Ref(Cell{"r", "doc", "out"}), "from a run");
+  }
+  first->Commit();
+  CHECK(ErrorCodeOf([&] { second->Commit(); }) == ErrorCode::kConflict);
+  CHECK_FALSE(Pending(*source, cell));
+  CHECK(backend->PendingNotifications() == 0);
+  source->Close();
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("A notification set again after a run began survives the run, and a delete makes none",
+          "[notifications][conformance]") {
+  TempDir dir;
+  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
+  auto source = std::make_shared<TransactionSource>(backend);
+  backend->SetObservedColumns({kContent});
+  const Cell cell{"r", "doc", "content"};
+  const std::string key = percolite::EncodeCellKey(Ref(cell));
+  Set(*source, cell, "v1");
+  auto run = source->Begin();
+  run->SetTrigger(key);
+  Set(*source, cell, "v2");  // after the run's snapshot
+  run->Commit();
+  CHECK(Pending(*source, cell));  // runs again, to see v2
+
+  auto again = source->Begin();
+  again->SetTrigger(key);
+  again->Commit();
+  CHECK_FALSE(Pending(*source, cell));
+
+  auto remove = source->Begin();
+  remove->Delete(Ref(cell));
+  remove->Commit();
+  CHECK(backend->PendingNotifications() == 0);
+  source->Close();
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("Weak notifications never conflict and collapse into one per cell",
+          "[notifications][conformance]") {
+  TempDir dir;
+  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
+  auto source = std::make_shared<TransactionSource>(backend);
+  const Cell cell{"bucket", "q", "notify"};
+  auto a = source->Begin(), b = source->Begin();
+  a->SetWeakNotification(Ref(cell));
+  b->SetWeakNotification(Ref(cell));
+  a->Commit();
+  CHECK_NOTHROW(b->Commit());
+  CHECK(backend->PendingNotifications() == 1);
+  std::vector<percolite::Notification> found;
+  CHECK(backend->ScanNotifications("", 10, &found));
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].cell_key == percolite::EncodeCellKey(Ref(cell)));
+  CHECK(found[0].stamp == b->commit_ts().value());  // the newest stamp
+  source->Close();
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("A failing observer is retried until it succeeds, its failures counted",
+          "[workers][conformance]") {
+  TempDir dir;
+  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
+  auto source = std::make_shared<TransactionSource>(backend);
+  backend->SetObservedColumns({kContent});
+  std::atomic<int> calls{0};
+  Observer flaky{kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
+                   if (++calls <= 2) return Status::Make(ErrorCode::kCallback, "not yet");
+                   tx->Set(Ref(Cell{cell.row, "doc", "done"}), "yes");
+                   return Status::Ok();
+                 }};
+  percolite::WorkerOptions options;
+  options.threads = 1;
+  options.retry_initial_seconds = 0.01;
+  percolite::Workers workers(source, {flaky}, options);
+  workers.Start();
+  Set(*source, Cell{"r", "doc", "content"}, "v");
+  REQUIRE(workers.WaitIdle(30));
+  workers.Stop();
+  CHECK(Read(*source, Cell{"r", "doc", "done"}) == "yes");
+  const percolite::ObserverStats stats = workers.Stats().observers.at(0);
+  CHECK(stats.failures == 2);
+  CHECK(stats.commits == 1);
+  CHECK(stats.last_error == "not yet");
+  source->Close();
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("A work watch wakes on a commit, on a waiter's signal and on Interrupt",
+          "[workers][conformance]") {
+  TempDir dir;
+  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
+  auto source = std::make_shared<TransactionSource>(backend);
+  auto watch = backend->WatchForWork();
+  using Clock = std::chrono::steady_clock;
+  // Waits until `events` shows up (a wait may return early or spuriously).
+  auto wait_for = [&](unsigned wanted) {
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < deadline) {
+      if (watch->Wait(1000) & wanted) return true;
+    }
+    return false;
+  };
+  std::thread committer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Set(*source, Cell{"r", "f", "q"}, "v");
+  });
+  CHECK(wait_for(WorkWatch::kCommitted));
+  committer.join();
+  if (backend->SignalWaiting()) CHECK(wait_for(WorkWatch::kWaiterSignal));
+  std::thread interrupter([&] { watch->Interrupt(); });
+  CHECK(wait_for(WorkWatch::kInterrupted));
+  interrupter.join();
+  watch.reset();
+  source->Close();
+  backend->ReleaseHandle();
+}
