@@ -1,0 +1,36 @@
+"""Code the tests run in other processes, kept as importable, linted modules
+(pytest collects none of them: none is named ``test_*.py``).
+
+``children.<topic>``, named after the test module ``test_<topic>.py`` that uses
+it, holds functions that each run alone in a fresh interpreter::
+
+    out = run_child("children.concurrency:shared_transaction", store_path, timeout=60)
+    report = run_child_json("children.combine_queue:hammer", db=..., nkeys=3000)
+
+``_isolated.run_child`` starts ``python -c`` with ``tests/python`` first on
+``sys.path`` and calls :func:`main` here, which imports the module and calls
+the function with the test's arguments. Arguments travel on the command line
+as Python literals (``repr`` there, ``ast.literal_eval`` here), so tuples,
+bytes and nested containers arrive as they were; paths arrive as ``str``. A
+function reports by printing: the test reads its stdout, and the ``_json``
+helpers read the JSON on its last line. The process ends when the function
+returns (a function that must leave objects alive until the interpreter
+exits keeps them in a module global).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+
+__all__ = ["main"]
+
+
+def main(argv: list) -> None:
+    """Call ``argv[0]`` (``"package.module:function"``) with the arguments
+    ``argv[1]`` holds: the literal ``(args, kwargs)``."""
+    target, literal = argv
+    module_name, _, function_name = target.partition(":")
+    args, kwargs = ast.literal_eval(literal)
+    function = getattr(importlib.import_module(module_name), function_name)
+    function(*args, **kwargs)
