@@ -11,6 +11,8 @@ threads (faulthandler) to stderr, which names the place it hangs.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -26,6 +28,7 @@ __all__ = [
     "TESTS_DIR",
     "finish_child",
     "finish_isolated",
+    "load_fresh",
     "run_child",
     "run_child_json",
     "run_command",
@@ -35,7 +38,8 @@ __all__ = [
     "start_isolated",
 ]
 
-# tests/python: first on the children's sys.path.
+# tests/python: first on the children's sys.path, and the working directory of
+# worker processes that load a children.<name>_app module.
 TESTS_DIR = Path(__file__).resolve().parent
 
 _PRELUDE = """\
@@ -161,6 +165,22 @@ def run_child_json(
     """Like :func:`run_child`, returning the JSON the child printed on its
     last line."""
     return _last_line_json(run_child(target, *args, timeout=timeout, cwd=cwd, **kwargs))
+
+
+_FRESH_NAMES = itertools.count()
+
+
+def load_fresh(module: str) -> Any:
+    """A fresh copy of ``module`` (``"children.<name>_app"``): its file run
+    anew, as a worker process imports it, so that a test binds the same app
+    in its own process (and reads the environment variables it reads)."""
+    path = TESTS_DIR.joinpath(*module.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(
+        f"{module.rpartition('.')[2]}_{next(_FRESH_NAMES)}", path
+    )
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def start_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> subprocess.Popen:

@@ -16,6 +16,13 @@ function reports by printing: the test reads its stdout, and the ``_json``
 helpers read the JSON on its last line. The process ends when the function
 returns (a function that must leave objects alive until the interpreter
 exits keeps them in a module global).
+
+``children.<name>_app`` modules define a ``percolite.App`` named ``app`` for
+worker processes: the CLI loads them as ``children.<name>_app:app`` with
+``tests/python`` as its working directory, and tests bind a fresh copy of the
+same module in their own process with ``_isolated.load_fresh``. Variations
+(a sleep, a failure rate, a sink) come from environment variables, read when
+the module is imported.
 """
 
 from __future__ import annotations
