@@ -6,6 +6,9 @@ package (see its docstring) in a fresh ``python -c`` with a timeout: a
 nonzero exit or a timeout fails the calling test with the child's output.
 Shortly before the timeout the child dumps the stacks of all its Python
 threads (faulthandler) to stderr, which names the place it hangs.
+``start_child``/``finish_child`` do the same for children that run side by
+side, ``run_command`` for any command line (the CLI's workers, scripts), and
+``load_fresh`` loads in the test process the app a worker process runs.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +29,16 @@ import pytest
 __all__ = [
     "TESTS_DIR",
     "finish_child",
-    "finish_isolated",
     "load_fresh",
     "run_child",
     "run_child_json",
     "run_command",
-    "run_isolated",
-    "run_isolated_json",
     "start_child",
-    "start_isolated",
 ]
 
 # tests/python: first on the children's sys.path, and the working directory of
 # worker processes that load a children.<name>_app module.
 TESTS_DIR = Path(__file__).resolve().parent
-
-_PRELUDE = """\
-import faulthandler as _faulthandler
-_faulthandler.dump_traceback_later({dump_after!r}, exit=True)
-"""
-
-
-def _describe(code: str, out: str, err: str) -> str:
-    numbered = "\n".join(f"{n:4}  {line}" for n, line in enumerate(code.splitlines(), 1))
-    return f"--- code ---\n{numbered}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
 
 
 def _communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, str, bool]:
@@ -68,6 +56,8 @@ def _communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, s
         return out, err, True
 
 
+# The program of every child: arm the stack dump before anything else, then
+# let children.main import and call the target.
 _LAUNCHER = """\
 import faulthandler as _faulthandler
 _faulthandler.dump_traceback_later({dump_after!r}, exit=True)
@@ -181,71 +171,6 @@ def load_fresh(module: str) -> Any:
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
     return loaded
-
-
-def start_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> subprocess.Popen:
-    """Start ``code`` (dedented) in a fresh interpreter, in its own process
-    group, with ``sys.argv[1:] == args``; pass the result to
-    :func:`finish_isolated`. Shortly before ``timeout`` the child dumps every
-    thread's stack, so a hang shows where it is stuck."""
-    code = textwrap.dedent(code)
-    dump_after = max(1.0, timeout - 2.0) if timeout > 3 else timeout * 0.8
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _PRELUDE.format(dump_after=dump_after) + code, *map(str, args)],
-        cwd=None if cwd is None else os.fspath(cwd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: a timeout kills grandchildren too
-    )
-    proc.isolated_code = code
-    return proc
-
-
-def finish_isolated(proc: subprocess.Popen, timeout: float = 60) -> str:
-    """Wait for a child from :func:`start_isolated` and return its stdout; fail
-    the test (with the numbered code and both outputs) when it exits nonzero,
-    is killed by a signal, or runs longer than ``timeout`` seconds."""
-    code = getattr(proc, "isolated_code", "")
-    out, err, timed_out = _communicate_or_kill(proc, timeout)
-    if timed_out:
-        pytest.fail(
-            f"child process timed out after {timeout} s (hang or deadlock?)\n"
-            + _describe(code, out, err),
-            pytrace=False,
-        )
-    if proc.returncode != 0:
-        status = proc.returncode
-        if status < 0:
-            status = f"{status} (killed by {signal.Signals(-status).name})"
-        pytest.fail(
-            f"child process exited with status {status}\n" + _describe(code, out, err),
-            pytrace=False,
-        )
-    return out
-
-
-def run_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> str:
-    """Run ``code`` in a fresh interpreter (see :func:`start_isolated`) and
-    return its stdout; fails the test on a nonzero exit or a timeout."""
-    return finish_isolated(start_isolated(code, *args, timeout=timeout, cwd=cwd), timeout)
-
-
-def run_isolated_json(code: str, timeout: float = 60, cwd: Any = None, **params: Any) -> Any:
-    """Like :func:`run_isolated`, with ``params`` defined as globals of the
-    code (by ``repr``), returning the JSON the code printed on its last line."""
-    header = "".join(
-        f"{name} = {os.fspath(value) if isinstance(value, os.PathLike) else value!r}\n"
-        for name, value in params.items()
-    )
-    out = run_isolated(header + textwrap.dedent(code), timeout=timeout, cwd=cwd)
-    lines = out.strip().splitlines()
-    if not lines:
-        pytest.fail("child process printed nothing; expected JSON on its last line", pytrace=False)
-    try:
-        return json.loads(lines[-1])
-    except ValueError:
-        pytest.fail(f"child's last line is not JSON:\n{out}", pytrace=False)
 
 
 def run_command(

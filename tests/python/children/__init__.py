@@ -13,9 +13,10 @@ the function with the test's arguments. Arguments travel on the command line
 as Python literals (``repr`` there, ``ast.literal_eval`` here), so tuples,
 bytes and nested containers arrive as they were; paths arrive as ``str``. A
 function reports by printing: the test reads its stdout, and the ``_json``
-helpers read the JSON on its last line. The process ends when the function
-returns (a function that must leave objects alive until the interpreter
-exits keeps them in a module global).
+helpers read the JSON on its last line. The interpreter exits once the
+function returns, and its locals are gone by then: a function that must
+leave an object alive until the exit (workers still running, say) keeps it
+in a module global.
 
 ``children.<name>_app`` modules define a ``percolite.App`` named ``app`` for
 worker processes: the CLI loads them as ``children.<name>_app:app`` with
