@@ -1,35 +1,44 @@
 """Run test code in a child interpreter, so that a deadlock fails fast.
 
 Tests of workers, threads and close-while-running can hang the interpreter
-that runs them. ``run_isolated`` runs such code in ``python -c`` with a
-timeout: a nonzero exit or a timeout fails the calling test with the child's
-output. Shortly before the timeout the child dumps the stacks of all its
-Python threads (faulthandler) to stderr, which names the place it hangs.
+that runs them. ``run_child`` runs a function of a module of the ``children``
+package (see its docstring) in a fresh ``python -c`` with a timeout: a
+nonzero exit or a timeout fails the calling test with the child's output.
+Shortly before the timeout the child dumps the stacks of all its Python
+threads (faulthandler) to stderr, which names the place it hangs.
+``start_child``/``finish_child`` do the same for children that run side by
+side, ``run_command`` for any command line (the CLI's workers, scripts), and
+``load_fresh`` loads in the test process the app a worker process runs.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["start_isolated", "finish_isolated", "run_isolated", "run_isolated_json", "run_command"]
+__all__ = [
+    "TESTS_DIR",
+    "finish_child",
+    "load_fresh",
+    "run_child",
+    "run_child_json",
+    "run_command",
+    "start_child",
+]
 
-_PRELUDE = """\
-import faulthandler as _faulthandler
-_faulthandler.dump_traceback_later({dump_after!r}, exit=True)
-"""
-
-
-def _describe(code: str, out: str, err: str) -> str:
-    numbered = "\n".join(f"{n:4}  {line}" for n, line in enumerate(code.splitlines(), 1))
-    return f"--- code ---\n{numbered}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
+# tests/python: first on the children's sys.path, and the working directory of
+# worker processes that load a children.<name>_app module.
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 def _communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, str, bool]:
@@ -47,62 +56,90 @@ def _communicate_or_kill(proc: subprocess.Popen, timeout: float) -> tuple[str, s
         return out, err, True
 
 
-def start_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> subprocess.Popen:
-    """Start ``code`` (dedented) in a fresh interpreter, in its own process
-    group, with ``sys.argv[1:] == args``; pass the result to
-    :func:`finish_isolated`. Shortly before ``timeout`` the child dumps every
+# The program of every child: arm the stack dump before anything else, then
+# let children.main import and call the target.
+_LAUNCHER = """\
+import faulthandler as _faulthandler
+_faulthandler.dump_traceback_later({dump_after!r}, exit=True)
+import sys
+sys.path.insert(0, {tests_dir!r})
+from children import main
+main(sys.argv[1:])
+"""
+
+
+def _dump_after(timeout: float) -> float:
+    return max(1.0, timeout - 2.0) if timeout > 3 else timeout * 0.8
+
+
+def _call_literal(args: tuple, kwargs: dict) -> tuple:
+    """``(args, kwargs)`` with paths as ``str``, and that as a Python literal,
+    checked to read back equal with ``ast.literal_eval``."""
+
+    def plain(value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    call = ([plain(a) for a in args], {name: plain(v) for name, v in kwargs.items()})
+    literal = repr(call)
+    try:
+        same = ast.literal_eval(literal) == call
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise TypeError(f"arguments of a child must be Python literals: {literal[:200]}")
+    return call, literal
+
+
+def start_child(
+    target: str, *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any
+) -> subprocess.Popen:
+    """Start ``target`` (``"children.<module>:<function>"``) in a fresh
+    interpreter, in its own process group, called with ``args`` and
+    ``kwargs`` (Python literals; paths become ``str``); pass the result to
+    :func:`finish_child`. Shortly before ``timeout`` the child dumps every
     thread's stack, so a hang shows where it is stuck."""
-    code = textwrap.dedent(code)
-    dump_after = max(1.0, timeout - 2.0) if timeout > 3 else timeout * 0.8
+    call, literal = _call_literal(args, kwargs)
+    launcher = _LAUNCHER.format(dump_after=_dump_after(timeout), tests_dir=str(TESTS_DIR))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _PRELUDE.format(dump_after=dump_after) + code, *map(str, args)],
+        [sys.executable, "-c", launcher, target, literal],
         cwd=None if cwd is None else os.fspath(cwd),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group: a timeout kills grandchildren too
     )
-    proc.isolated_code = code
+    shown = [repr(a) for a in call[0]] + [f"{name}={v!r}" for name, v in call[1].items()]
+    proc.isolated_description = f"--- child ---\n{target}({', '.join(shown)})"
     return proc
 
 
-def finish_isolated(proc: subprocess.Popen, timeout: float = 60) -> str:
-    """Wait for a child from :func:`start_isolated` and return its stdout; fail
-    the test (with the numbered code and both outputs) when it exits nonzero,
-    is killed by a signal, or runs longer than ``timeout`` seconds."""
-    code = getattr(proc, "isolated_code", "")
+def finish_child(proc: subprocess.Popen, timeout: float = 60) -> str:
+    """Wait for a child from :func:`start_child` and return its stdout; fail
+    the test (naming the call, with both outputs) when it exits nonzero, is
+    killed by a signal, or runs longer than ``timeout`` seconds."""
+    description = getattr(proc, "isolated_description", "")
     out, err, timed_out = _communicate_or_kill(proc, timeout)
+    outputs = f"{description}\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
     if timed_out:
         pytest.fail(
-            f"child process timed out after {timeout} s (hang or deadlock?)\n"
-            + _describe(code, out, err),
+            f"child process timed out after {timeout} s (hang or deadlock?)\n{outputs}",
             pytrace=False,
         )
     if proc.returncode != 0:
         status = proc.returncode
         if status < 0:
             status = f"{status} (killed by {signal.Signals(-status).name})"
-        pytest.fail(
-            f"child process exited with status {status}\n" + _describe(code, out, err),
-            pytrace=False,
-        )
+        pytest.fail(f"child process exited with status {status}\n{outputs}", pytrace=False)
     return out
 
 
-def run_isolated(code: str, *args: Any, timeout: float = 60, cwd: Any = None) -> str:
-    """Run ``code`` in a fresh interpreter (see :func:`start_isolated`) and
+def run_child(target: str, *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any) -> str:
+    """Run ``target`` in a fresh interpreter (see :func:`start_child`) and
     return its stdout; fails the test on a nonzero exit or a timeout."""
-    return finish_isolated(start_isolated(code, *args, timeout=timeout, cwd=cwd), timeout)
+    return finish_child(start_child(target, *args, timeout=timeout, cwd=cwd, **kwargs), timeout)
 
 
-def run_isolated_json(code: str, timeout: float = 60, cwd: Any = None, **params: Any) -> Any:
-    """Like :func:`run_isolated`, with ``params`` defined as globals of the
-    code (by ``repr``), returning the JSON the code printed on its last line."""
-    header = "".join(
-        f"{name} = {os.fspath(value) if isinstance(value, os.PathLike) else value!r}\n"
-        for name, value in params.items()
-    )
-    out = run_isolated(header + textwrap.dedent(code), timeout=timeout, cwd=cwd)
+def _last_line_json(out: str) -> Any:
     lines = out.strip().splitlines()
     if not lines:
         pytest.fail("child process printed nothing; expected JSON on its last line", pytrace=False)
@@ -110,6 +147,30 @@ def run_isolated_json(code: str, timeout: float = 60, cwd: Any = None, **params:
         return json.loads(lines[-1])
     except ValueError:
         pytest.fail(f"child's last line is not JSON:\n{out}", pytrace=False)
+
+
+def run_child_json(
+    target: str, *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any
+) -> Any:
+    """Like :func:`run_child`, returning the JSON the child printed on its
+    last line."""
+    return _last_line_json(run_child(target, *args, timeout=timeout, cwd=cwd, **kwargs))
+
+
+_FRESH_NAMES = itertools.count()
+
+
+def load_fresh(module: str) -> Any:
+    """A fresh copy of ``module`` (``"children.<name>_app"``): its file run
+    anew, as a worker process imports it, so that a test binds the same app
+    in its own process (and reads the environment variables it reads)."""
+    path = TESTS_DIR.joinpath(*module.split(".")).with_suffix(".py")
+    spec = importlib.util.spec_from_file_location(
+        f"{module.rpartition('.')[2]}_{next(_FRESH_NAMES)}", path
+    )
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def run_command(

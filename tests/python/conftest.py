@@ -1,26 +1,18 @@
 """Shared fixtures and helpers for the percolite Python tests.
 
 Tests that could hang (threads, several processes, close while others run,
-fork) run their body in a child interpreter through ``run_isolated``, so a
-deadlock fails that one test after a timeout instead of freezing the suite.
+fork) run their body in a child interpreter through ``_isolated.run_child``
+(the code is in the ``children`` package), so a deadlock fails that one test
+after a timeout instead of freezing the suite.
 """
 
 from __future__ import annotations
 
 import percolite
 import pytest
-from _isolated import finish_isolated, run_isolated, start_isolated
 from _postgres import postgres_dsn  # noqa: F401 - a session fixture: a real PostgreSQL server
 
-__all__ = [
-    "BACKENDS",
-    "COL",
-    "as_tuples",
-    "committed_cells",
-    "finish_isolated",
-    "open_store",
-    "start_isolated",
-]
+__all__ = ["BACKENDS", "COL", "as_tuples", "committed_cells", "open_store"]
 
 # A column most tests write to.
 COL = ("f", "q")
@@ -71,9 +63,3 @@ def committed_cells(env):
         return as_tuples(tx.scan())
     finally:
         tx.abort()
-
-
-@pytest.fixture(name="run_isolated")
-def run_isolated_fixture():
-    """``run_isolated(code, *args, timeout=60) -> stdout``: ``_isolated.run_isolated``."""
-    return run_isolated

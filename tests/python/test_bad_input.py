@@ -10,6 +10,7 @@ import tempfile
 
 import percolite
 import pytest
+from _isolated import run_child
 from conftest import COL, committed_cells
 
 # -- bad arguments to a transaction ----------------------------------------------
@@ -422,25 +423,6 @@ def test_store_mode_argument_sets_directory_and_file_modes(store_path):
 
 # -- read-only directories (as an unprivileged user) --------------------------------
 
-# Runs as an unprivileged user: root ignores directory permissions.
-_READ_ONLY_CHILD = """
-import os, sys
-import percolite
-
-parent_dir, target = sys.argv[1], sys.argv[2]
-if os.geteuid() == 0:
-    os.setgroups([])
-    os.setgid(65534)
-    os.setuid(65534)
-assert not os.access(parent_dir, os.W_OK), "the directory is writable: the test proves nothing"
-try:
-    percolite.open(target, sync="none")
-except percolite.StorageError as e:
-    print("StorageError:", e)
-else:
-    sys.exit("opened a store in a read-only directory")
-"""
-
 
 @pytest.fixture
 def read_only_dir():
@@ -456,16 +438,20 @@ def read_only_dir():
     shutil.rmtree(top)
 
 
-def test_open_inside_a_read_only_directory_raises_storage_error(read_only_dir, run_isolated):
+def test_open_inside_a_read_only_directory_raises_storage_error(read_only_dir):
     target = os.path.join(read_only_dir, "store")
-    out = run_isolated(_READ_ONLY_CHILD, read_only_dir, target, timeout=30)
+    out = run_child(
+        "children.bad_input:open_in_read_only_directory", read_only_dir, target, timeout=30
+    )
     assert "StorageError:" in out
     assert target in out and "permission denied" in out.lower()
     assert not os.path.exists(target)
 
 
-def test_open_of_a_read_only_directory_raises_storage_error(read_only_dir, run_isolated):
-    out = run_isolated(_READ_ONLY_CHILD, read_only_dir, read_only_dir, timeout=30)
+def test_open_of_a_read_only_directory_raises_storage_error(read_only_dir):
+    out = run_child(
+        "children.bad_input:open_in_read_only_directory", read_only_dir, read_only_dir, timeout=30
+    )
     assert "StorageError:" in out
     assert read_only_dir in out and "permission denied" in out.lower()
     assert os.listdir(read_only_dir) == []

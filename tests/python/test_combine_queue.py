@@ -2,8 +2,9 @@
 cpp/include/percolite/combine_queue.h).
 
 Anything that runs workers runs in a child interpreter with a timeout
-(``_isolated.run_isolated_json``): a hang fails one test instead of the suite.
-The children print JSON; the checks run here, in the test process.
+(``_isolated.run_child_json``; the code is in children/combine_queue.py): a
+hang fails one test instead of the suite. The children print JSON; the checks
+run here, in the test process.
 
 How the guarantees are observed. Every change observer in these tests records
 each reported ``Change`` as a cell written *inside the processing transaction*
@@ -25,75 +26,18 @@ import bisect
 import enum
 import itertools
 import math
-import textwrap
 from collections import Counter, defaultdict
 
 import percolite
 import pytest
-from _isolated import run_isolated_json
+from _isolated import run_child_json
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-# Code shared by the children (prepended to each).
-CHILD = r'''
-import collections, json, os, random, sys, threading, time
-import percolite
 
-K = json.dumps  # how a key is named in the JSON a child prints
-
-
-def record(tx, changes, tag="r"):
-    """Change observer body: one cell per reported change, committed with the
-    new values (so only committed runs leave a report)."""
-    for c in changes:
-        tx.set("log:%s:%s" % (tag, K(c.key)), ("r", "%020d" % tx.start_ts),
-               json.dumps([c.old, c.new]))
-
-
-def reports(env, tag="r"):
-    """{key name: [[start_ts, old, new], ...]} in start_ts order."""
-    out = {}
-    prefix = ("log:%s:" % tag).encode()
-    with env.transaction() as tx:
-        for row, column, value in tx.scan(prefix=prefix):
-            out.setdefault(row[len(prefix):].decode(), []).append(
-                [int(column.qualifier), *json.loads(value)])
-    return out
-
-
-def values(env, cq):
-    with env.transaction() as tx:
-        return {K(k): v for k, v in cq.scan(tx)}
-
-
-def queued(env, queue_id):
-    """How many queued (not yet consumed) update cells the queue has."""
-    with env.transaction() as tx:
-        return sum(1 for _ in tx.scan(prefix=queue_id + ":u:"))
-
-
-def observer(env, queue_id):
-    for o in env.status()["observers"]:
-        if o["name"] == "combine queue " + queue_id:
-            return o
-    raise KeyError(queue_id)
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in %s s" % timeout)
-        time.sleep(0.005)
-
-
-def emit(**result):
-    print(json.dumps(result))
-'''
-
-
-def child(code: str, timeout: float = 60, **params):
-    return run_isolated_json(CHILD + textwrap.dedent(code), timeout=timeout, **params)
+def child(name: str, timeout: float = 60, **params):
+    """Runs ``children.combine_queue:<name>`` with ``params``; returns its JSON."""
+    return run_child_json(f"children.combine_queue:{name}", timeout=timeout, **params)
 
 
 # -- checks of the two guarantees ------------------------------------------------
@@ -172,60 +116,15 @@ def reference_sums(adds):
 
 # -- guarantees under concurrent adders and workers -------------------------------
 
-CONCURRENT = r"""
-app = percolite.App()
-cq = app.combine_queue("g", buckets=BUCKETS, buffer_size=BUFFER)
-
-@cq.on_change
-def changed(tx, changes):
-    record(tx, changes)
-
-env = percolite.open(DB, app=app, sync="none")
-keys = ["k%03d" % i for i in range(NKEYS)]
-adds, lock, conflicts = [], threading.Lock(), [0]
-
-def adder(seed):
-    rng = random.Random(seed)
-    mine = []
-    for i in range(TXS):
-        pairs = [(rng.choice(keys), rng.choice((-2, -1, -1, 1, 1, 2, 3)))
-                 for _ in range(rng.randint(1, 6))]
-        tx = env.transaction()
-        cq.add(tx, pairs)
-        try:
-            tx.commit()
-        except percolite.CommitConflict:
-            conflicts[0] += 1
-            continue
-        mine.extend([tx.commit_ts, K(k), d] for k, d in pairs)
-        if i % 40 == 39:
-            time.sleep(0.003)  # let processing runs interleave with the adds
-    with lock:
-        adds.extend(mine)
-
-adder(-1) if PRELOAD else None  # some updates queued before the workers start
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(ADDERS)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-idle = env.wait(timeout=40)
-o = observer(env, "g")
-env.stop_workers()
-emit(adds=adds, reports=reports(env), final=values(env, cq), conflicts=conflicts[0],
-     idle=idle, queued=queued(env, "g"), pending=env.status()["pending"],
-     failures=o["failures"], commits=o["commits"], last_error=o["last_error"])
-env.close()
-"""
-
 
 @pytest.fixture(scope="module")
 def concurrent_run(tmp_path_factory):
     """One run of 3 adder threads (plus a preload) against 2 worker threads on
     a queue with a small buffer, shared by the guarantee tests."""
     db = tmp_path_factory.mktemp("concurrent") / "db"
-    return child(CONCURRENT, DB=db, BUCKETS=3, BUFFER=4, NKEYS=40, TXS=400, ADDERS=3, PRELOAD=True)
+    return child(
+        "concurrent", db=db, buckets=3, buffer=4, nkeys=40, txs=400, adders=3, preload=True
+    )
 
 
 def test_guarantee_1_new_value_combines_every_update_committed_before_the_run(concurrent_run):
@@ -257,68 +156,12 @@ def test_concurrent_run_ends_exact_with_nothing_left(concurrent_run):
     assert r["queued"] == 0 and r["pending"] == 0
 
 
-HAMMER = r"""
-app = percolite.App()
-cq = app.combine_queue("h", buckets=16, buffer_size=512)
-
-@cq.on_change
-def changed(tx, changes):
-    record(tx, changes)
-
-env = percolite.open(DB, app=app, sync="none")
-keys = ["w%04d" % i for i in range(NKEYS)]
-cum, total = [], 0.0
-for rank in range(1, NKEYS + 1):
-    total += 1.0 / rank ** 1.1
-    cum.append(total)
-adds, lock, conflicts, errors = [], threading.Lock(), [0], []
-
-def adder(seed):
-    rng = random.Random(seed)
-    mine = []
-    try:
-        for _ in range(TXS):
-            # 20 keys per transaction, Zipf-distributed; a key may repeat.
-            pairs = [(k, rng.choice((1, -1))) for k in rng.choices(keys, cum_weights=cum, k=20)]
-            tx = env.transaction()
-            cq.add(tx, pairs)
-            try:
-                tx.commit()
-            except percolite.CommitConflict:
-                conflicts[0] += 1
-                continue
-            mine.extend([tx.commit_ts, K(k), d] for k, d in pairs)
-    except BaseException as e:
-        errors.append(repr(e))
-    with lock:
-        adds.extend(mine)
-
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(4)]
-started = time.monotonic()
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-adding = time.monotonic() - started
-commits_while_adding = observer(env, "h")["commits"]
-idle = env.wait(timeout=40)
-o = observer(env, "h")
-env.stop_workers()
-emit(adds=adds, reports=reports(env), final=values(env, cq), conflicts=conflicts[0],
-     errors=errors, idle=idle, queued=queued(env, "h"), pending=env.status()["pending"],
-     failures=o["failures"], commits=o["commits"], last_error=o["last_error"], adding=adding,
-     commits_while_adding=commits_while_adding)
-env.close()
-"""
-
-
 def test_hammer_zipf_adders_with_workers_running(tmp_path):
     """4 adder threads x 1000 transactions x 20 Zipf-chosen +1/-1 updates over
     3000 keys while two worker threads process: no adder ever conflicts, and
     at the end every value equals a Counter of the updates (zero sums absent),
     every report satisfies guarantee 1, and every key's chain holds."""
-    r = child(HAMMER, DB=tmp_path / "db", NKEYS=3000, TXS=1000, timeout=90)
+    r = child("hammer", db=tmp_path / "db", nkeys=3000, txs=1000, timeout=90)
     assert r["errors"] == []
     assert r["conflicts"] == 0, "adders collided"
     assert len(r["adds"]) == 4 * 1000 * 20
@@ -340,14 +183,14 @@ def test_hammer_zipf_adders_with_workers_running(tmp_path):
 @pytest.mark.parametrize("buffer_size", [1, 3])
 def test_tiny_buffer_continues_over_many_runs_and_stays_exact(tmp_path, buffer_size):
     r = child(
-        CONCURRENT,
-        DB=tmp_path / "db",
-        BUCKETS=2,
-        BUFFER=buffer_size,
-        NKEYS=60,
-        TXS=250,
-        ADDERS=2,
-        PRELOAD=True,
+        "concurrent",
+        db=tmp_path / "db",
+        buckets=2,
+        buffer=buffer_size,
+        nkeys=60,
+        txs=250,
+        adders=2,
+        preload=True,
     )
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     assert r["final"] == reference_sums(r["adds"])
@@ -357,57 +200,13 @@ def test_tiny_buffer_continues_over_many_runs_and_stays_exact(tmp_path, buffer_s
     assert_both_guarantees(r)
 
 
-NEVER_SPLIT = r"""
-app = percolite.App()
-cq = app.combine_queue("s", buckets=1, buffer_size=5)
-
-@cq.on_change
-def changed(tx, changes):
-    record(tx, changes)
-
-env = percolite.open(DB, app=app, sync="none")
-adds = []
-def add(pairs):
-    tx = env.transaction()
-    cq.add(tx, pairs)
-    tx.commit()
-    adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
-
-# Phase 1, all before the workers start: 50 updates of "hot" in 50
-# transactions, interleaved with 3 updates each of 20 other keys.
-others = ["o%02d" % i for i in range(20)]
-for i in range(1, 51):
-    add([("hot", i)])
-    if i <= 20:
-        add([(others[i - 1], 1)])
-for k in others:
-    add([(k, 2)])
-    add([(k, 4)])
-phase1 = {"result": env.process(2)}
-phase1["reports"] = reports(env)
-phase1["final"] = values(env, cq)
-
-# Phase 2: the same while workers run (a slow change observer stretches runs).
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-rng = random.Random(5)
-for i in range(300):
-    add([("hot", rng.choice((1, 2, 3)))] + [(rng.choice(others), 1)])
-idle = env.wait(timeout=40)
-o = observer(env, "s")
-env.stop_workers()
-emit(phase1=phase1, adds=adds, reports=reports(env), final=values(env, cq), idle=idle,
-     failures=o["failures"], last_error=o["last_error"], queued=queued(env, "s"))
-env.close()
-"""
-
-
 def test_a_keys_updates_are_never_split_across_runs(tmp_path):
     """buffer_size=5 and one key with 50 updates: the run that takes the key
     takes all its queued updates. With everything committed before the
     workers start, the key is reported once, with the full sum; later, with
     adds racing the workers, every report of it includes every update
     committed before its run started (guarantee 1)."""
-    r = child(NEVER_SPLIT, DB=tmp_path / "db")
+    r = child("never_split", db=tmp_path / "db")
     p1 = r["phase1"]
     assert p1["result"]["idle"] and p1["result"]["failures"] == 0
     assert p1["reports"]['"hot"'][0][1:] == [None, sum(range(1, 51))]
@@ -425,57 +224,11 @@ def test_a_keys_updates_are_never_split_across_runs(tmp_path):
     assert_both_guarantees(r)
 
 
-RESUMED_CURSOR = r"""
-app = percolite.App()
-cq = app.combine_queue("c", buckets=1, buffer_size=2)
-
-@cq.on_change
-def changed(tx, changes):
-    record(tx, changes)
-    time.sleep(0.004)  # slow runs: the cursor walks the bucket while adders add
-
-env = percolite.open(DB, app=app, sync="none")
-keys = ["k%03d" % i for i in range(200)]
-adds = []
-def add(pairs):
-    tx = env.transaction()
-    cq.add(tx, pairs)
-    tx.commit()
-    adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
-
-for start in range(0, 200, 20):
-    add([(k, 1) for k in keys[start:start + 20]])
-
-def cursor_key():
-    with env.transaction() as tx:
-        value = tx.get("c:b:000000", ("cq:c", "cursor"), b"")
-    return value.split(b"\x00")[0].decode() if value else None
-
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-behind = 0
-rng = random.Random(3)
-for i in range(150):
-    early = keys[i % 10]
-    position = cursor_key()
-    add([(early, rng.choice((1, 2, -1)))])
-    if position is not None and position > early:
-        behind += 1
-    time.sleep(0.002)
-idle = env.wait(timeout=40)
-o = observer(env, "c")
-env.stop_workers()
-emit(adds=adds, reports=reports(env), final=values(env, cq), idle=idle, behind=behind,
-     failures=o["failures"], last_error=o["last_error"], queued=queued(env, "c"),
-     commits=o["commits"])
-env.close()
-"""
-
-
 def test_updates_behind_a_resumed_cursor_are_not_lost(tmp_path):
     """One bucket, buffer_size=2, 200 keys: processing walks the bucket with
     its cursor over ~100 runs. Meanwhile updates of the first keys (behind
     the cursor) keep arriving; they must be picked up by a later pass."""
-    r = child(RESUMED_CURSOR, DB=tmp_path / "db")
+    r = child("resumed_cursor", db=tmp_path / "db")
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     assert r["behind"] >= 20, "the scenario must add behind a resumed cursor"
     assert r["final"] == reference_sums(r["adds"])
@@ -483,41 +236,10 @@ def test_updates_behind_a_resumed_cursor_are_not_lost(tmp_path):
     assert_both_guarantees(r)
 
 
-TRICKY_KEYS = r"""
-app = percolite.App()
-cq = app.combine_queue("b", buckets=1, buffer_size=1, key_codec="bytes")
-
-@cq.on_change
-def changed(tx, changes):
-    tx.set("log", ("r", "%020d" % tx.start_ts), json.dumps(len(changes)))
-
-env = percolite.open(DB, app=app, sync="none")
-keys = [b"", b"\x00", b"\x00\x00", b"\x00\x01", b"\x01", b"a", b"a\x00", b"a\x00\x01",
-        b"a\x01", b"ab", b"\xff", b"\xff\xff", b"\x00\xff", b"a\xff\x00"]
-totals = collections.Counter()
-rng = random.Random(11)
-for round_ in range(3):
-    for _ in range(30):
-        pairs = [(rng.choice(keys), rng.randint(1, 9)) for _ in range(3)]
-        with env.transaction() as tx:
-            cq.add(tx, pairs)
-        for k, d in pairs:
-            totals[k] += d
-    result = env.process(2)
-with env.transaction() as tx:
-    final = {k.hex(): v for k, v in cq.scan(tx)}
-    got = {k.hex(): cq.get(tx, k) for k in keys}
-    batches = [json.loads(c.value) for c in tx.scan(prefix="log")]
-emit(final=final, got=got, expected={k.hex(): v for k, v in totals.items()},
-     result=result, batches=batches, queued=queued(env, "b"))
-env.close()
-"""
-
-
 def test_bytes_keys_that_prefix_each_other_with_a_one_update_buffer(tmp_path):
     """Keys with NUL bytes, 0xff and prefixes of each other (the escaping of
     the update qualifier must keep each key's updates together and apart)."""
-    r = child(TRICKY_KEYS, DB=tmp_path / "db")
+    r = child("tricky_keys", db=tmp_path / "db")
     assert r["result"]["idle"] and r["result"]["failures"] == 0
     assert r["final"] == r["expected"]
     assert r["got"] == r["expected"]
@@ -527,71 +249,12 @@ def test_bytes_keys_that_prefix_each_other_with_a_one_update_buffer(tmp_path):
 
 # -- two-level aggregation ------------------------------------------------------
 
-TWO_LEVEL = r"""
-app = percolite.App()
-words = app.combine_queue("w", buckets=4, buffer_size=3)
-hist = app.combine_queue("hist", buckets=2, buffer_size=2, key_codec="int64")
-
-@words.on_change
-def word_changed(tx, changes):
-    record(tx, changes, "w")
-    update = collections.Counter()
-    for c in changes:
-        if c.old is not None:
-            update[c.old] -= 1
-        if c.new is not None:
-            update[c.new] += 1
-    hist.add(tx, {count: n for count, n in update.items() if n})
-
-@hist.on_change
-def hist_changed(tx, changes):
-    record(tx, changes, "h")
-
-env = percolite.open(DB, app=app, sync="none")
-vocabulary = ["v%02d" % i for i in range(40)]
-adds, lock = [], threading.Lock()
-
-def adder(seed):
-    rng = random.Random(seed)
-    docs, mine = [], []
-    for _ in range(150):
-        if docs and rng.random() < 0.3:
-            doc = docs.pop(rng.randrange(len(docs)))   # remove a document
-            update = {w: -n for w, n in doc.items()}
-        else:
-            doc = collections.Counter(rng.choices(vocabulary, k=rng.randint(1, 8)))
-            docs.append(doc)
-            update = dict(doc)
-        tx = env.transaction()
-        words.add(tx, update)
-        tx.commit()
-        mine.extend([tx.commit_ts, K(w), n] for w, n in update.items())
-    with lock:
-        adds.extend(mine)
-
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(2)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-idle = env.wait(timeout=40)
-status = {q: observer(env, q) for q in ("w", "hist")}
-env.stop_workers()
-emit(adds=adds, words=values(env, words), hist=values(env, hist),
-     word_reports=reports(env, "w"), hist_reports=reports(env, "h"), idle=idle,
-     failures={q: o["failures"] for q, o in status.items()},
-     errors={q: o["last_error"] for q, o in status.items()},
-     queued=queued(env, "w") + queued(env, "hist"))
-env.close()
-"""
-
 
 def test_change_observer_feeding_a_second_queue_ends_exact(tmp_path):
     """Word counts -> histogram of counts (the seeds' count -> index example):
     the first queue's change observer adds -1 for the old count and +1 for the
     new count to the second queue, in the processing transaction."""
-    r = child(TWO_LEVEL, DB=tmp_path / "db")
+    r = child("two_level", db=tmp_path / "db")
     assert r["idle"] and r["failures"] == {"w": 0, "hist": 0}, r["errors"]
     assert r["words"] == reference_sums(r["adds"])
     histogram = Counter(r["words"].values())
@@ -604,45 +267,6 @@ def test_change_observer_feeding_a_second_queue_ends_exact(tmp_path):
 
 
 # -- combiners ---------------------------------------------------------------------
-
-NATIVE = r'''
-app = percolite.App()
-queues = {
-    "isum": app.combine_queue("isum", buckets=4, buffer_size=2),
-    "fsum": app.combine_queue("fsum", buckets=4, value_codec="float64"),
-    "tsum": app.combine_queue("tsum", buckets=4, value_codec="int64s:2"),
-    "imax": app.combine_queue("imax", combiner="max"),
-    "imin": app.combine_queue("imin", combiner="min"),
-    "fmax": app.combine_queue("fmax", combiner="max", value_codec="float64"),
-    "fmin": app.combine_queue("fmin", combiner="min", value_codec="float64"),
-    "tmax": app.combine_queue("tmax", combiner="max", value_codec="int64s:2"),
-    "tmin": app.combine_queue("tmin", combiner="min", value_codec="int64s:2"),
-    "ilast": app.combine_queue("ilast", combiner="last", buckets=2, buffer_size=1),
-    "slast": app.combine_queue("slast", combiner="last", value_codec="str"),
-    "jlast": app.combine_queue("jlast", combiner="last", value_codec="json"),
-}
-for name, q in queues.items():
-    q.on_change(lambda tx, changes, name=name: record(tx, changes, name))
-
-env = percolite.open(DB, app=app, sync="none")
-
-def phase(adds):
-    """adds: [(queue, [(key, value), ...]), ...], one transaction each."""
-    for name, pairs in adds:
-        with env.transaction() as tx:
-            queues[name].add(tx, pairs)
-    result = env.process(2)
-    with env.transaction() as tx:
-        state = {name: {K(k): v for k, v in q.scan(tx)} for name, q in queues.items()}
-    return {"result": result, "values": state}
-
-out = {}
-for i, adds in enumerate(PHASES):
-    out["phase%d" % i] = phase([(n, [tuple(p) for p in pairs]) for n, pairs in adds])
-out["reports"] = {name: reports(env, name) for name in queues}
-emit(**out)
-env.close()
-'''
 
 BIG = 1 << 40
 NATIVE_PHASES = [
@@ -697,7 +321,7 @@ def test_native_combiners_combine_exactly(tmp_path):
     min (signed, elementwise for tuples), last (commit order), in two phases
     so that the current value takes part; and changes are reported only when
     the value changed."""
-    r = child(NATIVE, DB=tmp_path / "db", PHASES=NATIVE_PHASES)
+    r = child("native", db=tmp_path / "db", phases=NATIVE_PHASES)
     p1, p2 = r["phase0"], r["phase1"]
     for p in (p1, p2):
         assert p["result"]["idle"] and p["result"]["failures"] == 0, p["result"]
@@ -748,39 +372,8 @@ def test_native_combiners_combine_exactly(tmp_path):
         assert chain_violations(reports[name], final) == [], name
 
 
-OVERFLOW = r"""
-app = percolite.App()
-ov = app.combine_queue("ov", buckets=8)
-ovt = app.combine_queue("ovt", buckets=1, value_codec="int64s:2")
-fine = app.combine_queue("fine", buckets=1)
-env = percolite.open(DB, app=app, sync="none")
-with env.transaction() as tx:
-    ov.add(tx, {"big": INT64_MAX, "small": INT64_MIN})
-    ovt.add(tx, {"t": (0, INT64_MAX)})
-before = env.process(2)
-with env.transaction() as tx:
-    ov.add(tx, {"big": 1, "small": -1})
-    ovt.add(tx, {"t": (5, 1)})
-    fine.add(tx, {"x": 3})
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-wait_for(lambda: observer(env, "ov")["failures"] >= 4 and observer(env, "ovt")["failures"] >= 2)
-idle = env.wait(timeout=0.5)
-status = {q: observer(env, q) for q in ("ov", "ovt", "fine")}
-env.stop_workers()
-with env.transaction() as tx:
-    got = {"big": ov.get(tx, "big"), "small": ov.get(tx, "small"), "t": ovt.get(tx, "t"),
-           "x": fine.get(tx, "x")}
-emit(before=before, idle=idle, got=got, pending=env.status()["pending"],
-     failing_buckets=len({ov.bucket_of("big"), ov.bucket_of("small")}) + 1,
-     queued={q: queued(env, q) for q in ("ov", "ovt", "fine")},
-     failures={q: o["failures"] for q, o in status.items()},
-     errors={q: o["last_error"] for q, o in status.items()})
-env.close()
-"""
-
-
 def test_int64_overflow_in_sum_is_a_visible_failure_not_a_wraparound(tmp_path):
-    r = child(OVERFLOW, DB=tmp_path / "db", INT64_MAX=INT64_MAX, INT64_MIN=INT64_MIN)
+    r = child("overflow", db=tmp_path / "db")
     assert r["before"]["idle"] and r["before"]["failures"] == 0
     assert r["idle"] is False, "the overflowing buckets stay pending"
     assert r["failures"]["ov"] >= 4 and r["failures"]["ovt"] >= 2
@@ -792,77 +385,13 @@ def test_int64_overflow_in_sum_is_a_visible_failure_not_a_wraparound(tmp_path):
     assert r["failures"]["fine"] == 0 and r["errors"]["fine"] is None
 
 
-PY_COMBINER = r"""
-failing = threading.Event()
-failing.set()
-
-app = percolite.App()
-
-def total(key, values):
-    if failing.is_set():
-        raise RuntimeError("combiner exploded on %s" % key)
-    return sum(values) or None  # None deletes the key
-
-def wrong_type(key, values):
-    return "not an int"
-
-pyq = app.combine_queue("py", buckets=3, buffer_size=2, combiner=total)
-bad = app.combine_queue("bad", buckets=1, combiner=wrong_type)
-
-@pyq.on_change
-def changed(tx, changes):
-    record(tx, changes)
-
-env = percolite.open(DB, app=app, sync="none")
-keys = ["p%02d" % i for i in range(12)]
-adds = []
-rng = random.Random(9)
-def add_some(n):
-    for _ in range(n):
-        pairs = [(rng.choice(keys), rng.choice((-1, 1, 2))) for _ in range(3)]
-        tx = env.transaction()
-        pyq.add(tx, pairs)
-        tx.commit()
-        adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
-
-add_some(40)
-with env.transaction() as tx:
-    bad.add(tx, {"k": 1})
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-add_some(40)   # more updates while the combiner fails
-wait_for(lambda: observer(env, "py")["failures"] >= 5 and observer(env, "bad")["failures"] >= 1)
-failing_status = observer(env, "py")
-bad_status = observer(env, "bad")
-during = {"values": values(env, pyq), "queued": queued(env, "py"),
-          "pending": env.status()["pending"]}
-failing.clear()
-add_some(40)
-wait_for(lambda: queued(env, "py") == 0)
-# Bring two keys back to zero: the combiner's None result deletes them.
-for key in ("p00", "p01"):
-    with env.transaction() as tx:
-        current = pyq.get(tx, key, 0)
-    tx = env.transaction()
-    pyq.add(tx, {key: -current})
-    tx.commit()
-    adds.append([tx.commit_ts, K(key), -current])
-wait_for(lambda: queued(env, "py") == 0)
-env.stop_workers()
-emit(adds=adds, reports=reports(env), final=values(env, pyq), during=during,
-     failures=failing_status["failures"], last_error=failing_status["last_error"],
-     bad_failures=bad_status["failures"], bad_error=bad_status["last_error"],
-     queued=queued(env, "py"))
-env.close()
-"""
-
-
 def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(tmp_path):
     """While the combiner raises, runs fail (visible in status() with the
     traceback), values stay untouched and updates stay queued; once it stops
     raising, values are exact. The combiner returns None for a zero sum,
     which deletes the key; a combiner returning a value the codec cannot
     encode is a failure too."""
-    r = child(PY_COMBINER, DB=tmp_path / "db")
+    r = child("python_combiner", db=tmp_path / "db")
     assert r["failures"] >= 5
     assert "Traceback" in r["last_error"]
     assert "RuntimeError: combiner exploded on p" in r["last_error"]
@@ -880,52 +409,10 @@ def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(tmp_path):
     assert_both_guarantees(r)
 
 
-COMMIT_ORDER = r"""
-app = percolite.App()
-seen = []
-
-def concat(key, values):
-    seen.append(len(values))
-    return [x for v in values for x in v]
-
-q = app.combine_queue("o", buckets=2, buffer_size=3, combiner=concat, value_codec="json")
-env = percolite.open(DB, app=app, sync="none")
-adds, lock = [], threading.Lock()
-
-def adder(name):
-    mine = []
-    for i in range(150):
-        key = "k%d" % (i % 4)
-        tx = env.transaction()
-        q.add(tx, {key: ["%s%03d" % (name, i)]})
-        tx.commit()
-        mine.append([tx.commit_ts, key, "%s%03d" % (name, i)])
-        if i % 30 == 0:
-            time.sleep(0.002)
-    with lock:
-        adds.extend(mine)
-
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-threads = [threading.Thread(target=adder, args=(n,)) for n in "ab"]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-idle = env.wait(timeout=40)
-o = observer(env, "o")
-env.stop_workers()
-with env.transaction() as tx:
-    final = dict(q.scan(tx))
-emit(adds=adds, final=final, idle=idle, failures=o["failures"], last_error=o["last_error"],
-     max_values=max(seen))
-env.close()
-"""
-
-
 def test_python_combiner_gets_current_value_then_updates_in_commit_order(tmp_path):
     """A combiner that concatenates lists: the final list of each key is its
     updates in commit_ts order, across threads, runs and continuations."""
-    r = child(COMMIT_ORDER, DB=tmp_path / "db")
+    r = child("commit_order", db=tmp_path / "db")
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     expected = defaultdict(list)
     for _, key, item in sorted(r["adds"]):
@@ -934,40 +421,10 @@ def test_python_combiner_gets_current_value_then_updates_in_commit_order(tmp_pat
     assert r["max_values"] >= 2
 
 
-ON_CHANGE_FAILS = r"""
-failing = threading.Event()
-failing.set()
-app = percolite.App()
-q = app.combine_queue("f", buckets=2)
-
-@q.on_change
-def changed(tx, changes):
-    record(tx, changes)
-    if failing.is_set():
-        raise ValueError("observer says no")
-
-env = percolite.open(DB, app=app, sync="none")
-with env.transaction() as tx:
-    q.add(tx, {"a": 1, "b": 2, "c": 3})
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-wait_for(lambda: observer(env, "f")["failures"] >= 4)
-o = observer(env, "f")
-during = {"values": values(env, q), "reports": reports(env), "queued": queued(env, "f")}
-with env.transaction() as tx:
-    q.add(tx, {"a": 10})
-failing.clear()
-idle = env.wait(timeout=20)
-env.stop_workers()
-emit(during=during, failures=o["failures"], last_error=o["last_error"], idle=idle,
-     final=values(env, q), reports=reports(env))
-env.close()
-"""
-
-
 def test_a_failing_change_observer_commits_nothing_and_is_retried(tmp_path):
     """The change observer runs inside the processing transaction: when it
     raises, neither the new values nor its own writes commit."""
-    r = child(ON_CHANGE_FAILS, DB=tmp_path / "db")
+    r = child("on_change_fails", db=tmp_path / "db")
     assert r["failures"] >= 4
     assert "ValueError: observer says no" in r["last_error"]
     assert r["during"] == {"values": {}, "reports": {}, "queued": 3}
@@ -982,32 +439,7 @@ def test_get_scan_and_layout(tmp_path):
     """Before processing nothing is visible; updates sit in the documented
     rows of their key's bucket, one notification per bucket; after, get and
     scan (with a prefix) return the values."""
-    r = child(
-        r"""
-        app = percolite.App()
-        q = app.combine_queue("lay", buckets=5)
-        env = percolite.open(DB, app=app, sync="none")
-        keys = ["apple", "apricot", "banana", "", "äpfel"]
-        with env.transaction() as tx:
-            q.add(tx, {k: i + 1 for i, k in enumerate(keys)})
-            q.add(tx, [("apple", 10)])   # a second update of a key in one transaction
-        with env.transaction() as tx:
-            before = {"get": q.get(tx, "apple"), "default": q.get(tx, "apple", -1),
-                      "scan": list(q.scan(tx))}
-            rows = sorted({c.row.decode() for c in tx.scan(prefix="lay:u:")})
-        buckets = sorted({"lay:u:%06d" % q.bucket_of(k) for k in keys})
-        pending = env.status()["pending"]
-        result = env.process(2)
-        with env.transaction() as tx:
-            after = {"get": {k: q.get(tx, k) for k in keys}, "missing": q.get(tx, "nope", "d"),
-                     "scan": list(q.scan(tx)), "ap": list(q.scan(tx, prefix="ap")),
-                     "empty": list(q.scan(tx, prefix="zzz"))}
-        emit(before=before, rows=rows, buckets=buckets, pending=pending, result=result,
-             after=after, queued=queued(env, "lay"))
-        env.close()
-        """,
-        DB=tmp_path / "db",
-    )
+    r = child("get_scan_and_layout", db=tmp_path / "db")
     assert r["before"] == {"get": None, "default": -1, "scan": []}
     assert r["rows"] == r["buckets"]
     assert r["pending"] == len(r["buckets"])
@@ -1027,32 +459,7 @@ def test_get_scan_and_layout(tmp_path):
 
 
 def test_registering_while_workers_run_is_an_error(tmp_path):
-    r = child(
-        r"""
-        app = percolite.App()
-        q = app.combine_queue("r1")
-        env = percolite.open(DB, app=app, sync="none")
-        env.start_workers(1)
-        errors = {}
-        try:
-            app.combine_queue("r2")
-        except percolite.Error as e:
-            errors["queue"] = str(e)
-        try:
-            q.on_change(lambda tx, changes: None)
-        except percolite.Error as e:
-            errors["on_change"] = str(e)
-        env.stop_workers()
-        # Nothing of the refused registrations was kept: both work now.
-        r2 = app.combine_queue("r2")
-        q.on_change(lambda tx, changes: None)
-        result = env.process(1)
-        emit(errors=errors, names=[o["name"] for o in env.status()["observers"]],
-             idle=result["idle"])
-        env.close()
-        """,
-        DB=tmp_path / "db",
-    )
+    r = child("register_while_workers_run", db=tmp_path / "db")
     assert set(r["errors"]) == {"queue", "on_change"}
     for message in r["errors"].values():
         assert "workers are running" in message, message
@@ -1214,31 +621,12 @@ def test_bad_declaration_is_a_clear_error_and_leaves_nothing(store_path, options
         assert [o["name"] for o in env.status()["observers"]] == ["combine queue q"]
 
 
-LINGER_CHILD = """
-    app = percolite.App()
-    cq = app.combine_queue("hot", buckets=1, linger=linger)
-    cq.on_change(lambda tx, changes: record(tx, changes))
-    env = percolite.open(path, app=app, sync="none")
-    env.start_workers(2)
-    for i in range(20):
-        with env.transaction() as tx:
-            cq.add(tx, {"k": 1})
-        time.sleep(0.01)
-    # Polled, not env.wait: a wait would hurry the lingering run.
-    wait_for(lambda: env.status(queues=False)["pending"] == 0)
-    stats = observer(env, "hot")
-    env.stop_workers()
-    emit(values=values(env, cq), reports=reports(env), runs=stats["commits"],
-         deferrals=stats["deferrals"], linger=cq.linger)
-"""
-
-
 def test_linger_folds_a_stream_of_updates_in_fewer_runs(store_path, tmp_path):
     """20 commits adding 1 to one key, 10 ms apart: with linger=1.0 the bucket
     waits while they arrive and folds them in one or two runs; the reports
     still chain old to new and end at 20."""
-    eager = child(LINGER_CHILD, path=str(tmp_path / "eager"), linger=0)
-    lingering = child(LINGER_CHILD, path=str(tmp_path / "lingering"), linger=1.0)
+    eager = child("stream_with_linger", path=str(tmp_path / "eager"), linger=0)
+    lingering = child("stream_with_linger", path=str(tmp_path / "lingering"), linger=1.0)
     for out in (eager, lingering):
         assert out["values"] == {'"k"': 20}
         chain = out["reports"]['"k"']
@@ -1252,25 +640,7 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(store_path, tmp_path):
 def test_wait_does_not_linger(tmp_path):
     """A bucket lingering 60 s (a look every 15 s) defers its run; env.wait
     brings it forward and the update is folded at once, without another look."""
-    out = child(
-        """
-        app = percolite.App()
-        cq = app.combine_queue("hot", buckets=1, linger=60)
-        env = percolite.open(path, app=app, sync="none")
-        env.start_workers(2)
-        with env.transaction() as tx:
-            cq.add(tx, {"k": 5})
-        wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
-        before = observer(env, "hot")["deferrals"]
-        began = time.monotonic()
-        idle = env.wait(timeout=10)
-        emit(idle=idle, seconds=time.monotonic() - began, values=values(env, cq),
-             queued=queued(env, "hot"), before=before,
-             deferrals=observer(env, "hot")["deferrals"])
-        env.stop_workers()
-        """,
-        path=str(tmp_path / "store"),
-    )
+    out = child("wait_does_not_linger", path=str(tmp_path / "store"))
     assert out["idle"] is True and out["seconds"] < 5.0
     assert out["values"] == {'"k"': 5} and out["queued"] == 0
     assert out["deferrals"] == out["before"]  # the run brought forward did not linger
@@ -1280,43 +650,7 @@ def test_waiters_and_adders_together_lose_nothing(tmp_path):
     """Real threads: 4 adders commit to a lingering queue while 3 threads keep
     calling env.wait (each call hurries the pool, then lets it linger again).
     Every update is folded once, and each wait returns."""
-    out = child(
-        """
-        app = percolite.App()
-        cq = app.combine_queue("hot", buckets=4, linger=5)
-        env = percolite.open(path, app=app, sync="none")
-        env.start_workers(4)
-        adding = threading.Event()
-        adding.set()
-        waits = []
-
-        def adder(n):
-            for i in range(150):
-                with env.transaction() as tx:
-                    cq.add(tx, {"k%d" % (i % 7): 1, "t%d" % n: 1})
-                time.sleep(0.002)
-
-        def waiter():
-            while adding.is_set():
-                waits.append(env.wait(timeout=20))
-
-        adders = [threading.Thread(target=adder, args=(n,)) for n in range(4)]
-        waiters = [threading.Thread(target=waiter) for _ in range(3)]
-        for t in adders + waiters:
-            t.start()
-        for t in adders:
-            t.join()
-        adding.clear()
-        for t in waiters:
-            t.join()
-        began = time.monotonic()
-        idle = env.wait(timeout=20)
-        emit(idle=idle, last_wait=time.monotonic() - began, waits=len(waits),
-             all_idle=all(waits), values=values(env, cq), queued=queued(env, "hot"))
-        env.stop_workers()
-        """,
-        path=str(tmp_path / "store"),
-    )
+    out = child("waiters_and_adders", path=str(tmp_path / "store"))
     assert out["idle"] is True and out["all_idle"] is True and out["waits"] >= 3
     assert out["last_wait"] < 5.0  # not a linger's wait
     expected = {f'"k{i}"': sum(1 for j in range(150) if j % 7 == i) * 4 for i in range(7)}

@@ -2,14 +2,14 @@
 ``worker module:app --processes 2 --until-idle``), with updates added from
 another process while they run.
 
-The checks (guarantee 1, the old/new chain of guarantee 2, exact final
-values) are those of ``test_combine_queue``; see its module docstring for how
-the change observers record committed reports.
+The workers run children/combine_app.py (and children/linger_app.py). The
+checks (guarantee 1, the old/new chain of guarantee 2, exact final values)
+are those of ``test_combine_queue``; see its module docstring for how the
+change observers record committed reports.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import signal
@@ -21,64 +21,10 @@ from collections import Counter
 from pathlib import Path
 
 import percolite
-import pytest
-from _isolated import run_command
+from _isolated import TESTS_DIR, load_fresh, run_command
 from test_combine_queue import chain_violations, guarantee_1_violations, reference_sums
 
-# Word counts -> histogram of counts, in the module every worker imports. Each
-# change observer records every reported change (and the worker's pid) inside
-# the processing transaction.
-APP_SOURCE = """
-import collections, json, os
-import percolite
-
-app = percolite.App("combine")
-words = app.combine_queue("wc", buckets=8, buffer_size=3)
-hist = app.combine_queue("hist", buckets=4, buffer_size=2, key_codec="int64")
-
-
-def record(tx, changes, tag):
-    for c in changes:
-        tx.set("log:%s:%s" % (tag, json.dumps(c.key)), ("r", "%020d" % tx.start_ts),
-               json.dumps([c.old, c.new, os.getpid()]))
-
-
-@words.on_change
-def word_changed(tx, changes):
-    record(tx, changes, "w")
-    update = collections.Counter()
-    for c in changes:
-        if c.old is not None:
-            update[c.old] -= 1
-        if c.new is not None:
-            update[c.new] += 1
-    hist.add(tx, {count: n for count, n in update.items() if n})
-
-
-@hist.on_change
-def hist_changed(tx, changes):
-    record(tx, changes, "h")
-"""
-
 VOCABULARY = [f"word{i:02}" for i in range(60)]
-
-
-@pytest.fixture
-def app_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "app"
-    directory.mkdir()
-    (directory / "combine_app.py").write_text(APP_SOURCE)
-    return directory
-
-
-def load_module(app_dir: Path, name: str = "combine_app"):
-    """The same module in the test process (to add with the same queues)."""
-    spec = importlib.util.spec_from_file_location(
-        f"{name}_{abs(hash(app_dir))}", app_dir / f"{name}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def add_documents(db: Path, module, n: int, seed: int, adds: list) -> None:
@@ -124,14 +70,14 @@ def read_state(db: Path, module) -> dict:
     return state
 
 
-def workers(db: Path, app_dir: Path):
+def workers(db: Path):
     return run_command(
         [
             sys.executable,
             "-m",
             "percolite",
             "worker",
-            "combine_app:app",
+            "children.combine_app:app",
             "--db",
             str(db),
             "--processes",
@@ -140,18 +86,18 @@ def workers(db: Path, app_dir: Path):
             "2",
             "--until-idle",
         ],
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         timeout=60,
     )
 
 
-def test_two_worker_processes_on_the_same_queues_end_exact(tmp_path, app_dir):
+def test_two_worker_processes_on_the_same_queues_end_exact(tmp_path):
     db = tmp_path / "db"
-    module = load_module(app_dir)
+    module = load_fresh("children.combine_app")
     adds: list = []
     add_documents(db, module, 300, seed=1, adds=adds)
 
-    done = workers(db, app_dir)
+    done = workers(db)
     assert done.returncode == 0, done.stderr
     first = read_state(db, module)
     assert first["words"] == reference_sums(adds)
@@ -163,11 +109,11 @@ def test_two_worker_processes_on_the_same_queues_end_exact(tmp_path, app_dir):
     adder = threading.Thread(target=add_documents, args=(db, module, 400, 2, adds))
     adder.start()
     try:
-        during = workers(db, app_dir)
+        during = workers(db)
     finally:
         adder.join()
     assert during.returncode == 0, during.stderr
-    done = workers(db, app_dir)
+    done = workers(db)
     assert done.returncode == 0, done.stderr
 
     state = read_state(db, module)
@@ -181,27 +127,24 @@ def test_two_worker_processes_on_the_same_queues_end_exact(tmp_path, app_dir):
     assert guarantee_1_violations(adds, state["reports"]["w"]) == []
 
 
-LINGER_APP = """
-import percolite
-
-app = percolite.App("linger")
-hot = app.combine_queue("hot", buckets=1, linger=600)
-"""
-
-
 def test_wait_without_workers_hurries_worker_processes(tmp_path):
     """A worker process lingers 600 s on a bucket; env.wait in another process
     (with no workers of its own) signals it through the store directory, so the
     update is folded at once instead of minutes later."""
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    (app_dir / "linger_app.py").write_text(LINGER_APP)
-    module = load_module(app_dir, "linger_app")
+    module = load_fresh("children.linger_app")
     db = tmp_path / "db"
     with percolite.open(db, app=module.app, sync="none") as env:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "percolite", "worker", "linger_app:app", "--db", str(db)],
-            cwd=app_dir,
+            [
+                sys.executable,
+                "-m",
+                "percolite",
+                "worker",
+                "children.linger_app:app",
+                "--db",
+                str(db),
+            ],
+            cwd=TESTS_DIR,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

@@ -2,11 +2,12 @@
 cpp/include/percolite/export_queue.h).
 
 Anything that runs workers runs in a child interpreter with a timeout
-(``_isolated.run_isolated_json``); the children print JSON and the checks run
-here. Children record every exporter call, so the tests can check what left
-the store (only committed entries), in which order (key then seq within a
-call, seq following commit order), and that a seq-guarded sink ends equal to
-the reference even when calls fail or repeat.
+(``_isolated.run_child_json``; the code is in children/export_queue.py); the
+children print JSON and the checks run here. Children record every exporter
+call, so the tests can check what left the store (only committed entries), in
+which order (key then seq within a call, seq following commit order), and
+that a seq-guarded sink ends equal to the reference even when calls fail or
+repeat.
 """
 
 from __future__ import annotations
@@ -14,63 +15,16 @@ from __future__ import annotations
 import gc
 import math
 import random
-import textwrap
 from collections import defaultdict
 
 import percolite
 import pytest
-from _isolated import run_isolated_json
-
-CHILD = r'''
-import json, random, threading, time
-import percolite
-
-calls = []          # every exporter call: [[key, value, seq], ...]
-sink = {}           # key -> (seq, value): a seq-guarded sink
-lock = threading.Lock()
+from _isolated import run_child_json
 
 
-def guarded(entries):
-    """Apply entries to ``sink`` with a seq guard; record the call."""
-    with lock:
-        calls.append([[e.key, e.value, e.seq] for e in entries])
-        for e in entries:
-            if e.key not in sink or sink[e.key][0] < e.seq:
-                sink[e.key] = (e.seq, e.value)
-
-
-def live(sink):
-    return {k: v for k, (s, v) in sink.items() if v is not None}
-
-
-def observer(env, name):
-    for o in env.status()["observers"]:
-        if o["name"] == name:
-            return o
-    raise KeyError(name)
-
-
-def depth(env, eq):
-    with env.transaction() as tx:
-        return eq.depth(tx)
-
-
-def settled(env, timeout=30):
-    """Polls until no notification is pending, without env.wait (which
-    would hurry lingering runs)."""
-    deadline = time.monotonic() + timeout
-    while env.status(queues=False)["pending"]:
-        assert time.monotonic() < deadline, "still pending"
-        time.sleep(0.01)
-
-
-def emit(**result):
-    print(json.dumps(result))
-'''
-
-
-def child(code: str, timeout: float = 60, **params):
-    return run_isolated_json(CHILD + textwrap.dedent(code), timeout=timeout, **params)
+def child(name: str, timeout: float = 60, **params):
+    """Runs ``children.export_queue:<name>`` with ``params``; returns its JSON."""
+    return run_child_json(f"children.export_queue:{name}", timeout=timeout, **params)
 
 
 def per_call_order_ok(calls):
@@ -80,86 +34,14 @@ def per_call_order_ok(calls):
 
 
 def test_only_committed_entries_are_exported(tmp_path):
-    out = child(
-        """
-        app = percolite.App()
-        eq = app.export_queue("ex", guarded, buckets=4)
-        env = percolite.open(path, app=app, sync="none")
-
-        with env.transaction() as tx:
-            eq.add(tx, "committed", 1)
-        tx = env.transaction()
-        eq.add(tx, "aborted", 2)
-        tx.abort()
-        try:
-            with env.transaction() as tx:
-                eq.add(tx, "raised", 3)
-                raise RuntimeError("boom")
-        except RuntimeError:
-            pass
-        # Two transactions write one cell; both add; the second to commit conflicts.
-        a, b = env.transaction(), env.transaction()
-        a.set("row", ("f", "q"), "a"); eq.add(a, "winner", 4)
-        b.set("row", ("f", "q"), "b"); eq.add(b, "loser", 5)
-        a.commit()
-        try:
-            b.commit()
-        except percolite.CommitConflict:
-            pass
-        # env.run retries a conflicting function: only the committed attempt's entry leaves.
-        attempts = []
-        def body(tx):
-            attempts.append(1)
-            tx.get("row", ("f", "q"))
-            eq.add(tx, "retried-%d" % len(attempts), 6)
-            tx.set("row", ("f", "q"), "c")
-            if len(attempts) == 1:
-                other = env.transaction()
-                other.set("row", ("f", "q"), "d")
-                other.commit()
-        env.run(body)
-        assert env.process(threads=2, timeout=30)["idle"]
-        emit(keys=sorted(k for call in calls for k, _v, _s in call), attempts=len(attempts),
-             depth=depth(env, eq))
-        """,
-        path=str(tmp_path / "db"),
-    )
+    out = child("only_committed_entries", path=str(tmp_path / "db"))
     assert out["attempts"] == 2
     assert out["keys"] == ["committed", "retried-2", "winner"]
     assert out["depth"] == 0
 
 
 def test_seq_follows_commit_order_and_calls_are_ordered(tmp_path):
-    out = child(
-        """
-        app = percolite.App()
-        eq = app.export_queue("ex", guarded, buckets=3, batch_size=7)
-        env = percolite.open(path, app=app, sync="none")
-        committed = []   # [commit_ts, [[key, value, index], ...]]
-        def adder(t):
-            rng = random.Random(t)
-            for i in range(150):
-                def body(tx):
-                    # read-modify-write of a shared counter makes adders conflict sometimes
-                    n = int(tx.get("n", ("f", "q")) or 0)
-                    tx.set("n", ("f", "q"), str(n + 1))
-                    items = [("k%d" % rng.randrange(12), [t, i, j]) for j in range(3)]
-                    for key, value in items:
-                        eq.add(tx, key, value)
-                    return tx, items
-                tx, items = env.run(body)
-                with lock:
-                    committed.append([tx.commit_ts, items])
-        env.start_workers(threads=3)
-        threads = [threading.Thread(target=adder, args=(t,)) for t in range(4)]
-        for th in threads: th.start()
-        for th in threads: th.join()
-        assert env.wait(timeout=60)
-        env.stop_workers()
-        emit(calls=calls, committed=committed, depth=depth(env, eq))
-        """,
-        path=str(tmp_path / "db"),
-    )
+    out = child("seq_follows_commit_order", path=str(tmp_path / "db"))
     calls, committed = out["calls"], out["committed"]
     assert out["depth"] == 0
     assert per_call_order_ok(calls)
@@ -188,33 +70,7 @@ def test_seq_follows_commit_order_and_calls_are_ordered(tmp_path):
 
 
 def test_failing_exporter_is_retried_and_visible_in_status(tmp_path):
-    out = child(
-        """
-        broken = [True]
-        def export(entries):
-            if broken[0]:
-                raise ConnectionError("sink is down")
-            guarded(entries)
-        app = percolite.App()
-        eq = app.export_queue("ex", export, buckets=2)
-        env = percolite.open(path, app=app, sync="none")
-        with env.transaction() as tx:
-            for i in range(20):
-                eq.add(tx, "k%d" % i, i)
-        env.start_workers(threads=2)
-        time.sleep(0.3)
-        before = observer(env, "export queue ex")
-        kept = depth(env, eq)
-        reported = env.status()["queues"]
-        broken[0] = False
-        assert env.wait(timeout=30)
-        env.stop_workers()
-        after = observer(env, "export queue ex")
-        emit(failures=before["failures"], error=before["last_error"], kept=kept, reported=reported,
-             sink=live(sink), depth=depth(env, eq), after_pending=after["pending"])
-        """,
-        path=str(tmp_path / "db"),
-    )
+    out = child("failing_exporter", path=str(tmp_path / "db"))
     assert out["failures"] >= 2
     assert "ConnectionError: sink is down" in out["error"]
     assert "Traceback" in out["error"]
@@ -225,69 +81,14 @@ def test_failing_exporter_is_retried_and_visible_in_status(tmp_path):
 
 
 def test_random_failures_and_redelivery_end_equal_to_the_reference(tmp_path):
-    out = child(
-        """
-        rng = random.Random(7)
-        failed = [0]
-        def flaky(entries):
-            guarded(entries)  # applied, then (sometimes) fails: a redelivery follows
-            with lock:
-                fail = rng.random() < 0.3
-            if fail:
-                failed[0] += 1
-                raise OSError("random failure")
-        app = percolite.App()
-        eq = app.export_queue("ex", flaky, buckets=4, batch_size=16)
-        env = percolite.open(path, app=app, sync="none")
-        reference = {}
-        env.start_workers(threads=3)
-        def adder(t):
-            r = random.Random(100 + t)
-            for i in range(200):
-                key = "k%d" % r.randrange(40)
-                value = None if r.random() < 0.1 else [t, i]
-                def body(tx):
-                    eq.add(tx, key, value)
-                    tx.set("last:" + key, ("f", "q"), json.dumps(value))  # serializes per key
-                env.run(body)
-        threads = [threading.Thread(target=adder, args=(t,)) for t in range(4)]
-        for th in threads: th.start()
-        for th in threads: th.join()
-        assert env.wait(timeout=60)
-        env.stop_workers()
-        with env.transaction() as tx:
-            for row, _col, value in tx.scan(prefix="last:"):
-                v = json.loads(value)
-                if v is not None:
-                    reference[row.decode()[5:]] = v
-        delivered = sum(len(c) for c in calls)
-        emit(sink=live(sink), reference=reference, failed=failed[0], delivered=delivered,
-             failures=observer(env, "export queue ex")["failures"], ordered=None)
-        """,
-        path=str(tmp_path / "db"),
-        timeout=120,
-    )
+    out = child("random_failures", path=str(tmp_path / "db"), timeout=120)
     assert out["failed"] > 5 and out["failures"] == out["failed"]
     assert out["delivered"] > 800  # every failed call is delivered again
     assert out["sink"] == out["reference"]
 
 
 def test_deletions_export_none(tmp_path):
-    out = child(
-        """
-        app = percolite.App()
-        eq = app.export_queue("ex", guarded, buckets=1)
-        env = percolite.open(path, app=app, sync="none")
-        with env.transaction() as tx:
-            eq.add(tx, "a", {"x": 1})
-            eq.add(tx, "b", [1, 2])
-        with env.transaction() as tx:
-            eq.add(tx, "a", None)
-        env.process(threads=1)
-        emit(calls=calls, sink=live(sink))
-        """,
-        path=str(tmp_path / "db"),
-    )
+    out = child("deletions", path=str(tmp_path / "db"))
     flat = [[k, v] for call in out["calls"] for k, v, _s in call]
     assert flat == [["a", {"x": 1}], ["a", None], ["b", [1, 2]]] or flat == [
         ["a", {"x": 1}],
@@ -299,37 +100,7 @@ def test_deletions_export_none(tmp_path):
 
 def test_change_observer_exports_atomically_with_the_new_values(tmp_path):
     """The pipeline phrasecount uses: combine queue -> on_change -> export queue."""
-    out = child(
-        """
-        app = percolite.App()
-        counts = app.combine_queue("counts", buckets=4)
-        eq = app.export_queue("out", guarded, buckets=4, key_codec="str", value_codec="int64")
-        @counts.on_change
-        def changed(tx, changes):
-            for c in changes:
-                eq.add(tx, c.key, c.new)
-        env = percolite.open(path, app=app, sync="none")
-        env.start_workers(threads=3)
-        def adder(t):
-            r = random.Random(t)
-            for i in range(150):
-                updates = {}
-                for _ in range(5):
-                    k = "w%d" % r.randrange(30)
-                    updates[k] = updates.get(k, 0) + r.choice([1, 1, 2, -1])
-                env.run(lambda tx: counts.add(tx, updates))
-        threads = [threading.Thread(target=adder, args=(t,)) for t in range(4)]
-        for th in threads: th.start()
-        for th in threads: th.join()
-        assert env.wait(timeout=60)
-        env.stop_workers()
-        with env.transaction() as tx:
-            final = dict(counts.scan(tx))
-        emit(sink=live(sink), final=final)
-        """,
-        path=str(tmp_path / "db"),
-        timeout=120,
-    )
+    out = child("change_observer_exports", path=str(tmp_path / "db"), timeout=120)
     assert out["final"]
     assert out["sink"] == out["final"]
 
@@ -382,32 +153,12 @@ def test_bad_declarations_are_refused(kwargs, kind, message):
     assert app._queues == {}
 
 
-LINGER_CHILD = """
-    app = percolite.App()
-    eq = app.export_queue("ex", guarded, buckets=1, batch_size=1000, linger=linger)
-    env = percolite.open(path, app=app, sync="none")
-    env.start_workers(2)
-    for i in range(20):
-        with env.transaction() as tx:
-            eq.add(tx, "k%02d" % i, i)
-        time.sleep(0.01)
-    last_add = time.monotonic()
-    settled(env)
-    drain = time.monotonic() - last_add
-    stats = observer(env, "export queue ex")
-    env.stop_workers()
-    emit(calls=[len(c) for c in calls], keys=sorted(k for c in calls for k, _v, _s in c),
-         deferrals=stats["deferrals"], failures=stats["failures"], drain=drain,
-         linger=eq.linger, depth=depth(env, eq))
-"""
-
-
 def test_linger_gathers_a_stream_of_small_commits_into_one_call(tmp_path):
     """20 commits of one entry, 10 ms apart: without linger each run exports
     what it finds; with linger=1.0 the bucket waits while entries arrive, then
     exports them together once they stop (within two quarter-linger steps)."""
-    eager = child(LINGER_CHILD, path=str(tmp_path / "eager"), linger=0)
-    lingering = child(LINGER_CHILD, path=str(tmp_path / "lingering"), linger=1.0)
+    eager = child("stream_with_linger", path=str(tmp_path / "eager"), linger=0)
+    lingering = child("stream_with_linger", path=str(tmp_path / "lingering"), linger=1.0)
     expected = [f"k{i:02d}" for i in range(20)]
     for out in (eager, lingering):
         assert out["keys"] == expected and out["depth"] == 0 and out["failures"] == 0
@@ -427,42 +178,7 @@ def test_a_linger_never_idles_a_waiter(tmp_path):
     ends at once. While other work is ready (20 observer runs, each adding an
     entry, on one worker thread) the bucket keeps gathering: one call of 20
     entries when they are done. With no one waiting, it lingers again."""
-    out = child(
-        """
-        app = percolite.App()
-        eq = app.export_queue("ex", guarded, buckets=1, batch_size=1000, linger=60)
-
-        @app.observer(("job", "go"), notify=percolite.STRONG)
-        def job(tx, row, column):
-            time.sleep(0.02)
-            eq.add(tx, row.decode(), 1)
-            tx.delete(row, column)
-
-        env = percolite.open(path, app=app, sync="none")
-        env.start_workers(1)
-        with env.transaction() as tx:
-            eq.add(tx, "a", 1)
-        time.sleep(0.3)  # the run looks, finds a short batch and defers
-        before = observer(env, "export queue ex")["deferrals"]
-        began = time.monotonic()
-        idle = env.wait(timeout=10)
-        first = time.monotonic() - began
-        with env.transaction() as tx:
-            for i in range(20):
-                tx.set("j%02d" % i, ("job", "go"), "1")
-        began = time.monotonic()
-        idle_jobs = env.wait(timeout=10)
-        jobs = time.monotonic() - began
-        after_wait = [len(c) for c in calls]
-        with env.transaction() as tx:  # nobody waits now
-            eq.add(tx, "c", 3)
-        time.sleep(0.5)
-        emit(before=before, idle=idle, first=first, idle_jobs=idle_jobs, jobs=jobs,
-             after_wait=after_wait, calls=len(calls), depth=depth(env, eq))
-        env.stop_workers()
-        """,
-        path=str(tmp_path / "store"),
-    )
+    out = child("linger_never_idles_a_waiter", path=str(tmp_path / "store"))
     assert out["before"] >= 1  # it was lingering
     assert out["idle"] is True and out["first"] < 5.0
     assert out["idle_jobs"] is True and out["jobs"] < 5.0
@@ -519,51 +235,7 @@ def test_export_to_sink_ends_equal_to_the_combine_queue_under_concurrent_adds(tm
     every change to the export queue in C++ (no on_change). The seq-guarded
     sink ends equal to the queue's final values; then keys brought to zero
     leave as deletions (value None, with a larger seq than their last value)."""
-    out = child(
-        """
-        app = percolite.App()
-        counts = app.combine_queue("counts", buckets=8, buffer_size=16)
-        eq = app.export_queue("out", guarded, buckets=4, batch_size=32,
-                              key_codec="str", value_codec="int64")
-        returned = counts.export_to(eq)
-        env = percolite.open(path, app=app, sync="none")
-        env.start_workers(threads=2, retry_initial=0.01, retry_max=0.2)
-        def adder(t):
-            r = random.Random(t)
-            for i in range(200):
-                updates = {}
-                for _ in range(5):
-                    k = "w%02d" % r.randrange(40)
-                    updates[k] = updates.get(k, 0) + r.choice([1, 1, 2, -1, 3])
-                tx = env.transaction()
-                counts.add(tx, updates)
-                tx.commit()
-        threads = [threading.Thread(target=adder, args=(t,)) for t in range(3)]
-        for th in threads: th.start()
-        for th in threads: th.join()
-        assert env.wait(timeout=60)
-        with env.transaction() as tx:
-            final = dict(counts.scan(tx))
-        sink_then = live(sink)
-        # Bring five keys to exactly zero: the native sum deletes them.
-        zeroed = sorted(final)[:5]
-        seq_before = {k: sink[k][0] for k in zeroed}
-        with env.transaction() as tx:
-            counts.add(tx, {k: -final[k] for k in zeroed})
-        assert env.wait(timeout=60)
-        env.stop_workers()
-        with env.transaction() as tx:
-            after = dict(counts.scan(tx))
-        emit(returned_same=returned is eq, final=final, sink_then=sink_then, after=after,
-             sink_after=live(sink), zeroed=zeroed,
-             deletions={k: [sink[k][1], sink[k][0] > seq_before[k]] for k in zeroed},
-             delivered=sum(len(c) for c in calls), calls=len(calls), depth=depth(env, eq),
-             failures=[observer(env, n)["failures"] for n in ("combine queue counts",
-                                                              "export queue out")])
-        """,
-        path=str(tmp_path / "db"),
-        timeout=120,
-    )
+    out = child("export_to_under_concurrent_adds", path=str(tmp_path / "db"), timeout=120)
     assert out["returned_same"]
     assert out["failures"] == [0, 0]
     assert len(out["final"]) > 30
@@ -680,31 +352,7 @@ def test_export_to_refuses_what_cannot_work():
 
 
 def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(tmp_path):
-    out = child(
-        """
-        app = percolite.App()
-        counts = app.combine_queue("counts", buckets=2)
-        eq = app.export_queue("out", guarded, key_codec="str", value_codec="int64")
-        env = percolite.open(path, app=app, sync="none")
-        env.start_workers(1)
-        try:
-            counts.export_to(eq)
-            error = None
-        except percolite.Error as e:
-            error = str(e)
-        with env.transaction() as tx:
-            counts.add(tx, {"before": 1})
-        assert env.wait(timeout=30)
-        env.stop_workers()
-        nothing = list(calls)
-        counts.export_to(eq)  # allowed once the workers are stopped
-        with env.transaction() as tx:
-            counts.add(tx, {"after": 2})
-        result = env.process(threads=1, timeout=30)
-        emit(error=error, nothing=nothing, sink=live(sink), idle=result["idle"])
-        """,
-        path=str(tmp_path / "db"),
-    )
+    out = child("export_to_while_workers_run", path=str(tmp_path / "db"))
     assert "cannot register an export from combine queue 'counts'" in out["error"]
     assert "workers are running" in out["error"]
     assert out["nothing"] == [], "the refused export_to forwarded changes"
@@ -717,42 +365,7 @@ def test_export_to_sends_nothing_from_an_aborted_processing_transaction(tmp_path
     raises (so the transaction aborts and is retried), nothing reaches the
     export queue or the exporter, and the failure shows in env.status(). Once
     on_change passes, each key leaves exactly once, with its value."""
-    out = child(
-        """
-        failing = threading.Event()
-        failing.set()
-        app = percolite.App()
-        counts = app.combine_queue("counts", buckets=2)
-        eq = app.export_queue("out", guarded, buckets=2, key_codec="str", value_codec="int64")
-        counts.export_to(eq)
-        @counts.on_change
-        def changed(tx, changes):
-            if failing.is_set():
-                raise ValueError("observer says no")
-        env = percolite.open(path, app=app, sync="none")
-        with env.transaction() as tx:
-            counts.add(tx, {"a": 1, "b": 2, "c": 3})
-        env.start_workers(2, retry_initial=0.01, retry_max=0.1)
-        deadline = time.monotonic() + 20
-        while observer(env, "combine queue counts")["failures"] < 6:
-            assert time.monotonic() < deadline, "the change observer never failed"
-            time.sleep(0.01)
-        with env.transaction() as tx:
-            during = {"depth": eq.depth(tx), "queued": counts.depth(tx),
-                      "values": dict(counts.scan(tx))}
-        during["calls"] = list(calls)
-        o = observer(env, "combine queue counts")
-        failing.clear()
-        assert env.wait(timeout=30)
-        env.stop_workers()
-        with env.transaction() as tx:
-            final = dict(counts.scan(tx))
-        emit(during=during, failures=o["failures"], error=o["last_error"], final=final,
-             sink=live(sink), delivered=sorted(k for c in calls for k, _v, _s in c),
-             depth=depth(env, eq))
-        """,
-        path=str(tmp_path / "db"),
-    )
+    out = child("export_to_from_aborted_runs", path=str(tmp_path / "db"))
     assert out["failures"] >= 6
     assert "ValueError: observer says no" in out["error"]
     assert out["during"] == {"depth": 0, "queued": 3, "values": {}, "calls": []}

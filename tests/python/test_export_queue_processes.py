@@ -2,12 +2,12 @@
 with SIGKILL in the middle of exporting, two worker processes with an exporter
 failing on 30% of its calls, and the seed's inverted index (old and new count
 rows) built under concurrency. Each ends with the sink equal to the
-reference: at least once, duplicates absorbed by the seq guard.
+reference: at least once, duplicates absorbed by the seq guard. The workers
+run children/exports_app.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -20,100 +20,26 @@ import time
 from pathlib import Path
 
 import percolite
-from _isolated import run_command
-
-APP_SOURCE = """
-import os, random, sqlite3, threading, time
-import percolite
-from percolite.exporters import SQLite
-
-app = percolite.App("exports")
-SINK = os.environ["SINK"]
-SLEEP = float(os.environ.get("EXPORT_SLEEP", "0"))
-FAIL = float(os.environ.get("EXPORT_FAIL", "0"))
-kv_sink = SQLite(SINK, "kv", key="k", columns="v")
-_rng = random.Random()
-_lock = threading.Lock()
+from _isolated import TESTS_DIR, load_fresh, run_command
 
 
-def export_kv(entries):
-    kv_sink(entries)          # applied to the sink first ...
-    if SLEEP:
-        time.sleep(SLEEP)     # ... so a kill here leaves applied entries queued
-    with _lock:
-        fail = _rng.random() < FAIL
-    if fail:
-        raise OSError("random exporter failure")
-
-
-kv = app.export_queue("kv", export_kv, buckets=8, batch_size=25, value_codec="int64")
-
-# The seed's example: an observer folds numUpdates into counter1 and exports
-# (old, new); the exporter keeps an inverted index count -> rows in SQLite.
-COUNTER = ("meta", "counter1")
-UPDATES = ("meta", "numUpdates")
-
-
-@app.export_queue("ici", buckets=4, batch_size=50, value_codec="json")
-def ici(entries):
-    db = sqlite3.connect(SINK, timeout=30, isolation_level=None)
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        for e in entries:
-            old, new = e.value
-            applied = db.execute(
-                "INSERT INTO ici_seq(row, seq) VALUES (?, ?) ON CONFLICT(row) "
-                "DO UPDATE SET seq = excluded.seq WHERE excluded.seq > ici_seq.seq",
-                (e.key, e.seq),
-            ).rowcount
-            if applied:
-                db.execute("DELETE FROM ici WHERE count = ? AND row = ?", (old, e.key))
-                db.execute("INSERT INTO ici(count, row) VALUES (?, ?)", (new, e.key))
-        with _lock:
-            fail = _rng.random() < FAIL
-        if fail:
-            db.execute("COMMIT")   # applied, then reported as failed: redelivered
-            raise OSError("random exporter failure")
-        db.execute("COMMIT")
-    finally:
-        db.close()
-
-
-@app.observer(UPDATES, notify=percolite.STRONG)
-def fold(tx, row, column):
-    updates = int(tx.get(row, UPDATES, b"0"))
-    old = int(tx.get(row, COUNTER, b"0"))
-    new = old + updates
-    tx.set(row, COUNTER, str(new))
-    tx.delete(row, UPDATES)          # a delete does not notify
-    if new != old:
-        ici.add(tx, row.decode(), [old, new])
-"""
-
-
-def load_app(app_dir: Path, sink: Path):
+def load_app(sink: Path):
+    """The app the workers run (children/exports_app.py), exporting to ``sink``."""
     os.environ["SINK"] = str(sink)
-    spec = importlib.util.spec_from_file_location(
-        f"exports_app_{abs(hash(app_dir))}", app_dir / "exports_app.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_fresh("children.exports_app")
 
 
 def setup(tmp_path: Path):
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    (app_dir / "exports_app.py").write_text(APP_SOURCE)
     sink = tmp_path / "sink.sqlite"
     with sqlite3.connect(sink) as db:
         db.execute("CREATE TABLE ici(count INTEGER, row TEXT, PRIMARY KEY(count, row))")
         db.execute("CREATE TABLE ici_seq(row TEXT PRIMARY KEY, seq INTEGER)")
-    return app_dir, sink, load_app(app_dir, sink)
+    return sink, load_app(sink)
 
 
 def worker_command(db: Path, *args: str) -> list:
-    return [sys.executable, "-m", "percolite", "worker", "exports_app:app", "--db", str(db), *args]
+    app = "children.exports_app:app"
+    return [sys.executable, "-m", "percolite", "worker", app, "--db", str(db), *args]
 
 
 def environment(sink: Path, **extra: str) -> dict:
@@ -158,13 +84,13 @@ def queued(db: Path, module) -> int:
 
 
 def test_worker_killed_mid_export_loses_nothing(tmp_path):
-    app_dir, sink, module = setup(tmp_path)
+    sink, module = setup(tmp_path)
     db = tmp_path / "db"
     reference, total = load_entries(db, module)
     assert queued(db, module) == total > 2500
     worker = subprocess.Popen(
         worker_command(db, "--threads", "3"),
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         env=environment(sink, EXPORT_SLEEP="0.02"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -191,7 +117,7 @@ def test_worker_killed_mid_export_loses_nothing(tmp_path):
     assert 0 < left < total, "killed after some but not all exports"
     done = run_command(
         worker_command(db, "--threads", "3", "--until-idle"),
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         env=environment(sink),
         timeout=120,
     )
@@ -208,12 +134,12 @@ def kv_rows_safe(sink: Path) -> dict:
 
 
 def test_two_processes_with_30_percent_failures_end_equal_to_the_reference(tmp_path):
-    app_dir, sink, module = setup(tmp_path)
+    sink, module = setup(tmp_path)
     db = tmp_path / "db"
     reference, _ = load_entries(db, module, seed=2)
     done = run_command(
         worker_command(db, "--processes", "2", "--threads", "2", "--until-idle"),
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         env=environment(sink, EXPORT_FAIL="0.3"),
         timeout=180,
     )
@@ -228,13 +154,13 @@ def test_two_processes_with_30_percent_failures_end_equal_to_the_reference(tmp_p
 
 
 def test_inverted_index_stays_consistent_under_concurrency(tmp_path):
-    app_dir, sink, module = setup(tmp_path)
+    sink, module = setup(tmp_path)
     db = tmp_path / "db"
     rows = [f"r{i:03d}" for i in range(60)]
     with percolite.open(db, app=module.app, sync="none") as env:
         workers = subprocess.Popen(
             worker_command(db, "--processes", "2", "--threads", "2"),
-            cwd=app_dir,
+            cwd=TESTS_DIR,
             env=environment(sink, EXPORT_FAIL="0.3"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -14,15 +14,13 @@ import json
 import random
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from contextlib import closing
 
 import percolite.exporters
 import pytest
-from conftest import finish_isolated, run_isolated, start_isolated
+from _isolated import finish_child, run_child, start_child
 from percolite._export import SequencedExport as E
 from percolite.errors import ClosedError
 
@@ -509,28 +507,6 @@ def test_four_threads_end_at_the_reference_state(target):
     assert applied_seqs(target, exporter) == highest_seqs(entries)
 
 
-_EXPORT_PROCESS = """
-import json, os, sys, time
-import percolite.exporters
-from percolite._export import SequencedExport
-
-kind, location, table, batches_file, ready_file, go_file = sys.argv[1:]
-batches = [[SequencedExport(*e) for e in batch] for batch in json.load(open(batches_file))]
-if kind == "sqlite":
-    exporter = percolite.exporters.SQLite(location, table)
-elif kind == "postgres":
-    exporter = percolite.exporters.Postgres(location, table)
-else:
-    exporter = percolite.exporters.JSONLines(location)
-open(ready_file, "w").close()
-while not os.path.exists(go_file):  # start together, so that the two really race
-    time.sleep(0.001)
-for batch in batches:
-    exporter(batch)
-exporter.close()
-"""
-
-
 def export_from_processes(tmp_path, kind, location, table, shares):
     """Runs one child interpreter per share of batches, all at once."""
     go_file = tmp_path / "go"
@@ -540,18 +516,26 @@ def export_from_processes(tmp_path, kind, location, table, shares):
         batches_file.write_text(json.dumps(share))
         ready.append(tmp_path / f"ready{index}")
         procs.append(
-            start_isolated(_EXPORT_PROCESS, kind, location, table, batches_file, ready[-1], go_file)
+            start_child(
+                "children.exporters:export_batches",
+                kind,
+                location,
+                table,
+                batches_file,
+                ready[-1],
+                go_file,
+            )
         )
     deadline = time.monotonic() + 30
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         if any(proc.poll() is not None for proc in procs):
-            break  # a child died early: finish_isolated reports it
+            break  # a child died early: finish_child reports it
         time.sleep(0.005)
     go_file.touch()
     failures = []
     for proc in procs:  # wait for every child, even when one failed
         try:
-            finish_isolated(proc, timeout=60)
+            finish_child(proc, timeout=60)
         except pytest.fail.Exception as failure:
             failures.append(str(failure))
     if failures:
@@ -569,41 +553,6 @@ def test_two_processes_end_at_the_reference_state(target, tmp_path):
     assert applied_seqs(target, exporter) == highest_seqs(entries)
 
 
-_FORK = """
-import json, os, sys, traceback
-import percolite.exporters
-from percolite._export import SequencedExport
-
-kind, location, table, batches_file = sys.argv[1:]
-first, parent_share, child_share = [
-    [[SequencedExport(*e) for e in batch] for batch in share]
-    for share in json.load(open(batches_file))
-]
-if kind == "sqlite":
-    exporter = percolite.exporters.SQLite(location, table)
-else:
-    exporter = percolite.exporters.Postgres(location, table)
-for batch in first:
-    exporter(batch)  # the parent has an open connection now
-pid = os.fork()
-if pid == 0:
-    try:
-        for batch in child_share:
-            exporter(batch)
-        os._exit(0)
-    except BaseException:
-        traceback.print_exc()
-        os._exit(1)
-for batch in parent_share:
-    exporter(batch)
-_, status = os.waitpid(pid, 0)
-assert status == 0, f"the forked child failed: status {status}"
-for batch in first:
-    exporter(batch)  # the parent's pooled connection still works
-exporter.close()
-"""
-
-
 def test_forked_child_and_parent_export_at_once_on_their_own_connections(target, tmp_path):
     rng = random.Random(7)
     entries = history(rng)
@@ -612,7 +561,14 @@ def test_forked_child_and_parent_export_at_once_on_their_own_connections(target,
     shares = [batches[:5], batches[5::2], batches[6::2]]
     batches_file = tmp_path / "batches.json"
     batches_file.write_text(json.dumps(shares))
-    run_isolated(_FORK, target.kind, target.location, exporter.table, batches_file, timeout=60)
+    run_child(
+        "children.exporters:export_across_fork",
+        target.kind,
+        target.location,
+        exporter.table,
+        batches_file,
+        timeout=60,
+    )
     assert exporter.rows() == reference(entries)
 
 
@@ -710,16 +666,8 @@ def test_postgres_refuses_to_guess_the_type_of_a_column_without_values(postgres_
 
 
 def test_postgres_without_psycopg_says_how_to_install_it():
-    code = (
-        "import sys; sys.modules['psycopg'] = None\n"
-        "import percolite.exporters\n"
-        "try:\n"
-        "    percolite.exporters.Postgres('host=x', 't')\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert 'pip install "psycopg[binary]"' in result.stdout, result.stderr
+    out = run_child("children.exporters:postgres_without_psycopg", timeout=30)
+    assert 'pip install "psycopg[binary]"' in out
 
 
 # --- JSON Lines --------------------------------------------------------------
@@ -832,44 +780,10 @@ def test_jsonlines_two_processes_end_at_the_reference_state(tmp_path):
     )
 
 
-_NEW_FILE_RACE = """
-import os, sys
-import percolite.exporters
-from percolite._export import SequencedExport
-
-directory, rounds, processes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-failures = 0
-for round in range(rounds):
-    path = os.path.join(directory, f"race{round}.sqlite")
-    go_read, go_write = os.pipe()
-    children = []
-    for index in range(processes):
-        pid = os.fork()
-        if pid == 0:
-            os.close(go_write)
-            os.read(go_read, 1)  # all start at once, when the pipe closes
-            try:
-                with percolite.exporters.SQLite(path, "t") as exporter:
-                    exporter([SequencedExport(f"k{index}", index, index)])
-            except BaseException as exc:
-                print(f"round {round}, process {index}: {exc!r}", file=sys.stderr)
-                os._exit(1)
-            os._exit(0)
-        children.append(pid)
-    os.close(go_read)
-    os.close(go_write)
-    failures += sum(os.waitpid(pid, 0)[1] != 0 for pid in children)
-    with percolite.exporters.SQLite(path, "t") as exporter:
-        rows = exporter.rows()
-    assert rows == {f"k{i}": i for i in range(processes)}, rows
-assert failures == 0, f"{failures} exports failed"
-"""
-
-
 def test_sqlite_processes_switching_a_new_file_to_wal_at_once(tmp_path):
     # Regression: "PRAGMA journal_mode=WAL" does not wait for the busy timeout;
     # processes opening a new file at the same time got "database is locked".
-    run_isolated(_NEW_FILE_RACE, tmp_path, 8, 4, timeout=60)
+    run_child("children.exporters:new_sqlite_file_race", tmp_path, 8, 4, timeout=60)
 
 
 def test_sqlite_guard_rows_for_every_key_still_guard(tmp_path):

@@ -3,11 +3,9 @@ nothing is lost or left broken after them (design.md sections 4 and 9)."""
 
 from __future__ import annotations
 
-import textwrap
-
 import percolite
 import pytest
-from _isolated import run_isolated_json
+from _isolated import run_child_json
 
 CONTENT = ("doc", "content")
 
@@ -20,49 +18,8 @@ def _noop(tx, row, column):  # pragma: no cover - never run
 
 
 def test_registering_an_observer_while_workers_run_raises(tmp_path):
-    result = run_isolated_json(
-        """
-        import json
-        import percolite
-
-        app = percolite.App()
-
-        @app.observer(("doc", "content"))
-        def first(tx, row, column):
-            tx.set(row, ("doc", "first"), "1")
-
-        env = percolite.open(DB, app=app, sync="none")
-        env.start_workers(2)
-        try:
-            @app.observer(("doc", "other"))
-            def late(tx, row, column):
-                tx.set(row, ("doc", "late"), "1")
-        except Exception as e:
-            refused = [type(e).__name__, isinstance(e, percolite.Error), str(e)]
-        else:
-            refused = None
-        observers_while_running = [o.name for o in app.observers]
-        env.stop_workers()
-
-        # Once the workers are stopped, registering works and the new observer runs.
-        @app.observer(("doc", "other"))
-        def late(tx, row, column):
-            tx.set(row, ("doc", "late"), "1")
-
-        with env.transaction() as tx:
-            tx.set("doc:1", ("doc", "content"), "x")
-            tx.set("doc:1", ("doc", "other"), "y")
-        totals = env.process(threads=2, timeout=20)
-        with env.transaction() as tx:
-            outputs = [tx.get("doc:1", ("doc", "first")), tx.get("doc:1", ("doc", "late"))]
-        print(json.dumps({
-            "refused": refused, "observers_while_running": observers_while_running,
-            "observers": [o.name for o in app.observers], "idle": totals["idle"],
-            "outputs": [None if v is None else v.decode() for v in outputs],
-        }))
-        env.close()
-        """,
-        DB=tmp_path / "db",
+    result = run_child_json(
+        "children.observer_bad_input:register_while_workers_run", db=tmp_path / "db"
     )
     assert result["refused"] is not None, "registering while workers run must raise"
     name, is_percolite_error, message = result["refused"]
@@ -210,86 +167,21 @@ def test_start_workers_with_bad_arguments_raises(tmp_path, kwargs, error):
 
 
 def test_starting_workers_twice_raises(tmp_path):
-    result = run_isolated_json(
-        """
-        import json
-        import percolite
-
-        app = percolite.App()
-        app.add_observer(("doc", "content"), lambda tx, row, column: None)
-        env = percolite.open(DB, app=app, sync="none")
-        env.start_workers(1)
-        try:
-            env.start_workers(1)
-        except percolite.Error as e:
-            second = type(e).__name__
-        else:
-            second = None
-        running = env.status()["workers"]["running"]
-        env.close()
-        print(json.dumps({"second": second, "running": running}))
-        """,
-        DB=tmp_path / "db",
-    )
+    result = run_child_json("children.observer_bad_input:start_workers_twice", db=tmp_path / "db")
     assert result["second"] is not None, "a second start_workers must raise"
     assert result["running"] is True, "the first workers keep running"
 
 
 # -- an observer that misuses its transaction ---------------------------------
-
-MISUSE = """
-import json, threading, time
-import percolite
-
-app = percolite.App()
-misbehave = threading.Event()
-misbehave.set()
-
-@app.observer(("doc", "content"))
-def index(tx, row, column):
-    tx.set(row, ("doc", "words"), str(len(tx.get(row, column).split())))
-    if misbehave.is_set():
-        MISUSE(tx)
-
-env = percolite.open(DB, app=app, sync="none")
-with env.transaction() as tx:
-    tx.set("doc:1", ("doc", "content"), "three little words")
-env.start_workers(2, retry_initial=0.01, retry_max=0.2)
-deadline = time.monotonic() + 20
-while env.status()["observers"][0]["failures"] < 3 and time.monotonic() < deadline:
-    time.sleep(0.01)
-failing = env.status()
-with env.transaction() as tx:
-    words_while_failing = tx.get("doc:1", ("doc", "words"))
-misbehave.clear()
-idle = env.wait(timeout=20)
-env.stop_workers()
-with env.transaction() as tx:
-    words = tx.get("doc:1", ("doc", "words"))
-final = env.status()
-print(json.dumps({
-    "failures": failing["observers"][0]["failures"],
-    "last_error": failing["observers"][0]["last_error"],
-    "pending_while_failing": failing["pending"],
-    "words_while_failing": words_while_failing is not None,
-    "idle": idle, "words": None if words is None else words.decode(),
-    "commits": final["observers"][0]["commits"], "pending": final["pending"],
-}))
-env.close()
-"""
+# (commit: tx.commit(), abort: tx.abort(), with: tx.__enter__(); see
+# children.observer_bad_input.MISUSES)
 
 
-@pytest.mark.parametrize(
-    "misuse",
-    [
-        "lambda tx: tx.commit()",
-        "lambda tx: tx.abort()",
-        "lambda tx: tx.__enter__()",
-    ],
-    ids=["commit", "abort", "with"],
-)
+@pytest.mark.parametrize("misuse", ["commit", "abort", "with"])
 def test_an_observer_that_commits_its_own_transaction_is_a_counted_failure(tmp_path, misuse):
-    result = run_isolated_json(f"MISUSE = {misuse}\n" + textwrap.dedent(MISUSE), DB=tmp_path / "db")
+    result = run_child_json(
+        "children.observer_bad_input:misusing_observer", db=tmp_path / "db", misuse=misuse
+    )
     assert result["failures"] >= 3
     assert "Traceback" in result["last_error"]
     assert "percolite" in result["last_error"]

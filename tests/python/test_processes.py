@@ -1,5 +1,6 @@
 """Several processes on one store, and fork() (design.md sections 3 and 8).
-Each test drives its processes from a child interpreter with a timeout."""
+Each test drives its processes from a child interpreter with a timeout; their
+code is in children/processes.py."""
 
 from __future__ import annotations
 
@@ -7,45 +8,22 @@ import json
 import time
 
 import percolite
-from conftest import COL, finish_isolated, start_isolated
-
-_INCREMENTER = """
-import json, os, sys, time
-import percolite
-
-path, ready_file, go_file = sys.argv[1], sys.argv[2], sys.argv[3]
-COL = ("stats", "n")
-
-def increment(tx):
-    value = int(tx.get("counter", COL, b"0")) + 1
-    tx.set("counter", COL, str(value))
-    return tx, value
-
-env = percolite.open(path)  # default sync="full"
-open(ready_file, "w").close()
-while not os.path.exists(go_file):  # start together, so the two really collide
-    time.sleep(0.001)
-done = []
-for _ in range(300):
-    tx, value = env.run(increment, retries=None)
-    done.append((tx.commit_ts, value))
-env.close()
-print(json.dumps(done))
-"""
+from _isolated import finish_child, run_child, start_child
+from conftest import COL
 
 
 def test_two_processes_increment_one_counter(store_path, tmp_path):
     percolite.open(store_path).close()  # create it before the race
     go_file = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
-    procs = [start_isolated(_INCREMENTER, store_path, r, go_file) for r in ready]
+    procs = [start_child("children.processes:incrementer", store_path, r, go_file) for r in ready]
     deadline = time.monotonic() + 30
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
-            break  # a worker died early: finish_isolated reports it
+            break  # a worker died early: finish_child reports it
         time.sleep(0.005)
     go_file.touch()
-    outputs = [finish_isolated(p, timeout=60) for p in procs]
+    outputs = [finish_child(p, timeout=60) for p in procs]
     with percolite.open(store_path) as env:
         tx = env.transaction()
         assert tx.get("counter", ("stats", "n")) == b"600"
@@ -57,21 +35,12 @@ def test_two_processes_increment_one_counter(store_path, tmp_path):
     assert [value for _, value in sorted(merged)] == list(range(1, 601))
 
 
-def test_conflict_detected_across_processes(store_path, run_isolated):
+def test_conflict_detected_across_processes(store_path):
     env = percolite.open(store_path, sync="none")
     with env.transaction() as tx:
         tx.set("x", COL, "orig")
     mine = env.transaction()
-    run_isolated(
-        """
-        import sys, percolite
-        with percolite.open(sys.argv[1], sync="none") as env:
-            with env.transaction() as tx:
-                tx.set("x", ("f", "q"), "other-process")
-        """,
-        store_path,
-        timeout=30,
-    )
+    run_child("children.processes:write_x", store_path, timeout=30)
     assert mine.get("x", COL) == b"orig"  # still the snapshot
     mine.set("x", COL, "mine")
     mine.set("y", COL, "mine")
@@ -88,63 +57,8 @@ def test_conflict_detected_across_processes(store_path, run_isolated):
     env.close()
 
 
-_FORK_CHILD = """
-import os, sys
-import percolite
-
-path = sys.argv[1]
-env = percolite.open(path, sync="none")
-with env.transaction() as tx:
-    tx.set("parent", ("f", "q"), "before-fork")
-open_tx = env.transaction()
-
-pid = os.fork()
-if pid == 0:
-    # The child: the parent's handle and transaction must refuse, not crash.
-    code = 0
-    try:
-        env.transaction()
-        code |= 1
-    except percolite.Error as e:
-        if "fork" not in str(e) or isinstance(e, percolite.ClosedError):
-            code |= 2
-    except BaseException:
-        code |= 4
-    try:
-        open_tx.get("parent", ("f", "q"))
-        code |= 8
-    except percolite.Error:
-        pass
-    except BaseException:
-        code |= 16
-    try:
-        # Opening the store again in the child is the documented way.
-        with percolite.open(path, sync="none") as again:
-            with again.transaction() as tx:
-                if tx.get("parent", ("f", "q")) != b"before-fork":
-                    code |= 32
-                tx.set("child", ("f", "q"), "reopened")
-    except BaseException as e:
-        sys.stderr.write("child reopen failed: %r\\n" % (e,))
-        code |= 64
-    sys.stderr.flush()
-    os._exit(code)
-
-_, status = os.waitpid(pid, 0)
-print("child-exit", os.waitstatus_to_exitcode(status))
-# The parent's handle and its open transaction still work.
-assert open_tx.get("parent", ("f", "q")) == b"before-fork"
-open_tx.abort()
-with env.transaction() as tx:
-    assert tx.get("child", ("f", "q")) == b"reopened"
-    tx.set("parent", ("f", "q"), "after-fork")
-env.close()
-print("parent-ok")
-"""
-
-
-def test_env_used_in_forked_child_raises_error(store_path, run_isolated):
-    out = run_isolated(_FORK_CHILD, store_path, timeout=30)
+def test_env_used_in_forked_child_raises_error(store_path):
+    out = run_child("children.processes:fork_and_use_the_store", store_path, timeout=30)
     lines = out.split()
     # 0: the child got percolite.Error naming fork for env.transaction() and for
     # the inherited transaction, and could open the store again itself.

@@ -9,7 +9,8 @@ increments since the last persisted one, whose number is geometric with
 when the handle or process ends without ``flush``.
 
 Tests with threads or several processes run in child interpreters with a
-timeout (``run_isolated_json``), so a hang fails one test instead of the suite.
+timeout (``run_child_json``; their code is in children/sharded_counter.py), so
+a hang fails one test instead of the suite.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 
 import percolite
 import pytest
-from _isolated import finish_isolated, run_isolated_json, start_isolated
+from _isolated import finish_child, run_child, run_child_json, start_child
 from conftest import committed_cells
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -44,49 +45,8 @@ def test_exact_totals_8_threads_x_500_increments(store_path):
     """Every committed increment counts, every aborted one does not, whatever
     the interleaving: 8 threads, 500 transactions each, one in five of them
     aborted after its add."""
-    report = run_isolated_json(
-        """
-        import json, threading
-        import percolite
-
-        env = percolite.open(path, sync="none")
-        hits = percolite.ShardedCounter("hits", 16)
-        aborted = [0] * 8
-        errors = []
-
-        class Abort(Exception):
-            pass
-
-        def worker(k):
-            try:
-                for i in range(500):
-                    def count(tx):
-                        hits.add(tx, k + 1)
-                        tx.set(b"log:%d:%03d" % (k, i), ("f", "q"), b"")
-                        if i % 5 == 0:
-                            raise Abort  # the add must vanish with the transaction
-                    try:
-                        env.run(count, retries=None)
-                    except Abort:
-                        aborted[k] += 1
-            except BaseException as e:
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        tx = env.transaction()
-        shards = [(c.row.decode(), c.value.hex()) for c in tx.scan(prefix="counter:")]
-        logs = sum(1 for _ in tx.scan(prefix="log:"))
-        tx.abort()
-        print(json.dumps({"value": hits.value(env), "shards": shards, "logs": logs,
-                          "aborted": aborted, "errors": errors}))
-        env.close()
-        """,
-        timeout=90,
-        path=store_path,
+    report = run_child_json(
+        "children.sharded_counter:exact_totals_threads", timeout=90, path=store_path
     )
     assert report["errors"] == []
     assert report["aborted"] == [100] * 8
@@ -99,39 +59,22 @@ def test_exact_totals_8_threads_x_500_increments(store_path):
     assert all(row.startswith("counter:hits:") for row, _ in report["shards"])
 
 
-_PROCESS_INCREMENTER = """
-import json, os, sys, time
-import percolite
-
-path, ready_file, go_file, amount = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-env = percolite.open(path, sync="none")
-hits = percolite.ShardedCounter("hits", 16)
-open(ready_file, "w").close()
-while not os.path.exists(go_file):  # start together, so the two really collide
-    time.sleep(0.001)
-for _ in range(500):
-    hits.increment(env, amount)
-print(json.dumps(env.stats()["conflicts"]))
-env.close()
-"""
-
-
 def test_exact_totals_two_processes(store_path, tmp_path):
     percolite.open(store_path, sync="none").close()  # create it before the race
     go_file = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
     procs = [
-        start_isolated(_PROCESS_INCREMENTER, store_path, r, go_file, amount)
+        start_child("children.sharded_counter:process_incrementer", store_path, r, go_file, amount)
         for r, amount in zip(ready, (1, 3))
     ]
     deadline = time.monotonic() + 30
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
-            break  # a child died early: finish_isolated reports it
+            break  # a child died early: finish_child reports it
         time.sleep(0.005)
     go_file.touch()
     for p in procs:
-        finish_isolated(p, timeout=60)
+        finish_child(p, timeout=60)
     with percolite.open(store_path, sync="none") as env:
         assert percolite.ShardedCounter("hits").value(env) == 500 * 1 + 500 * 3
 
@@ -147,71 +90,8 @@ def test_more_shards_collide_less(store_path):
     when no other commit is in progress, so how often bare adds overlap is up
     to the scheduler). With backoff, a single hot cell throttles itself: fewer
     conflicts, but increments wait; see docs/sharded_counters.md."""
-    report = run_isolated_json(
-        """
-        import json, os, random, threading, time
-        import percolite
-
-        def rounds(env, shards, n_rounds=40, n_threads=8):
-            counter = percolite.ShardedCounter("c%d" % shards, shards, rng=random.Random(shards))
-            barrier = threading.Barrier(n_threads, timeout=20)
-            conflicts = [0] * n_threads
-            errors = []
-
-            def worker(k):
-                try:
-                    for _ in range(n_rounds):
-                        tx = env.transaction()
-                        counter.add(tx)
-                        barrier.wait()  # all began before any commits
-                        try:
-                            tx.commit()
-                        except percolite.CommitConflict:
-                            conflicts[k] += 1
-                        barrier.wait()
-                except BaseException as e:
-                    errors.append(repr(e))
-                    barrier.abort()
-
-            threads = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert errors == [], errors
-            assert counter.value(env) == n_rounds * n_threads - sum(conflicts)
-            return sum(conflicts)
-
-        def retries(env, shards, n_threads=8, n=200):
-            counter = percolite.ShardedCounter("r%d" % shards, shards)
-
-            def add_and_work(tx):
-                counter.add(tx)
-                time.sleep(0.0002)
-
-            before = env.stats()["conflicts"]
-            threads = [
-                threading.Thread(
-                    target=lambda: [env.run(add_and_work, retries=None, backoff=0)
-                                    for _ in range(n)])
-                for _ in range(n_threads)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert counter.value(env) == n_threads * n
-            return env.stats()["conflicts"] - before
-
-        env = percolite.open(path, sync="none")
-        print(json.dumps({
-            "rounds": {s: rounds(env, s) for s in (1, 16)},
-            "retries": {s: retries(env, s) for s in (1, 16)},
-        }))
-        env.close()
-        """,
-        timeout=90,
-        path=store_path,
+    report = run_child_json(
+        "children.sharded_counter:shard_collisions", timeout=90, path=store_path
     )
     rounds, retries = report["rounds"], report["retries"]
     assert rounds["1"] == 40 * 7  # exactly one winner per round
@@ -344,45 +224,7 @@ def test_cached_exact_in_its_handle_under_8_threads(store_path):
     """The cached total counts every increment exactly (each returns a
     distinct total, 1..4000); with p = 1 every total is persisted and the
     maximum survives out-of-order writes; flush persists the rest."""
-    report = run_isolated_json(
-        """
-        import json, threading
-        import percolite
-
-        env = percolite.open(path, sync="none")
-        results = {}
-        for p in (0.05, 1.0):
-            counter = percolite.ShardedCounter("p%s" % p, 16, chance_to_write=p)
-            totals, errors = [], []
-
-            def worker():
-                try:
-                    mine = [counter.increment(env) for _ in range(500)]
-                    totals.extend(mine)
-                except BaseException as e:
-                    errors.append(repr(e))
-
-            threads = [threading.Thread(target=worker) for _ in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            tx = env.transaction()
-            before_flush = counter.get(tx)
-            tx.abort()
-            counter.flush(env)
-            tx = env.transaction()
-            after_flush = counter.get(tx)
-            tx.abort()
-            results[p] = {"sorted_ok": sorted(totals) == list(range(1, 4001)),
-                          "value": counter.value(env), "before_flush": before_flush,
-                          "after_flush": after_flush, "errors": errors}
-        print(json.dumps(results))
-        env.close()
-        """,
-        timeout=90,
-        path=store_path,
-    )
+    report = run_child_json("children.sharded_counter:cached_threads", timeout=90, path=store_path)
     for p, r in report.items():
         assert r["errors"] == [], p
         assert r["sorted_ok"], p
@@ -414,23 +256,8 @@ def test_cached_closing_without_flush_loses_exactly_the_lag(store_path):
     env.close()
 
 
-def test_cached_process_ending_without_flush_loses_exactly_the_lag(store_path, run_isolated):
-    out = run_isolated(
-        """
-        import os, random, sys
-        import percolite
-
-        env = percolite.open(sys.argv[1], sync="none")
-        counter = percolite.ShardedCounter("hits", 8, chance_to_write=0.1, rng=random.Random(5))
-        for _ in range(300):
-            counter.increment(env)
-        tx = env.transaction()
-        print(counter.value(env), counter.get(tx), flush=True)
-        os._exit(0)  # no close, no flush, no atexit: like a crash
-        """,
-        store_path,
-        timeout=60,
-    )
+def test_cached_process_ending_without_flush_loses_exactly_the_lag(store_path):
+    out = run_child("children.sharded_counter:cached_exit_without_flush", store_path, timeout=60)
     cached, persisted = map(int, out.split())
     assert cached == 300
     with percolite.open(store_path, sync="none") as env:

@@ -6,6 +6,7 @@ import sys
 
 import percolite
 import pytest
+from _isolated import run_child
 from conftest import COL, as_tuples, committed_cells
 
 A = ("acct", "a")
@@ -441,21 +442,11 @@ def test_reopen_persistence(store_path):
     env.close()
 
 
-def test_reopen_in_another_process_sees_commits(store_path, run_isolated):
+def test_reopen_in_another_process_sees_commits(store_path):
     with percolite.open(store_path) as env:
         with env.transaction() as tx:
             tx.set("persisted", COL, "yes")
-    out = run_isolated(
-        """
-        import sys, percolite
-        with percolite.open(sys.argv[1], create=False) as env:
-            tx = env.transaction()
-            print(tx.get("persisted", ("f", "q")))
-            tx.abort()
-        """,
-        store_path,
-        timeout=30,
-    )
+    out = run_child("children.transactions:print_persisted", store_path, timeout=30)
     assert out.strip() == "b'yes'"
 
 

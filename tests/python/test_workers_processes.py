@@ -2,81 +2,34 @@
 killed mid-run, wait/stop/close while observers run, and the CLI.
 
 Anything that runs workers does so in a child process with a timeout
-(``_isolated``), so a deadlock fails fast. The test process itself only opens
-stores to load data and read results (no workers).
+(``_isolated``), so a deadlock fails fast: the functions of
+children/workers_processes.py, and the CLI's worker running
+children/wordcount_app.py. The test process itself only opens stores to load
+data and read results (no workers).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import percolite
 import pytest
-from _isolated import run_command, run_isolated_json
+from _isolated import TESTS_DIR, load_fresh, run_child_json, run_command
 
 CONTENT = ("doc", "content")
 
-# The application every worker process imports (``wordcount_app:app``). Each
-# committed run leaves, in its own transaction: the document's word count, an
-# increment of one shard of the total, an increment of a per-row run counter,
-# and one marker cell with a unique qualifier whose value is the worker's pid.
-APP_SOURCE = """
-import os, time, uuid, zlib
-import percolite
 
-app = percolite.App("wordcount")
-SLEEP = float(os.environ.get("OBSERVER_SLEEP", "0"))
-
-@app.observer(("doc", "content"), notify=percolite.STRONG, name="count_words")
-def count_words(tx, row, column):
-    words = len(tx.get(row, column).decode().split())
-    tx.set(row, ("doc", "words"), str(words))
-    shard = ("total", str(zlib.crc32(row) % 8))
-    tx.set("totals", shard, str(int(tx.get("totals", shard, b"0")) + words))
-    tx.set(row, ("obs", "runs"), str(int(tx.get(row, ("obs", "runs"), b"0")) + 1))
-    tx.set(row, ("obs", "run:" + uuid.uuid4().hex), str(os.getpid()))
-    if SLEEP:
-        time.sleep(SLEEP)
-
-@app.observer(("doc", "event"), notify=percolite.STRONG, name="log_event")
-def log_event(tx, row, column):
-    # Writes only a cell no other run writes: nothing but the notification's
-    # ack cell keeps two concurrent runs of one notification from both committing.
-    tx.set(row, ("log", uuid.uuid4().hex), str(os.getpid()))
-    if SLEEP:
-        time.sleep(SLEEP)
-
-@app.observer(("q", "bucket"), notify=percolite.WEAK, name="drain")
-def drain(tx, row, column):
-    tx.set(row, ("q", "drained"), "yes")
-"""
-
-
-@pytest.fixture
-def app_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "app"
-    directory.mkdir()
-    (directory / "wordcount_app.py").write_text(APP_SOURCE)
-    return directory
-
-
-def load_app(app_dir: Path) -> percolite.App:
-    """The same app in the test process (only to bind it when loading data)."""
-    spec = importlib.util.spec_from_file_location(
-        f"wordcount_app_{abs(hash(app_dir))}", app_dir / "wordcount_app.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.app
+def load_app() -> percolite.App:
+    """The app the worker processes run (children/wordcount_app.py), bound in
+    the test process only to load data."""
+    return load_fresh("children.wordcount_app").app
 
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
@@ -90,9 +43,9 @@ def make_documents(n: int, seed: int = 7) -> dict:
     }
 
 
-def load_documents(db: Path, app_dir: Path, documents: dict, events: bool = False) -> None:
+def load_documents(db: Path, documents: dict, events: bool = False) -> None:
     """Sets each document's content; with ``events``, its ("doc", "event") too."""
-    with percolite.open(db, app=load_app(app_dir), sync="none") as env:
+    with percolite.open(db, app=load_app(), sync="none") as env:
         items = list(documents.items())
         for start in range(0, len(items), 200):
             with env.transaction() as tx:
@@ -137,7 +90,7 @@ def reference(documents: dict) -> tuple:
 
 
 def worker_command(db: Path, *extra: str) -> list:
-    app = "wordcount_app:app"
+    app = "children.wordcount_app:app"
     return [sys.executable, "-m", "percolite", "worker", app, "--db", str(db), *extra]
 
 
@@ -166,46 +119,8 @@ def assert_exactly_once(results: dict, documents: dict) -> None:
 
 
 def test_observers_run_on_worker_threads_concurrently(tmp_path):
-    result = run_isolated_json(
-        """
-        import json, threading, time
-        import percolite
-
-        app = percolite.App()
-        lock = threading.Lock()
-        idents, running, most = set(), [0], [0]
-
-        @app.observer(("doc", "content"))
-        def slow(tx, row, column):
-            with lock:
-                idents.add(threading.get_ident())
-                running[0] += 1
-                most[0] = max(most[0], running[0])
-            time.sleep(0.05)  # releases the GIL: other observers may run
-            with lock:
-                running[0] -= 1
-            tx.set(row, ("doc", "done"), "1")
-
-        env = percolite.open(DB, app=app, sync="none")
-        with env.transaction() as tx:
-            for i in range(40):
-                tx.set(f"doc:{i:02}", ("doc", "content"), "x")
-        env.start_workers(4)
-        # The main thread keeps running Python while the observers run.
-        ticks = 0
-        while not env.wait(timeout=0.01):
-            ticks += 1
-        threads = env.status()["workers"]["threads"]
-        env.stop_workers()
-        with env.transaction() as tx:
-            done = sum(1 for _ in tx.scan(columns=[("doc", "done")]))
-        print(json.dumps({
-            "main": threading.get_ident(), "idents": sorted(idents), "most": most[0],
-            "done": done, "ticks": ticks, "threads": threads,
-        }))
-        env.close()
-        """,
-        DB=tmp_path / "db",
+    result = run_child_json(
+        "children.workers_processes:observers_on_worker_threads", db=tmp_path / "db"
     )
     assert result["done"] == 40
     assert result["main"] not in result["idents"], "observers run on worker threads"
@@ -218,13 +133,13 @@ def test_observers_run_on_worker_threads_concurrently(tmp_path):
 # -- several worker processes -------------------------------------------------
 
 
-def test_two_worker_processes_commit_each_notification_once(tmp_path, app_dir):
+def test_two_worker_processes_commit_each_notification_once(tmp_path):
     db = tmp_path / "db"
     documents = make_documents(400)
-    load_documents(db, app_dir, documents)
+    load_documents(db, documents)
     done = run_command(
         worker_command(db, "--processes", "2", "--threads", "4", "--until-idle"),
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         env=environment(OBSERVER_SLEEP="0.001"),
         timeout=60,
     )
@@ -235,20 +150,20 @@ def test_two_worker_processes_commit_each_notification_once(tmp_path, app_dir):
     assert len(pids) == 2, "both worker processes took their share"
 
 
-def test_overlapping_worker_processes_still_commit_each_notification_once(tmp_path, app_dir):
+def test_overlapping_worker_processes_still_commit_each_notification_once(tmp_path):
     """Two worker processes that both take every notification (no sharing), so
     they often run one notification at the same time. count_words runs also
     collide on the cells they write; log_event runs write only unique cells,
     so for them the notification's ack cell alone must stop the second commit."""
     db = tmp_path / "db"
     documents = make_documents(300)
-    load_documents(db, app_dir, documents, events=True)
+    load_documents(db, documents, events=True)
     command = worker_command(db, "--threads", "4", "--until-idle")
     env = environment(OBSERVER_SLEEP="0.003")
     workers = [
         subprocess.Popen(
             command,
-            cwd=app_dir,
+            cwd=TESTS_DIR,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -275,13 +190,13 @@ def test_overlapping_worker_processes_still_commit_each_notification_once(tmp_pa
     assert pids == {w.pid for w in workers}, "both processes worked the same notifications"
 
 
-def test_worker_killed_with_sigkill_loses_nothing(tmp_path, app_dir):
+def test_worker_killed_with_sigkill_loses_nothing(tmp_path):
     db = tmp_path / "db"
     documents = make_documents(2000)
-    load_documents(db, app_dir, documents)
+    load_documents(db, documents)
     worker = subprocess.Popen(
         worker_command(db, "--threads", "4"),
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         env=environment(OBSERVER_SLEEP="0.002"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -309,7 +224,7 @@ def test_worker_killed_with_sigkill_loses_nothing(tmp_path, app_dir):
     assert 0 < len(partial["words"]) < len(documents)
 
     done = run_command(
-        worker_command(db, "--threads", "4", "--until-idle"), cwd=app_dir, timeout=60
+        worker_command(db, "--threads", "4", "--until-idle"), cwd=TESTS_DIR, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert_exactly_once(read_results(db), documents)
@@ -317,95 +232,22 @@ def test_worker_killed_with_sigkill_loses_nothing(tmp_path, app_dir):
 
 # -- wait, stop_workers and close while observers run --------------------------
 
-BUSY_APP = """
-import json, threading, time, uuid
-import percolite
 
-app = percolite.App()
-lock = threading.Lock()
-in_progress = [0]
-started = threading.Event()
-
-@app.observer(("doc", "content"))
-def busy(tx, row, column):
-    with lock:
-        in_progress[0] += 1
-    started.set()
-    try:
-        time.sleep(SLEEP)
-        sum(range(20000))  # holds the GIL for a while
-        tx.set(row, ("obs", "runs"), str(int(tx.get(row, ("obs", "runs"), b"0")) + 1))
-        tx.set(row, ("obs", "run:" + uuid.uuid4().hex), "1")
-    finally:
-        with lock:
-            in_progress[0] -= 1
-
-def load(env, n):
-    for start in range(0, n, 10):
-        with env.transaction() as tx:
-            for i in range(start, min(n, start + 10)):
-                tx.set(f"doc:{i:04}", ("doc", "content"), "x")
-
-def runs(env):
-    out = {}
-    with env.transaction() as tx:
-        for row, column, value in tx.scan():
-            if column == (b"obs", b"runs"):
-                out.setdefault(row.decode(), [0, 0])[0] = int(value)
-            elif column.family == b"obs":
-                out.setdefault(row.decode(), [0, 0])[1] += 1
-    return out
-"""
-
-
-def busy_child(code: str, tmp_path: Path, sleep: float, timeout: float = 40) -> dict:
-    return run_isolated_json(
-        BUSY_APP + textwrap.dedent(code), timeout=timeout, DB=tmp_path / "db", SLEEP=sleep
+def busy_child(name: str, tmp_path: Path, sleep: float, timeout: float = 40) -> dict:
+    """Runs ``children.workers_processes:<name>`` on the app whose observer
+    sleeps ``sleep`` seconds (``busy_app``); returns its JSON."""
+    return run_child_json(
+        f"children.workers_processes:{name}", timeout=timeout, db=tmp_path / "db", sleep=sleep
     )
 
 
 def test_wait_while_observers_run_does_not_deadlock(tmp_path):
-    result = busy_child(
-        """
-        env = percolite.open(DB, app=app, sync="none")
-        env.start_workers(4)
-        load(env, 300)
-        idle = env.wait()
-        env.stop_workers()
-        r = runs(env)
-        print(json.dumps({"idle": idle, "rows": len(r),
-                          "once": all(v == [1, 1] for v in r.values()),
-                          "pending": env.status()["pending"]}))
-        env.close()
-        """,
-        tmp_path,
-        sleep=0.002,
-    )
+    result = busy_child("busy_wait", tmp_path, sleep=0.002)
     assert result == {"idle": True, "rows": 300, "once": True, "pending": 0}
 
 
 def test_stop_workers_while_observers_run_does_not_deadlock(tmp_path):
-    result = busy_child(
-        """
-        env = percolite.open(DB, app=app, sync="none")
-        load(env, 200)
-        env.start_workers(4)
-        assert started.wait(20)
-        env.stop_workers()
-        after_stop = {"in_progress": in_progress[0], "running": env.workers_running,
-                      "active": env.status()["workers"]["active"],
-                      "pending": env.status()["pending"], "rows": len(runs(env))}
-        env.stop_workers()  # idempotent
-        totals = env.process(threads=4, timeout=30)
-        r = runs(env)
-        print(json.dumps({"after_stop": after_stop, "idle": totals["idle"], "rows": len(r),
-                          "once": all(v == [1, 1] for v in r.values()),
-                          "pending": env.status()["pending"]}))
-        env.close()
-        """,
-        tmp_path,
-        sleep=0.02,
-    )
+    result = busy_child("busy_stop_workers", tmp_path, sleep=0.02)
     after_stop = result["after_stop"]
     assert after_stop["in_progress"] == 0, "stop_workers lets running observers finish"
     assert after_stop["running"] is False
@@ -419,31 +261,7 @@ def test_stop_workers_while_observers_run_does_not_deadlock(tmp_path):
 
 
 def test_close_while_observers_run_does_not_deadlock(tmp_path):
-    result = busy_child(
-        """
-        env = percolite.open(DB, app=app, sync="none")
-        load(env, 200)
-        env.start_workers(4)
-        assert started.wait(20)
-        env.close()
-        after_close = {"in_progress": in_progress[0], "closed": env.closed}
-        try:
-            env.wait(timeout=1)
-        except percolite.ClosedError:
-            after_close["wait"] = "ClosedError"
-        env = percolite.open(DB, app=app, sync="none")
-        after_close["pending"] = env.status()["pending"]
-        after_close["rows"] = len(runs(env))
-        totals = env.process(threads=4, timeout=30)
-        r = runs(env)
-        print(json.dumps({"after_close": after_close, "idle": totals["idle"], "rows": len(r),
-                          "once": all(v == [1, 1] for v in r.values()),
-                          "pending": env.status()["pending"]}))
-        env.close()
-        """,
-        tmp_path,
-        sleep=0.02,
-    )
+    result = busy_child("busy_close", tmp_path, sleep=0.02)
     after_close = result["after_close"]
     assert after_close["in_progress"] == 0, "close drains running observers"
     assert after_close["closed"] is True
@@ -454,27 +272,7 @@ def test_close_while_observers_run_does_not_deadlock(tmp_path):
 
 
 def test_close_from_another_thread_while_wait_blocks(tmp_path):
-    result = busy_child(
-        """
-        env = percolite.open(DB, app=app, sync="none")
-        load(env, 200)
-        env.start_workers(2)
-        assert started.wait(20)
-        closer = threading.Timer(0.1, env.close)
-        closer.start()
-        began = time.monotonic()
-        try:
-            outcome = "returned " + str(env.wait(timeout=20))
-        except percolite.ClosedError:
-            outcome = "ClosedError"
-        elapsed = time.monotonic() - began
-        closer.join()
-        print(json.dumps({"outcome": outcome, "in_progress": in_progress[0],
-                          "closed": env.closed, "elapsed": elapsed}))
-        """,
-        tmp_path,
-        sleep=0.02,
-    )
+    result = busy_child("busy_close_from_another_thread", tmp_path, sleep=0.02)
     assert result["closed"] is True
     assert result["in_progress"] == 0
     # wait() on a handle closed under it ends (it must not wait out its timeout).
@@ -484,67 +282,16 @@ def test_close_from_another_thread_while_wait_blocks(tmp_path):
 
 def test_interpreter_exit_with_observers_running_does_not_hang(tmp_path):
     """A script that starts workers and simply ends: atexit stops them."""
-    busy_child(
-        """
-        env = percolite.open(DB, app=app, sync="none")
-        load(env, 200)
-        env.start_workers(4)
-        assert started.wait(20)
-        print(json.dumps({}))
-        # no stop_workers(), no close(): the interpreter exits with observers running
-        """,
-        tmp_path,
-        sleep=0.02,
-        timeout=30,
-    )
-    result = busy_child(
-        """
-        env = percolite.open(DB, app=app, sync="none")
-        before = len(runs(env))
-        pending = env.status()["pending"]
-        totals = env.process(threads=4, timeout=30)
-        r = runs(env)
-        print(json.dumps({"before": before, "pending": pending, "rows": len(r),
-                          "once": all(v == [1, 1] for v in r.values())}))
-        env.close()
-        """,
-        tmp_path,
-        sleep=0.0,
-    )
+    busy_child("busy_exit_with_observers_running", tmp_path, sleep=0.02, timeout=30)
+    result = busy_child("busy_finish_after_exit", tmp_path, sleep=0.0)
     assert result["before"] + result["pending"] == 200
     assert result["rows"] == 200
     assert result["once"] is True
 
 
 def test_wait_is_interruptible_while_an_observer_keeps_failing(tmp_path):
-    result = run_isolated_json(
-        """
-        import json, os, signal, threading, time
-        import percolite
-
-        app = percolite.App()
-
-        @app.observer(("doc", "content"))
-        def never(tx, row, column):
-            raise RuntimeError("never succeeds")
-
-        env = percolite.open(DB, app=app, sync="none")
-        with env.transaction() as tx:
-            tx.set("doc:1", ("doc", "content"), "x")
-        env.start_workers(2, retry_initial=0.01, retry_max=0.05)
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-        began = time.monotonic()
-        try:
-            env.wait()  # no timeout: only Ctrl-C ends it
-            outcome = "returned"
-        except KeyboardInterrupt:
-            outcome = "KeyboardInterrupt"
-        elapsed = time.monotonic() - began
-        env.close()
-        print(json.dumps({"outcome": outcome, "elapsed": elapsed}))
-        """,
-        DB=tmp_path / "db",
-        timeout=30,
+    result = run_child_json(
+        "children.workers_processes:wait_interruptible", db=tmp_path / "db", timeout=30
     )
     assert result["outcome"] == "KeyboardInterrupt"
     assert result["elapsed"] < 5
@@ -555,41 +302,10 @@ def test_stop_workers_or_close_called_inside_an_observer_does_not_crash(tmp_path
     """Regression guard: an observer that stops its own workers (or closes the
     store) must not take the process down; it may be refused with
     percolite.Error (a counted failure) or take effect."""
-    result = run_isolated_json(
-        """
-        import json
-        import percolite
-
-        app = percolite.App()
-        holder, outcomes = {}, []
-
-        @app.observer(("doc", "content"))
-        def stopper(tx, row, column):
-            if not outcomes:
-                try:
-                    getattr(holder["env"], CALL)()
-                    outcomes.append("returned")
-                except percolite.Error as e:
-                    outcomes.append("percolite.Error")
-                    raise
-                except BaseException as e:
-                    outcomes.append(f"{type(e).__name__}: {e}")
-                    raise
-            tx.set(row, ("doc", "done"), "1")
-
-        env = holder["env"] = percolite.open(DB, app=app, sync="none")
-        with env.transaction() as tx:
-            tx.set("doc:1", ("doc", "content"), "x")
-        env.start_workers(2, retry_initial=0.01, retry_max=0.05)
-        try:
-            env.wait(timeout=10)
-        except percolite.ClosedError:
-            pass
-        env.close()
-        print(json.dumps({"outcomes": outcomes}))
-        """,
-        DB=tmp_path / "db",
-        CALL=call,
+    result = run_child_json(
+        "children.workers_processes:stop_or_close_inside_observer",
+        db=tmp_path / "db",
+        call=call,
         timeout=30,
     )
     assert result["outcomes"][:1] in (["returned"], ["percolite.Error"])
@@ -598,17 +314,17 @@ def test_stop_workers_or_close_called_inside_an_observer_does_not_crash(tmp_path
 # -- the command line ----------------------------------------------------------
 
 
-def load_cli_fixture(db: Path, app_dir: Path) -> None:
-    with percolite.open(db, app=load_app(app_dir), sync="none") as env:
+def load_cli_fixture(db: Path) -> None:
+    with percolite.open(db, app=load_app(), sync="none") as env:
         with env.transaction() as tx:
             for i in range(3):
                 tx.set(f"doc:{i}", CONTENT, "one two three")
             tx.set_weak_notification("bucket:7", ("q", "bucket"))
 
 
-def test_cli_status_scan_and_wait(tmp_path, app_dir):
+def test_cli_status_scan_and_wait(tmp_path):
     db = tmp_path / "db"
-    load_cli_fixture(db, app_dir)
+    load_cli_fixture(db)
 
     status = run_command(cli("status", str(db)), timeout=30)
     assert status.returncode == 0, status.stderr
@@ -649,7 +365,7 @@ def test_cli_status_scan_and_wait(tmp_path, app_dir):
     assert time.monotonic() - began >= 1.0
     assert "still busy" in busy.stderr
 
-    worker = run_command(worker_command(db, "--threads", "2", "--until-idle"), cwd=app_dir)
+    worker = run_command(worker_command(db, "--threads", "2", "--until-idle"), cwd=TESTS_DIR)
     assert worker.returncode == 0, worker.stderr
 
     idle = run_command(cli("wait", str(db), "--timeout", "5"), timeout=30)
@@ -660,13 +376,13 @@ def test_cli_status_scan_and_wait(tmp_path, app_dir):
     assert "pending: 0 notifications" in status.stdout
 
 
-def test_cli_wait_returns_once_another_process_finished_the_work(tmp_path, app_dir):
+def test_cli_wait_returns_once_another_process_finished_the_work(tmp_path):
     db = tmp_path / "db"
     documents = make_documents(200)
-    load_documents(db, app_dir, documents)
+    load_documents(db, documents)
     worker = subprocess.Popen(
         worker_command(db, "--threads", "4"),  # runs until told to stop
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         env=environment(OBSERVER_SLEEP="0.005"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -687,10 +403,10 @@ def test_cli_wait_returns_once_another_process_finished_the_work(tmp_path, app_d
     assert worker.returncode == 0, err
 
 
-def test_cli_scan_lists_every_pending_notification_across_chunks(tmp_path, app_dir):
+def test_cli_scan_lists_every_pending_notification_across_chunks(tmp_path):
     db = tmp_path / "db"
     rows = [f"doc:{i:04}" + ("x" * 700 if i % 7 == 0 else "") for i in range(600)]
-    with percolite.open(db, app=load_app(app_dir), sync="none") as env:
+    with percolite.open(db, app=load_app(), sync="none") as env:
         with env.transaction() as tx:
             for row in rows:
                 tx.set(row, CONTENT, "x")
@@ -702,12 +418,12 @@ def test_cli_scan_lists_every_pending_notification_across_chunks(tmp_path, app_d
     assert len(limited.stdout.splitlines()) == 550
 
 
-def test_sigterm_to_a_multi_process_worker_stops_its_worker_processes(tmp_path, app_dir):
+def test_sigterm_to_a_multi_process_worker_stops_its_worker_processes(tmp_path):
     db = tmp_path / "db"
-    load_documents(db, app_dir, make_documents(10))
+    load_documents(db, make_documents(10))
     parent = subprocess.Popen(
         worker_command(db, "--processes", "2", "--threads", "1"),
-        cwd=app_dir,
+        cwd=TESTS_DIR,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,0 +1,799 @@
+"""Children of test_combine_queue.py: combine queues with workers running.
+
+Every change observer here records each reported ``Change`` as a cell written
+inside the processing transaction (row ``log:<tag>:<json key>``, qualifier =
+the processing transaction's ``start_ts``, value = ``[old, new]``), so exactly
+the reports of committed runs are kept; adders record the ``commit_ts`` of
+each transaction with its updates. test_combine_queue.py's docstring says how
+the tests check the guarantees from these records.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import threading
+import time
+
+import percolite
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+K = json.dumps  # how a key is named in the JSON a child prints
+
+
+def record(tx, changes, tag="r"):
+    """Change observer body: one cell per reported change, committed with the
+    new values (so only committed runs leave a report)."""
+    for c in changes:
+        tx.set(f"log:{tag}:{K(c.key)}", ("r", f"{tx.start_ts:020d}"), json.dumps([c.old, c.new]))
+
+
+def reports(env, tag="r"):
+    """{key name: [[start_ts, old, new], ...]} in start_ts order."""
+    out = {}
+    prefix = (f"log:{tag}:").encode()
+    with env.transaction() as tx:
+        for row, column, value in tx.scan(prefix=prefix):
+            out.setdefault(row[len(prefix) :].decode(), []).append(
+                [int(column.qualifier), *json.loads(value)]
+            )
+    return out
+
+
+def values(env, cq):
+    with env.transaction() as tx:
+        return {K(k): v for k, v in cq.scan(tx)}
+
+
+def queued(env, queue_id):
+    """How many queued (not yet consumed) update cells the queue has."""
+    with env.transaction() as tx:
+        return sum(1 for _ in tx.scan(prefix=queue_id + ":u:"))
+
+
+def observer(env, queue_id):
+    for o in env.status()["observers"]:
+        if o["name"] == "combine queue " + queue_id:
+            return o
+    raise KeyError(queue_id)
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached in {timeout} s")
+        time.sleep(0.005)
+
+
+def emit(**result):
+    print(json.dumps(result))
+
+
+def concurrent(db, buckets, buffer, nkeys, txs, adders, preload):
+    app = percolite.App()
+    cq = app.combine_queue("g", buckets=buckets, buffer_size=buffer)
+
+    @cq.on_change
+    def changed(tx, changes):
+        record(tx, changes)
+
+    env = percolite.open(db, app=app, sync="none")
+    keys = [f"k{i:03d}" for i in range(nkeys)]
+    adds, lock, conflicts = [], threading.Lock(), [0]
+
+    def adder(seed):
+        rng = random.Random(seed)
+        mine = []
+        for i in range(txs):
+            pairs = [
+                (rng.choice(keys), rng.choice((-2, -1, -1, 1, 1, 2, 3)))
+                for _ in range(rng.randint(1, 6))
+            ]
+            tx = env.transaction()
+            cq.add(tx, pairs)
+            try:
+                tx.commit()
+            except percolite.CommitConflict:
+                conflicts[0] += 1
+                continue
+            mine.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+            if i % 40 == 39:
+                time.sleep(0.003)  # let processing runs interleave with the adds
+        with lock:
+            adds.extend(mine)
+
+    if preload:
+        adder(-1)  # some updates queued before the workers start
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(adders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    idle = env.wait(timeout=40)
+    o = observer(env, "g")
+    env.stop_workers()
+    emit(
+        adds=adds,
+        reports=reports(env),
+        final=values(env, cq),
+        conflicts=conflicts[0],
+        idle=idle,
+        queued=queued(env, "g"),
+        pending=env.status()["pending"],
+        failures=o["failures"],
+        commits=o["commits"],
+        last_error=o["last_error"],
+    )
+    env.close()
+
+
+def hammer(db, nkeys, txs):
+    app = percolite.App()
+    cq = app.combine_queue("h", buckets=16, buffer_size=512)
+
+    @cq.on_change
+    def changed(tx, changes):
+        record(tx, changes)
+
+    env = percolite.open(db, app=app, sync="none")
+    keys = [f"w{i:04d}" for i in range(nkeys)]
+    cum, total = [], 0.0
+    for rank in range(1, nkeys + 1):
+        total += 1.0 / rank**1.1
+        cum.append(total)
+    adds, lock, conflicts, errors = [], threading.Lock(), [0], []
+
+    def adder(seed):
+        rng = random.Random(seed)
+        mine = []
+        try:
+            for _ in range(txs):
+                # 20 keys per transaction, Zipf-distributed; a key may repeat.
+                pairs = [(k, rng.choice((1, -1))) for k in rng.choices(keys, cum_weights=cum, k=20)]
+                tx = env.transaction()
+                cq.add(tx, pairs)
+                try:
+                    tx.commit()
+                except percolite.CommitConflict:
+                    conflicts[0] += 1
+                    continue
+                mine.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+        except BaseException as e:
+            errors.append(repr(e))
+        with lock:
+            adds.extend(mine)
+
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(4)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    adding = time.monotonic() - started
+    commits_while_adding = observer(env, "h")["commits"]
+    idle = env.wait(timeout=40)
+    o = observer(env, "h")
+    env.stop_workers()
+    emit(
+        adds=adds,
+        reports=reports(env),
+        final=values(env, cq),
+        conflicts=conflicts[0],
+        errors=errors,
+        idle=idle,
+        queued=queued(env, "h"),
+        pending=env.status()["pending"],
+        failures=o["failures"],
+        commits=o["commits"],
+        last_error=o["last_error"],
+        adding=adding,
+        commits_while_adding=commits_while_adding,
+    )
+    env.close()
+
+
+def never_split(db):
+    app = percolite.App()
+    cq = app.combine_queue("s", buckets=1, buffer_size=5)
+
+    @cq.on_change
+    def changed(tx, changes):
+        record(tx, changes)
+
+    env = percolite.open(db, app=app, sync="none")
+    adds = []
+
+    def add(pairs):
+        tx = env.transaction()
+        cq.add(tx, pairs)
+        tx.commit()
+        adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+
+    # Phase 1, all before the workers start: 50 updates of "hot" in 50
+    # transactions, interleaved with 3 updates each of 20 other keys.
+    others = [f"o{i:02d}" for i in range(20)]
+    for i in range(1, 51):
+        add([("hot", i)])
+        if i <= 20:
+            add([(others[i - 1], 1)])
+    for k in others:
+        add([(k, 2)])
+        add([(k, 4)])
+    phase1 = {"result": env.process(2)}
+    phase1["reports"] = reports(env)
+    phase1["final"] = values(env, cq)
+
+    # Phase 2: the same while workers run (a slow change observer stretches runs).
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    rng = random.Random(5)
+    for _ in range(300):
+        add([("hot", rng.choice((1, 2, 3)))] + [(rng.choice(others), 1)])
+    idle = env.wait(timeout=40)
+    o = observer(env, "s")
+    env.stop_workers()
+    emit(
+        phase1=phase1,
+        adds=adds,
+        reports=reports(env),
+        final=values(env, cq),
+        idle=idle,
+        failures=o["failures"],
+        last_error=o["last_error"],
+        queued=queued(env, "s"),
+    )
+    env.close()
+
+
+def resumed_cursor(db):
+    app = percolite.App()
+    cq = app.combine_queue("c", buckets=1, buffer_size=2)
+
+    @cq.on_change
+    def changed(tx, changes):
+        record(tx, changes)
+        time.sleep(0.004)  # slow runs: the cursor walks the bucket while adders add
+
+    env = percolite.open(db, app=app, sync="none")
+    keys = [f"k{i:03d}" for i in range(200)]
+    adds = []
+
+    def add(pairs):
+        tx = env.transaction()
+        cq.add(tx, pairs)
+        tx.commit()
+        adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+
+    for start in range(0, 200, 20):
+        add([(k, 1) for k in keys[start : start + 20]])
+
+    def cursor_key():
+        with env.transaction() as tx:
+            value = tx.get("c:b:000000", ("cq:c", "cursor"), b"")
+        return value.split(b"\x00")[0].decode() if value else None
+
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    behind = 0
+    rng = random.Random(3)
+    for i in range(150):
+        early = keys[i % 10]
+        position = cursor_key()
+        add([(early, rng.choice((1, 2, -1)))])
+        if position is not None and position > early:
+            behind += 1
+        time.sleep(0.002)
+    idle = env.wait(timeout=40)
+    o = observer(env, "c")
+    env.stop_workers()
+    emit(
+        adds=adds,
+        reports=reports(env),
+        final=values(env, cq),
+        idle=idle,
+        behind=behind,
+        failures=o["failures"],
+        last_error=o["last_error"],
+        queued=queued(env, "c"),
+        commits=o["commits"],
+    )
+    env.close()
+
+
+def tricky_keys(db):
+    app = percolite.App()
+    cq = app.combine_queue("b", buckets=1, buffer_size=1, key_codec="bytes")
+
+    @cq.on_change
+    def changed(tx, changes):
+        tx.set("log", ("r", f"{tx.start_ts:020d}"), json.dumps(len(changes)))
+
+    env = percolite.open(db, app=app, sync="none")
+    keys = [
+        b"",
+        b"\x00",
+        b"\x00\x00",
+        b"\x00\x01",
+        b"\x01",
+        b"a",
+        b"a\x00",
+        b"a\x00\x01",
+        b"a\x01",
+        b"ab",
+        b"\xff",
+        b"\xff\xff",
+        b"\x00\xff",
+        b"a\xff\x00",
+    ]
+    totals = collections.Counter()
+    rng = random.Random(11)
+    for _round in range(3):
+        for _ in range(30):
+            pairs = [(rng.choice(keys), rng.randint(1, 9)) for _ in range(3)]
+            with env.transaction() as tx:
+                cq.add(tx, pairs)
+            for k, d in pairs:
+                totals[k] += d
+        result = env.process(2)
+    with env.transaction() as tx:
+        final = {k.hex(): v for k, v in cq.scan(tx)}
+        got = {k.hex(): cq.get(tx, k) for k in keys}
+        batches = [json.loads(c.value) for c in tx.scan(prefix="log")]
+    emit(
+        final=final,
+        got=got,
+        expected={k.hex(): v for k, v in totals.items()},
+        result=result,
+        batches=batches,
+        queued=queued(env, "b"),
+    )
+    env.close()
+
+
+def two_level(db):
+    app = percolite.App()
+    words = app.combine_queue("w", buckets=4, buffer_size=3)
+    hist = app.combine_queue("hist", buckets=2, buffer_size=2, key_codec="int64")
+
+    @words.on_change
+    def word_changed(tx, changes):
+        record(tx, changes, "w")
+        update = collections.Counter()
+        for c in changes:
+            if c.old is not None:
+                update[c.old] -= 1
+            if c.new is not None:
+                update[c.new] += 1
+        hist.add(tx, {count: n for count, n in update.items() if n})
+
+    @hist.on_change
+    def hist_changed(tx, changes):
+        record(tx, changes, "h")
+
+    env = percolite.open(db, app=app, sync="none")
+    vocabulary = [f"v{i:02d}" for i in range(40)]
+    adds, lock = [], threading.Lock()
+
+    def adder(seed):
+        rng = random.Random(seed)
+        docs, mine = [], []
+        for _ in range(150):
+            if docs and rng.random() < 0.3:
+                doc = docs.pop(rng.randrange(len(docs)))  # remove a document
+                update = {w: -n for w, n in doc.items()}
+            else:
+                doc = collections.Counter(rng.choices(vocabulary, k=rng.randint(1, 8)))
+                docs.append(doc)
+                update = dict(doc)
+            tx = env.transaction()
+            words.add(tx, update)
+            tx.commit()
+            mine.extend([tx.commit_ts, K(w), n] for w, n in update.items())
+        with lock:
+            adds.extend(mine)
+
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    threads = [threading.Thread(target=adder, args=(seed,)) for seed in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    idle = env.wait(timeout=40)
+    status = {q: observer(env, q) for q in ("w", "hist")}
+    env.stop_workers()
+    emit(
+        adds=adds,
+        words=values(env, words),
+        hist=values(env, hist),
+        word_reports=reports(env, "w"),
+        hist_reports=reports(env, "h"),
+        idle=idle,
+        failures={q: o["failures"] for q, o in status.items()},
+        errors={q: o["last_error"] for q, o in status.items()},
+        queued=queued(env, "w") + queued(env, "hist"),
+    )
+    env.close()
+
+
+def native(db, phases):
+    app = percolite.App()
+    queues = {
+        "isum": app.combine_queue("isum", buckets=4, buffer_size=2),
+        "fsum": app.combine_queue("fsum", buckets=4, value_codec="float64"),
+        "tsum": app.combine_queue("tsum", buckets=4, value_codec="int64s:2"),
+        "imax": app.combine_queue("imax", combiner="max"),
+        "imin": app.combine_queue("imin", combiner="min"),
+        "fmax": app.combine_queue("fmax", combiner="max", value_codec="float64"),
+        "fmin": app.combine_queue("fmin", combiner="min", value_codec="float64"),
+        "tmax": app.combine_queue("tmax", combiner="max", value_codec="int64s:2"),
+        "tmin": app.combine_queue("tmin", combiner="min", value_codec="int64s:2"),
+        "ilast": app.combine_queue("ilast", combiner="last", buckets=2, buffer_size=1),
+        "slast": app.combine_queue("slast", combiner="last", value_codec="str"),
+        "jlast": app.combine_queue("jlast", combiner="last", value_codec="json"),
+    }
+    for name, q in queues.items():
+        q.on_change(lambda tx, changes, name=name: record(tx, changes, name))
+
+    env = percolite.open(db, app=app, sync="none")
+
+    def phase(adds):
+        """adds: [(queue, [(key, value), ...]), ...], one transaction each."""
+        for name, pairs in adds:
+            with env.transaction() as tx:
+                queues[name].add(tx, pairs)
+        result = env.process(2)
+        with env.transaction() as tx:
+            state = {name: {K(k): v for k, v in q.scan(tx)} for name, q in queues.items()}
+        return {"result": result, "values": state}
+
+    out = {}
+    for i, adds in enumerate(phases):
+        out[f"phase{i}"] = phase([(n, [tuple(p) for p in pairs]) for n, pairs in adds])
+    out["reports"] = {name: reports(env, name) for name in queues}
+    emit(**out)
+    env.close()
+
+
+def overflow(db):
+    app = percolite.App()
+    ov = app.combine_queue("ov", buckets=8)
+    ovt = app.combine_queue("ovt", buckets=1, value_codec="int64s:2")
+    fine = app.combine_queue("fine", buckets=1)
+    env = percolite.open(db, app=app, sync="none")
+    with env.transaction() as tx:
+        ov.add(tx, {"big": INT64_MAX, "small": INT64_MIN})
+        ovt.add(tx, {"t": (0, INT64_MAX)})
+    before = env.process(2)
+    with env.transaction() as tx:
+        ov.add(tx, {"big": 1, "small": -1})
+        ovt.add(tx, {"t": (5, 1)})
+        fine.add(tx, {"x": 3})
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    wait_for(lambda: observer(env, "ov")["failures"] >= 4 and observer(env, "ovt")["failures"] >= 2)
+    idle = env.wait(timeout=0.5)
+    status = {q: observer(env, q) for q in ("ov", "ovt", "fine")}
+    env.stop_workers()
+    with env.transaction() as tx:
+        got = {
+            "big": ov.get(tx, "big"),
+            "small": ov.get(tx, "small"),
+            "t": ovt.get(tx, "t"),
+            "x": fine.get(tx, "x"),
+        }
+    emit(
+        before=before,
+        idle=idle,
+        got=got,
+        pending=env.status()["pending"],
+        failing_buckets=len({ov.bucket_of("big"), ov.bucket_of("small")}) + 1,
+        queued={q: queued(env, q) for q in ("ov", "ovt", "fine")},
+        failures={q: o["failures"] for q, o in status.items()},
+        errors={q: o["last_error"] for q, o in status.items()},
+    )
+    env.close()
+
+
+def python_combiner(db):
+    failing = threading.Event()
+    failing.set()
+
+    app = percolite.App()
+
+    def total(key, values):
+        if failing.is_set():
+            raise RuntimeError(f"combiner exploded on {key}")
+        return sum(values) or None  # None deletes the key
+
+    def wrong_type(key, values):
+        return "not an int"
+
+    pyq = app.combine_queue("py", buckets=3, buffer_size=2, combiner=total)
+    bad = app.combine_queue("bad", buckets=1, combiner=wrong_type)
+
+    @pyq.on_change
+    def changed(tx, changes):
+        record(tx, changes)
+
+    env = percolite.open(db, app=app, sync="none")
+    keys = [f"p{i:02d}" for i in range(12)]
+    adds = []
+    rng = random.Random(9)
+
+    def add_some(n):
+        for _ in range(n):
+            pairs = [(rng.choice(keys), rng.choice((-1, 1, 2))) for _ in range(3)]
+            tx = env.transaction()
+            pyq.add(tx, pairs)
+            tx.commit()
+            adds.extend([tx.commit_ts, K(k), d] for k, d in pairs)
+
+    add_some(40)
+    with env.transaction() as tx:
+        bad.add(tx, {"k": 1})
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    add_some(40)  # more updates while the combiner fails
+    wait_for(lambda: observer(env, "py")["failures"] >= 5 and observer(env, "bad")["failures"] >= 1)
+    failing_status = observer(env, "py")
+    bad_status = observer(env, "bad")
+    during = {
+        "values": values(env, pyq),
+        "queued": queued(env, "py"),
+        "pending": env.status()["pending"],
+    }
+    failing.clear()
+    add_some(40)
+    wait_for(lambda: queued(env, "py") == 0)
+    # Bring two keys back to zero: the combiner's None result deletes them.
+    for key in ("p00", "p01"):
+        with env.transaction() as tx:
+            current = pyq.get(tx, key, 0)
+        tx = env.transaction()
+        pyq.add(tx, {key: -current})
+        tx.commit()
+        adds.append([tx.commit_ts, K(key), -current])
+    wait_for(lambda: queued(env, "py") == 0)
+    env.stop_workers()
+    emit(
+        adds=adds,
+        reports=reports(env),
+        final=values(env, pyq),
+        during=during,
+        failures=failing_status["failures"],
+        last_error=failing_status["last_error"],
+        bad_failures=bad_status["failures"],
+        bad_error=bad_status["last_error"],
+        queued=queued(env, "py"),
+    )
+    env.close()
+
+
+def commit_order(db):
+    app = percolite.App()
+    seen = []
+
+    def concat(key, values):
+        seen.append(len(values))
+        return [x for v in values for x in v]
+
+    q = app.combine_queue("o", buckets=2, buffer_size=3, combiner=concat, value_codec="json")
+    env = percolite.open(db, app=app, sync="none")
+    adds, lock = [], threading.Lock()
+
+    def adder(name):
+        mine = []
+        for i in range(150):
+            key = f"k{i % 4}"
+            tx = env.transaction()
+            q.add(tx, {key: [f"{name}{i:03d}"]})
+            tx.commit()
+            mine.append([tx.commit_ts, key, f"{name}{i:03d}"])
+            if i % 30 == 0:
+                time.sleep(0.002)
+        with lock:
+            adds.extend(mine)
+
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    threads = [threading.Thread(target=adder, args=(n,)) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    idle = env.wait(timeout=40)
+    o = observer(env, "o")
+    env.stop_workers()
+    with env.transaction() as tx:
+        final = dict(q.scan(tx))
+    emit(
+        adds=adds,
+        final=final,
+        idle=idle,
+        failures=o["failures"],
+        last_error=o["last_error"],
+        max_values=max(seen),
+    )
+    env.close()
+
+
+def on_change_fails(db):
+    failing = threading.Event()
+    failing.set()
+    app = percolite.App()
+    q = app.combine_queue("f", buckets=2)
+
+    @q.on_change
+    def changed(tx, changes):
+        record(tx, changes)
+        if failing.is_set():
+            raise ValueError("observer says no")
+
+    env = percolite.open(db, app=app, sync="none")
+    with env.transaction() as tx:
+        q.add(tx, {"a": 1, "b": 2, "c": 3})
+    env.start_workers(2, retry_initial=0.01, retry_max=0.2)
+    wait_for(lambda: observer(env, "f")["failures"] >= 4)
+    o = observer(env, "f")
+    during = {"values": values(env, q), "reports": reports(env), "queued": queued(env, "f")}
+    with env.transaction() as tx:
+        q.add(tx, {"a": 10})
+    failing.clear()
+    idle = env.wait(timeout=20)
+    env.stop_workers()
+    emit(
+        during=during,
+        failures=o["failures"],
+        last_error=o["last_error"],
+        idle=idle,
+        final=values(env, q),
+        reports=reports(env),
+    )
+    env.close()
+
+
+def get_scan_and_layout(db):
+    app = percolite.App()
+    q = app.combine_queue("lay", buckets=5)
+    env = percolite.open(db, app=app, sync="none")
+    keys = ["apple", "apricot", "banana", "", "äpfel"]
+    with env.transaction() as tx:
+        q.add(tx, {k: i + 1 for i, k in enumerate(keys)})
+        q.add(tx, [("apple", 10)])  # a second update of a key in one transaction
+    with env.transaction() as tx:
+        before = {
+            "get": q.get(tx, "apple"),
+            "default": q.get(tx, "apple", -1),
+            "scan": list(q.scan(tx)),
+        }
+        rows = sorted({c.row.decode() for c in tx.scan(prefix="lay:u:")})
+    buckets = sorted({f"lay:u:{q.bucket_of(k):06d}" for k in keys})
+    pending = env.status()["pending"]
+    result = env.process(2)
+    with env.transaction() as tx:
+        after = {
+            "get": {k: q.get(tx, k) for k in keys},
+            "missing": q.get(tx, "nope", "d"),
+            "scan": list(q.scan(tx)),
+            "ap": list(q.scan(tx, prefix="ap")),
+            "empty": list(q.scan(tx, prefix="zzz")),
+        }
+    emit(
+        before=before,
+        rows=rows,
+        buckets=buckets,
+        pending=pending,
+        result=result,
+        after=after,
+        queued=queued(env, "lay"),
+    )
+    env.close()
+
+
+def register_while_workers_run(db):
+    app = percolite.App()
+    q = app.combine_queue("r1")
+    env = percolite.open(db, app=app, sync="none")
+    env.start_workers(1)
+    errors = {}
+    try:
+        app.combine_queue("r2")
+    except percolite.Error as e:
+        errors["queue"] = str(e)
+    try:
+        q.on_change(lambda tx, changes: None)
+    except percolite.Error as e:
+        errors["on_change"] = str(e)
+    env.stop_workers()
+    # Nothing of the refused registrations was kept: both work now.
+    app.combine_queue("r2")
+    q.on_change(lambda tx, changes: None)
+    result = env.process(1)
+    emit(errors=errors, names=[o["name"] for o in env.status()["observers"]], idle=result["idle"])
+    env.close()
+
+
+def stream_with_linger(path, linger):
+    app = percolite.App()
+    cq = app.combine_queue("hot", buckets=1, linger=linger)
+    cq.on_change(lambda tx, changes: record(tx, changes))
+    env = percolite.open(path, app=app, sync="none")
+    env.start_workers(2)
+    for _ in range(20):
+        with env.transaction() as tx:
+            cq.add(tx, {"k": 1})
+        time.sleep(0.01)
+    # Polled, not env.wait: a wait would hurry the lingering run.
+    wait_for(lambda: env.status(queues=False)["pending"] == 0)
+    stats = observer(env, "hot")
+    env.stop_workers()
+    emit(
+        values=values(env, cq),
+        reports=reports(env),
+        runs=stats["commits"],
+        deferrals=stats["deferrals"],
+        linger=cq.linger,
+    )
+
+
+def wait_does_not_linger(path):
+    app = percolite.App()
+    cq = app.combine_queue("hot", buckets=1, linger=60)
+    env = percolite.open(path, app=app, sync="none")
+    env.start_workers(2)
+    with env.transaction() as tx:
+        cq.add(tx, {"k": 5})
+    wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
+    before = observer(env, "hot")["deferrals"]
+    began = time.monotonic()
+    idle = env.wait(timeout=10)
+    emit(
+        idle=idle,
+        seconds=time.monotonic() - began,
+        values=values(env, cq),
+        queued=queued(env, "hot"),
+        before=before,
+        deferrals=observer(env, "hot")["deferrals"],
+    )
+    env.stop_workers()
+
+
+def waiters_and_adders(path):
+    app = percolite.App()
+    cq = app.combine_queue("hot", buckets=4, linger=5)
+    env = percolite.open(path, app=app, sync="none")
+    env.start_workers(4)
+    adding = threading.Event()
+    adding.set()
+    waits = []
+
+    def adder(n):
+        for i in range(150):
+            with env.transaction() as tx:
+                cq.add(tx, {f"k{i % 7}": 1, f"t{n}": 1})
+            time.sleep(0.002)
+
+    def waiter():
+        while adding.is_set():
+            waits.append(env.wait(timeout=20))
+
+    adders = [threading.Thread(target=adder, args=(n,)) for n in range(4)]
+    waiters = [threading.Thread(target=waiter) for _ in range(3)]
+    for t in adders + waiters:
+        t.start()
+    for t in adders:
+        t.join()
+    adding.clear()
+    for t in waiters:
+        t.join()
+    began = time.monotonic()
+    idle = env.wait(timeout=20)
+    emit(
+        idle=idle,
+        last_wait=time.monotonic() - began,
+        waits=len(waits),
+        all_idle=all(waits),
+        values=values(env, cq),
+        queued=queued(env, "hot"),
+    )
+    env.stop_workers()

@@ -1,0 +1,118 @@
+"""Children of test_exporters.py: the built-in exporters used from several
+processes at once, and without psycopg.
+
+``percolite.exporters`` is imported inside each function, so that
+:func:`postgres_without_psycopg` can hide psycopg before that import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def _exporter(kind, location, table):
+    import percolite.exporters
+
+    if kind == "sqlite":
+        return percolite.exporters.SQLite(location, table)
+    if kind == "postgres":
+        return percolite.exporters.Postgres(location, table)
+    return percolite.exporters.JSONLines(location)
+
+
+def export_batches(kind, location, table, batches_file, ready_file, go_file):
+    """Exports the batches of ``batches_file`` (JSON lists of entries) with an
+    exporter of ``kind`` ("sqlite", "postgres" or JSON Lines otherwise),
+    started together with other processes (touches ``ready_file``, then
+    waits for ``go_file``)."""
+    from percolite._export import SequencedExport
+
+    batches = [[SequencedExport(*e) for e in batch] for batch in json.load(open(batches_file))]
+    exporter = _exporter(kind, location, table)
+    open(ready_file, "w").close()
+    while not os.path.exists(go_file):  # start together, so that the two really race
+        time.sleep(0.001)
+    for batch in batches:
+        exporter(batch)
+    exporter.close()
+
+
+def export_across_fork(kind, location, table, batches_file):
+    """``batches_file`` holds three shares of batches: the first is exported
+    before a fork (so the parent has an open connection), then the parent
+    and the forked child export one share each at once, then the parent
+    exports the first share again on its pooled connection."""
+    from percolite._export import SequencedExport
+
+    first, parent_share, child_share = [
+        [[SequencedExport(*e) for e in batch] for batch in share]
+        for share in json.load(open(batches_file))
+    ]
+    exporter = _exporter(kind, location, table)
+    for batch in first:
+        exporter(batch)  # the parent has an open connection now
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for batch in child_share:
+                exporter(batch)
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    for batch in parent_share:
+        exporter(batch)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, f"the forked child failed: status {status}"
+    for batch in first:
+        exporter(batch)  # the parent's pooled connection still works
+    exporter.close()
+
+
+def new_sqlite_file_race(directory, rounds, processes):
+    """Each round, ``processes`` forked processes export one entry each to a
+    new SQLite file at the same moment; every export must succeed."""
+    import percolite.exporters
+    from percolite._export import SequencedExport
+
+    failures = 0
+    for round in range(rounds):
+        path = os.path.join(directory, f"race{round}.sqlite")
+        go_read, go_write = os.pipe()
+        children = []
+        for index in range(processes):
+            pid = os.fork()
+            if pid == 0:
+                os.close(go_write)
+                os.read(go_read, 1)  # all start at once, when the pipe closes
+                try:
+                    with percolite.exporters.SQLite(path, "t") as exporter:
+                        exporter([SequencedExport(f"k{index}", index, index)])
+                except BaseException as exc:
+                    print(f"round {round}, process {index}: {exc!r}", file=sys.stderr)
+                    os._exit(1)
+                os._exit(0)
+            children.append(pid)
+        os.close(go_read)
+        os.close(go_write)
+        failures += sum(os.waitpid(pid, 0)[1] != 0 for pid in children)
+        with percolite.exporters.SQLite(path, "t") as exporter:
+            rows = exporter.rows()
+        assert rows == {f"k{i}": i for i in range(processes)}, rows
+    assert failures == 0, f"{failures} exports failed"
+
+
+def postgres_without_psycopg():
+    """Constructs a Postgres exporter with psycopg hidden; prints the
+    ImportError."""
+    sys.modules["psycopg"] = None
+    import percolite.exporters
+
+    try:
+        percolite.exporters.Postgres("host=x", "t")
+    except ImportError as exc:
+        print(exc)
