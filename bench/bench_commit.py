@@ -6,7 +6,11 @@ distinct row per transaction, so nothing conflicts). Throughput is committed
 transactions per second summed over all threads.
 
 * percolite: ``percolite.open(dir, sync="full")``; each transaction is
-  ``with env.transaction() as tx: tx.set(row, ("c", "v"), value)``.
+  ``with env.transaction() as tx: tx.set(row, ("c", "v"), value)``. With
+  ``--backend memory`` the store is ``percolite.open(":memory:",
+  backend="memory", sync="full")`` instead: nothing is written to disk, so
+  its commits are not durable and the ratio to py-lmdb is no longer like for
+  like (py-lmdb still runs, for reference).
 * py-lmdb: ``lmdb.open(dir, sync=True, metasync=True, lock=True)``; each
   transaction is ``with env.begin(write=True) as txn: txn.put(key, value)``.
 
@@ -33,6 +37,7 @@ Run it alone (``python bench/bench_commit.py``, report in
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import sys
 from pathlib import Path
@@ -64,6 +69,8 @@ TARGET_RATIO = 4.0
 # Runs of one configuration further apart than this mean the machine was busy.
 NOISY_SPREAD = 1.5
 DEFAULT_VALUE_SIZE = 100
+BACKENDS = ("lmdb", "memory")
+DEFAULT_BACKEND = "lmdb"
 COLUMN = ("c", "v")
 LMDB_MAP_SIZE = 1 << 30
 
@@ -71,13 +78,37 @@ SYSTEMS = ("percolite", "lmdb")
 SYSTEM_LABELS = {"percolite": "percolite", "lmdb": "py-lmdb"}
 
 
+def _label(system: str, backend: str) -> str:
+    """A system's name in tables and logs: percolite's says its backend
+    unless it is the default (reports from before ``--backend`` have none)."""
+    label = SYSTEM_LABELS[system]
+    if system == "percolite" and backend != DEFAULT_BACKEND:
+        label += f" ({backend})"
+    return label
+
+
+def _backend(report: dict[str, Any]) -> str:
+    return report["settings"].get("backend", DEFAULT_BACKEND)
+
+
 def _row(thread_index: int, iteration: int) -> bytes:
     """A key no other transaction of the run writes."""
     return b"t%03d-%012d" % (thread_index, iteration)
 
 
-def _measure_percolite(store: Path, threads: int, seconds: float, value: bytes) -> dict[str, Any]:
-    env = percolite.open(store, sync="full")
+def _open_percolite(store: Path, backend: str) -> percolite.Env:
+    """The store measured. ``backend=`` is passed only for the memory backend:
+    builds from before the backends existed have no such argument, and this
+    module also measures them (``compare_builds.py``)."""
+    if backend == "lmdb":
+        return percolite.open(store, sync="full")
+    return percolite.open(":memory:", backend=backend, sync="full")
+
+
+def _measure_percolite(
+    store: Path, threads: int, seconds: float, value: bytes, backend: str = DEFAULT_BACKEND
+) -> dict[str, Any]:
+    env = _open_percolite(store, backend)
     try:
         before = env.stats()
 
@@ -140,6 +171,14 @@ def add_arguments(parser: OptionGroup) -> None:
         metavar="BYTES",
         help="bytes of the value written by each transaction (default: %(default)s)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=DEFAULT_BACKEND,
+        help="percolite's storage backend: lmdb (a store in the scratch directory) or memory "
+        "(':memory:', nothing on disk, not durable); py-lmdb runs either way "
+        "(default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,6 +187,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.value_size < 0:
         raise ValueError("--value-size must not be negative")
     value = b"v" * args.value_size
+    # bench_storage calls run() with a namespace of its own, without a backend.
+    backend = getattr(args, "backend", DEFAULT_BACKEND)
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}")
+    measure = {**MEASURE, "percolite": functools.partial(_measure_percolite, backend=backend)}
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {
         (system, threads): [] for system in SYSTEMS for threads in args.threads
     }
@@ -158,11 +202,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 swap = (repetition + position) % 2 == 1
                 for system in reversed(SYSTEMS) if swap else SYSTEMS:
                     store = scratch / f"{system}-{threads}t-{repetition}"
-                    measured = MEASURE[system](store, threads, args.seconds, value)
+                    measured = measure[system](store, threads, args.seconds, value)
                     shutil.rmtree(store, ignore_errors=True)
                     runs[system, threads].append(measured)
                     log(
-                        f"{NAME}: {SYSTEM_LABELS[system]:>9} {threads:>3} threads, "
+                        f"{NAME}: {_label(system, backend):>9} {threads:>3} threads, "
                         f"run {repetition + 1}/{args.repeat}: {measured['tx_per_s']:,.0f} tx/s"
                     )
 
@@ -178,7 +222,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "quick": args.quick,
             "store_parent": str(Path(args.dir).resolve()),
             "store_on_repo_filesystem": on_repo_filesystem,
-            "percolite": {"sync": "full"},
+            "backend": backend,
+            "percolite": {"sync": "full", "backend": backend},
             "lmdb": {"sync": True, "metasync": True, "lock": True, "map_size": LMDB_MAP_SIZE},
         },
         "versions": {
@@ -247,19 +292,33 @@ def _rows(report: dict[str, Any]) -> list[list[Any]]:
     ]
 
 
-HEADERS = ["threads", "percolite tx/s", "py-lmdb tx/s", "ratio", "ratio range", "commits/batch"]
+def _headers(backend: str) -> list[str]:
+    return [
+        "threads",
+        f"{_label('percolite', backend)} tx/s",
+        "py-lmdb tx/s",
+        "ratio",
+        "ratio range",
+        "commits/batch",
+    ]
 
 
 def _title(settings: dict[str, Any]) -> str:
-    return (
-        f"Durable single-cell commits per second, median of {_runs(settings['repeat'])} "
+    backend = settings.get("backend", DEFAULT_BACKEND)
+    kind = "Durable single-cell" if backend == "lmdb" else "Single-cell"
+    title = (
+        f"{kind} commits per second, median of {_runs(settings['repeat'])} "
         f"of {settings['seconds']:g} s, {settings['value_size']}-byte values"
     )
+    if backend != "lmdb":
+        title += f"; percolite on the {backend} backend (not durable), py-lmdb durable"
+    return title
 
 
 def tables(report: dict[str, Any]) -> list[Table]:
     """The table of ``REPORT.md`` (see ``common.py``)."""
-    return [Table(_title(report["settings"]), HEADERS, _rows(report), _noisy(report))]
+    headers = _headers(_backend(report))
+    return [Table(_title(report["settings"]), headers, _rows(report), _noisy(report))]
 
 
 def plots(report: dict[str, Any]) -> list[Plot]:
@@ -272,7 +331,7 @@ def plots(report: dict[str, Any]) -> list[Plot]:
             y_label="transactions/s",
             x=[r["threads"] for r in results],
             series={
-                SYSTEM_LABELS[system]: [r[system]["median_tx_per_s"] for r in results]
+                _label(system, _backend(report)): [r[system]["median_tx_per_s"] for r in results]
                 for system in SYSTEMS
             },
             log_y=True,
@@ -282,13 +341,14 @@ def plots(report: dict[str, Any]) -> list[Plot]:
 
 def targets(report: dict[str, Any]) -> list[Target]:
     target = report["target"]
-    name = f"commit: percolite / py-lmdb at {target['threads']} threads"
+    percolite_label = _label("percolite", _backend(report))
+    name = f"commit: {percolite_label} / py-lmdb at {target['threads']} threads"
     return [Target(name, target["ratio"], target["min_ratio"])]
 
 
 def _noisy(report: dict[str, Any]) -> list[str]:
     noisy = [
-        f"{SYSTEM_LABELS[system]} at {r['threads']} threads"
+        f"{_label(system, _backend(report))} at {r['threads']} threads"
         for r in report["results"]
         for system in SYSTEMS
         if r[system]["spread"] is None or r[system]["spread"] > NOISY_SPREAD
@@ -311,9 +371,9 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [
         _title(report["settings"]),
         "",
-        format_table(HEADERS, _rows(report)),
+        format_table(_headers(_backend(report)), _rows(report)),
         "",
-        f"target: percolite >= {target['min_ratio']:g}x py-lmdb at "
+        f"target: {_label('percolite', _backend(report))} >= {target['min_ratio']:g}x py-lmdb at "
         f"{target['threads']} threads: {verdict}",
         *_noisy(report),
     ]
