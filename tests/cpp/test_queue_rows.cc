@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "queue_rows.h"
+#include "queues/queue_rows.h"
 
 namespace {
 

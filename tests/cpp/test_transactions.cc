@@ -306,6 +306,9 @@ TEST_CASE("Concurrent transfers keep the total of every snapshot constant", "[tr
       ++audits;
     }
   });
+  // The memory backend commits in microseconds: without this wait the writers
+  // could all finish before the auditor began its first audit.
+  while (audits.load() == 0) std::this_thread::yield();
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {

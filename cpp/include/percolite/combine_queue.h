@@ -77,7 +77,8 @@ namespace percolite {
 class Transaction;
 namespace queue_rows {
 class Linger;
-}
+struct Entry;
+}  // namespace queue_rows
 
 enum class ValueType { kBytes, kInt64, kFloat64, kInt64Tuple };
 enum class NativeCombiner { kNone, kSum, kMax, kMin, kLast };
@@ -138,6 +139,9 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
  private:
   explicit CombineQueue(CombineQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
+  // Folds a run's updates into the current values and reports the changes.
+  Status Fold(const std::shared_ptr<Transaction>& transaction,
+              const std::vector<queue_rows::Entry>& entries) const;
   Status Combine(std::string_view key, const std::vector<std::string_view>& values,
                  std::optional<std::string>* result) const;
   void CheckValue(std::string_view key, std::string_view value) const;

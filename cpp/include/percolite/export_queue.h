@@ -76,7 +76,8 @@ namespace percolite {
 class Transaction;
 namespace queue_rows {
 class Linger;
-}
+struct Entry;
+}  // namespace queue_rows
 
 constexpr int kSeqIndexBits = 20;
 constexpr uint64_t kMaxSeqCommitTs = uint64_t{1} << (63 - kSeqIndexBits);
@@ -136,6 +137,8 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
  private:
   explicit ExportQueue(ExportQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
+  // Hands a run's entries to the exporter, by key then seq.
+  Status Export(const std::string& what, const std::vector<queue_rows::Entry>& queued) const;
 
   const ExportQueueOptions options_;
   const std::string family_;  // "eq:<id>"

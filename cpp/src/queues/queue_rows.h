@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "percolite/backend.h"
+#include "percolite/encoding.h"
 #include "percolite/status.h"
 
 namespace percolite {
@@ -136,6 +137,30 @@ class Linger {
   std::mutex mu_;
   std::unordered_map<std::string, Short> short_;  // GUARDED_BY(mu_)
 };
+
+// How a queue runs one bucket. Both queues run the same steps in one
+// observer transaction (ProcessBucket): find the bucket's rows, read its
+// cursor cell, maybe linger, read a batch of entries, hand them to the
+// queue's Consume, purge them, write the cursor cell (so two runs of one
+// bucket can never both commit) and, when entries are left, notify the bucket
+// again. What differs is this small strategy.
+struct BucketStrategy {
+  std::string_view what;             // "combine queue 'id'", for messages
+  const std::string* id;             // the queue's id: rows are "<id>:<kind>:<bucket>"
+  const std::string* family;         // the bucket row's family: "cq:<id>" / "eq:<id>"
+  std::string_view entry_kind;       // the entry rows' kind letter, also their family
+  size_t batch = 0;                  // entries one run takes (at least, with whole_keys)
+  bool whole_keys = false;           // a run takes every queued entry of the keys it reads
+  bool resume_after_cursor = false;  // the cursor names the last entry taken; else a marker
+  Linger* linger = nullptr;
+  // Handles the batch read, in commit order; its writes join the run's commit.
+  std::function<Status(Transaction&, const std::vector<Entry>&)> consume;
+};
+
+// Runs bucket `bucket_cell` of a queue as above; errors come back as a Status
+// (nothing the run wrote commits, then).
+Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
+                     const Cell& bucket_cell);
 
 }  // namespace queue_rows
 }  // namespace percolite

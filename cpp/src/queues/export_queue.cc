@@ -10,7 +10,6 @@ namespace percolite {
 namespace {
 
 constexpr std::string_view kEntryFamily = "e";
-using queue_rows::kCursorQualifier;
 using queue_rows::kNotifyQualifier;
 
 }  // namespace
@@ -74,49 +73,35 @@ ObserverFn ExportQueue::Processor() const {
 Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
                             const Cell& cell) const {
   const std::string what = "export queue '" + options_.id + "'";
-  const std::string prefix_b = options_.id + ":b:";
-  if (cell.row.compare(0, prefix_b.size(), prefix_b) != 0) {
-    return Status::Make(ErrorCode::kInvalidArgument, what + ": notified on a row of another queue");
-  }
-  const std::string& bucket_row = cell.row;
-  const std::string entry_row = options_.id + ":e:" + bucket_row.substr(prefix_b.size());
-  const CellRef cursor_cell{bucket_row, family_, kCursorQualifier};
-  const std::string cursor = transaction->Get(cursor_cell).value_or("");
+  queue_rows::BucketStrategy strategy;
+  strategy.what = what;
+  strategy.id = &options_.id;
+  strategy.family = &family_;
+  strategy.entry_kind = kEntryFamily;
+  strategy.batch = options_.batch_size;
+  strategy.resume_after_cursor = true;
+  strategy.linger = linger_.get();
+  strategy.consume = [&](Transaction&, const std::vector<queue_rows::Entry>& queued) {
+    return Export(what, queued);
+  };
+  return queue_rows::ProcessBucket(strategy, *transaction, cell);
+}
 
-  if (linger_->Defer(*transaction, bucket_row, cursor, entry_row, kEntryFamily,
-                     options_.batch_size)) {
-    return Status::Ok();
-  }
-  queue_rows::Entries read_entries;
-  const std::vector<queue_rows::Entry>& queued = read_entries.list();
-  bool more = false;
-  size_t consecutive = 0;
-  Status read = queue_rows::Read(*transaction, entry_row, kEntryFamily, cursor, options_.batch_size,
-                                 /*whole_keys=*/false, what, &read_entries, &more, &consecutive);
-  if (!read.ok()) return read;
-  if (!queued.empty()) {
-    std::vector<ExportEntry> batch;
-    batch.reserve(queued.size());
-    for (const queue_rows::Entry& entry : queued) {
-      if (entry.commit_ts >= kMaxSeqCommitTs || entry.index >= (uint32_t{1} << kSeqIndexBits)) {
-        return Status::Make(ErrorCode::kCorruption, what + ": a queued entry's stamp is too large");
-      }
-      batch.push_back(ExportEntry{std::string(entry.key()), std::string(entry.value),
-                                  Seq(entry.commit_ts, entry.index)});
+Status ExportQueue::Export(const std::string& what,
+                           const std::vector<queue_rows::Entry>& queued) const {
+  std::vector<ExportEntry> batch;
+  batch.reserve(queued.size());
+  for (const queue_rows::Entry& entry : queued) {
+    if (entry.commit_ts >= kMaxSeqCommitTs || entry.index >= (uint32_t{1} << kSeqIndexBits)) {
+      return Status::Make(ErrorCode::kCorruption, what + ": a queued entry's stamp is too large");
     }
-    // Read in commit order; the exporter gets them by key, then seq.
-    std::stable_sort(batch.begin(), batch.end(),
-                     [](const ExportEntry& a, const ExportEntry& b) { return a.key < b.key; });
-    Status exported = options_.exporter(batch);
-    if (!exported.ok()) return exported;
-    queue_rows::PurgeRead(*transaction, entry_row, kEntryFamily, queued, consecutive);
+    batch.push_back(ExportEntry{std::string(entry.key()), std::string(entry.value),
+                                Seq(entry.commit_ts, entry.index)});
   }
-  // Every run writes the cursor, so two runs of one bucket cannot both commit.
-  transaction->Set(cursor_cell, more ? queued.back().qualifier : std::string_view());
-  // Run again to continue after the cursor. (Entries sort in commit order, so
-  // none can appear before it: they would have been visible to this run.)
-  if (more) transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
-  return Status::Ok();
+  // Read in commit order; the exporter gets them by key, then seq.
+  std::stable_sort(batch.begin(), batch.end(),
+                   [](const ExportEntry& a, const ExportEntry& b) { return a.key < b.key; });
+  return options_.exporter(batch);
 }
 
 }  // namespace percolite

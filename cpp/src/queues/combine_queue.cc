@@ -15,9 +15,6 @@ namespace percolite {
 namespace {
 
 constexpr std::string_view kUpdateFamily = "u";
-// The cursor cell of a bucket whose last run left updates queued.
-constexpr std::string_view kMoreMarker = "more";
-using queue_rows::kCursorQualifier;
 using queue_rows::kNotifyQualifier;
 
 int64_t ReadInt64(const char* p) {
@@ -229,37 +226,29 @@ Status CombineQueue::Combine(std::string_view key, const std::vector<std::string
 
 Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
                              const Cell& cell) const {
-  const std::string prefix_b = options_.id + ":b:";
-  if (cell.row.compare(0, prefix_b.size(), prefix_b) != 0) {
-    return Invalid("combine queue '" + options_.id + "': notified on a row of another queue");
-  }
-  const std::string& bucket_row = cell.row;
-  const std::string update_row = options_.id + ":u:" + bucket_row.substr(prefix_b.size());
-  const CellRef cursor_cell{bucket_row, family_, kCursorQualifier};
-  // Non-empty when the previous run left updates behind: this run continues
-  // it (and does not linger).
-  const std::string cursor = transaction->Get(cursor_cell).value_or("");
+  const std::string what = "combine queue '" + options_.id + "'";
+  queue_rows::BucketStrategy strategy;
+  strategy.what = what;
+  strategy.id = &options_.id;
+  strategy.family = &family_;
+  strategy.entry_kind = kUpdateFamily;
+  // A run takes at least buffer_size updates from the front of the bucket,
+  // with every queued update of their keys.
+  strategy.batch = options_.buffer_size;
+  strategy.whole_keys = true;
+  strategy.linger = linger_.get();
+  strategy.consume = [&](Transaction&, const std::vector<queue_rows::Entry>& entries) {
+    return Fold(transaction, entries);
+  };
+  return queue_rows::ProcessBucket(strategy, *transaction, cell);
+}
 
-  if (linger_->Defer(*transaction, bucket_row, cursor, update_row, kUpdateFamily,
-                     options_.buffer_size)) {
-    return Status::Ok();
-  }
-  // Read queued updates in commit order from the front of the bucket: at least
-  // buffer_size of them, with every queued update of their keys.
-  queue_rows::Entries read_entries;
-  const std::vector<queue_rows::Entry>& entries = read_entries.list();
-  bool more = false;
-  size_t consecutive = 0;
-  Status read =
-      queue_rows::Read(*transaction, update_row, kUpdateFamily, /*cursor=*/"", options_.buffer_size,
-                       /*whole_keys=*/true, "combine queue '" + options_.id + "'", &read_entries,
-                       &more, &consecutive);
-  if (!read.ok()) return read;
-  queue_rows::PurgeRead(*transaction, update_row, kUpdateFamily, entries, consecutive);
+Status CombineQueue::Fold(const std::shared_ptr<Transaction>& transaction,
+                          const std::vector<queue_rows::Entry>& entries) const {
   // Each key's updates, keys in order (changes are reported, and values
   // written, in key order) and each key's updates in commit order (the order
-  // read; the sort is stable). Only indexes move: the bytes stay in
-  // read_entries, and values are views of them.
+  // read; the sort is stable). Only indexes move: the bytes stay where Read
+  // put them, and values are views of them.
   std::vector<uint32_t> order(entries.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&entries](uint32_t a, uint32_t b) {
@@ -299,10 +288,6 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
       changes.push_back(Change{std::string(key), std::move(current), std::move(combined)});
     }
   }
-  // Every run writes the cursor, so two runs of one bucket cannot both commit;
-  // it marks a bucket with updates left, and the run again takes them.
-  transaction->Set(cursor_cell, more ? std::string(kMoreMarker) : std::string());
-  if (more) transaction->SetWeakNotification({bucket_row, family_, kNotifyQualifier});
   if (changes.empty()) return Status::Ok();
   if (!options_.export_to.empty()) {
     std::vector<std::pair<std::string, std::string>> exported;

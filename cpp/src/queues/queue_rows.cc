@@ -207,5 +207,52 @@ double Linger::For(const std::string& bucket_row, size_t found, bool short_batch
   return std::min(step, seconds_ - waited);
 }
 
+namespace {
+// The marker a run leaves in the cursor cell of a bucket with entries left,
+// when the cursor does not name the last entry taken.
+constexpr std::string_view kMoreMarker = "more";
+}  // namespace
+
+Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
+                     const Cell& bucket_cell) {
+  const std::string& id = *strategy.id;
+  const std::string prefix_b = id + ":b:";
+  if (bucket_cell.row.compare(0, prefix_b.size(), prefix_b) != 0) {
+    return Status::Make(ErrorCode::kInvalidArgument,
+                        std::string(strategy.what) + ": notified on a row of another queue");
+  }
+  const std::string& bucket_row = bucket_cell.row;
+  std::string entry_row = id + ":";
+  entry_row.append(strategy.entry_kind).append(":").append(bucket_row.substr(prefix_b.size()));
+  const CellRef cursor_cell{bucket_row, *strategy.family, kCursorQualifier};
+  // Non-empty when the previous run left entries behind: this run goes on
+  // with them (and does not linger).
+  const std::string cursor = transaction.Get(cursor_cell).value_or("");
+  if (strategy.linger->Defer(transaction, bucket_row, cursor, entry_row, strategy.entry_kind,
+                             strategy.batch)) {
+    return Status::Ok();
+  }
+  Entries read;
+  const std::vector<Entry>& entries = read.list();
+  bool more = false;
+  size_t consecutive = 0;
+  Status status = Read(transaction, entry_row, strategy.entry_kind,
+                       strategy.resume_after_cursor ? cursor : std::string(), strategy.batch,
+                       strategy.whole_keys, strategy.what, &read, &more, &consecutive);
+  if (!status.ok()) return status;
+  if (!entries.empty()) {
+    status = strategy.consume(transaction, entries);
+    if (!status.ok()) return status;
+    PurgeRead(transaction, entry_row, strategy.entry_kind, entries, consecutive);
+  }
+  std::string_view next_cursor;
+  if (more) next_cursor = strategy.resume_after_cursor ? entries.back().qualifier : kMoreMarker;
+  transaction.Set(cursor_cell, next_cursor);
+  // Run again to take the rest. (Entries sort in commit order, so none can
+  // appear before the cursor: they would have been visible to this run.)
+  if (more) transaction.SetWeakNotification({bucket_row, *strategy.family, kNotifyQualifier});
+  return Status::Ok();
+}
+
 }  // namespace queue_rows
 }  // namespace percolite
