@@ -7,14 +7,13 @@ import os
 import random
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from . import _core
+from ._app import App
+from ._progress import Progress
 from ._transaction import Transaction
 from .errors import CommitConflict
-
-if TYPE_CHECKING:
-    from ._app import App
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
@@ -72,11 +71,8 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at least 1 MiB, not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
-    if app is not None:
-        from ._app import App
-
-        if not isinstance(app, App):
-            raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
+    if app is not None and not isinstance(app, App):
+        raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers)
     env = Env(core, sync=sync)
     if app is not None:
@@ -252,8 +248,6 @@ class Env:
         """
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
-        from ._progress import Progress
-
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = Progress("pending notifications", enabled=progress)
         try:
