@@ -21,6 +21,7 @@ import traceback
 import weakref
 from typing import Any, Callable, NamedTuple
 
+from . import _core
 from ._cells import Column
 from ._combine import CombineQueue
 from ._export import ExportQueue
@@ -130,11 +131,11 @@ class App:
         self,
         queue_id: str,
         *,
-        buckets: int = 64,
+        buckets: int = _core.DEFAULT_COMBINE_BUCKETS,
         combiner: Any = "sum",
         key_codec: Any = "str",
         value_codec: Any = "int64",
-        buffer_size: int = 4096,
+        buffer_size: int = _core.DEFAULT_BUFFER_SIZE,
         linger: float = 0.0,
     ):
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
@@ -174,7 +175,7 @@ class App:
         buckets: int = 16,
         key_codec: Any = "str",
         value_codec: Any = "json",
-        batch_size: int = 1024,
+        batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)

@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CombineQueue", "Change", "NATIVE_COMBINERS"]
 
-NATIVE_COMBINERS = ("sum", "max", "min", "last")
-# Most buffer_size for export_to: half of the 2**20 export entries a
-# transaction may add (export_queue.h, kSeqIndexBits).
-_EXPORT_BUFFER_LIMIT = 1 << 19
+NATIVE_COMBINERS: tuple = _core.NATIVE_COMBINERS
+# Most buffer_size for export_to: half of the 2**SEQ_INDEX_BITS export entries
+# a transaction may add.
+_EXPORT_BUFFER_BITS = _core.SEQ_INDEX_BITS - 1
+_EXPORT_BUFFER_LIMIT = 1 << _EXPORT_BUFFER_BITS
 
 
 class Change(NamedTuple):
@@ -143,10 +144,10 @@ class CombineQueue:
                 )
         if self.buffer_size > _EXPORT_BUFFER_LIMIT:
             # A run forwards up to about buffer_size changes in one
-            # transaction, and a transaction holds at most 2**20 export entries.
+            # transaction, and a transaction holds at most 2**SEQ_INDEX_BITS export entries.
             raise ValueError(
                 f"combine queue {self.id!r}: buffer_size {self.buffer_size} is too large to "
-                f"export from; at most {_EXPORT_BUFFER_LIMIT} (2**19)"
+                f"export from; at most {_EXPORT_BUFFER_LIMIT} (2**{_EXPORT_BUFFER_BITS})"
             )
         self.app._before_change(f"an export from combine queue {self.id!r}")
         self._export_to.append(queue)

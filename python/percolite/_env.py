@@ -19,9 +19,7 @@ __all__ = ["open", "Env", "SYNC_MODES"]
 
 T = TypeVar("T")
 
-SYNC_MODES = ("full", "meta", "none")
-
-_DEFAULT_MAP_SIZE = 1 << 30
+SYNC_MODES: tuple = _core.SYNC_MODES
 
 
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
@@ -29,9 +27,9 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     *,
     sync: str = "full",
     create: bool = True,
-    mode: int = 0o600,
-    map_size: int = _DEFAULT_MAP_SIZE,
-    max_readers: int = 2046,
+    mode: int = _core.DEFAULT_FILE_MODE,
+    map_size: int = _core.DEFAULT_MAP_SIZE,
+    max_readers: int = _core.DEFAULT_MAX_READERS,
     app: App | None = None,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.
@@ -192,12 +190,12 @@ class Env:
 
     def start_workers(
         self,
-        threads: int = 4,
+        threads: int = _core.DEFAULT_THREADS,
         *,
         worker_index: int = 0,
         worker_count: int = 1,
-        retry_initial: float = 0.05,
-        retry_max: float = 2.0,
+        retry_initial: float = _core.DEFAULT_RETRY_INITIAL,
+        retry_max: float = _core.DEFAULT_RETRY_MAX,
     ) -> None:
         """Start ``threads`` C++ worker threads running this app's observers.
 
@@ -263,7 +261,11 @@ class Env:
             bar.close()
 
     def process(
-        self, threads: int = 4, *, timeout: float | None = None, progress: Any = False
+        self,
+        threads: int = _core.DEFAULT_THREADS,
+        *,
+        timeout: float | None = None,
+        progress: Any = False,
     ) -> dict:
         """Start workers, wait until idle, stop them; return what they did:
         ``{"runs", "commits", "conflicts", "failures", "idle"}``."""

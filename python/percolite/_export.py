@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
 
 # seq = commit_ts << SEQ_INDEX_BITS | index of the entry in its transaction.
-SEQ_INDEX_BITS = 20
+SEQ_INDEX_BITS: int = _core.SEQ_INDEX_BITS
 
 
 class SequencedExport(NamedTuple):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 
+from . import _core
 from ._transaction import Transaction
 from .errors import Error
 
@@ -25,8 +26,8 @@ class NotificationType(enum.IntEnum):
     collides with anything; delivered at least once (runs may repeat).
     """
 
-    STRONG = 1
-    WEAK = 2
+    STRONG = _core.NOTIFY_STRONG
+    WEAK = _core.NOTIFY_WEAK
 
 
 STRONG = NotificationType.STRONG

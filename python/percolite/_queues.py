@@ -7,10 +7,12 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+from . import _core
 from ._observer import WEAK
 from .codecs import Codec
 
 __all__ = [
+    "MAX_BUCKETS",
     "MAX_LINGER",
     "accepts",
     "check_linger",
@@ -18,6 +20,11 @@ __all__ = [
     "core_spec",
     "encode_or_raise",
 ]
+
+# The most buckets a queue may have (bucket rows are named by 6 decimal digits).
+MAX_BUCKETS: int = _core.MAX_BUCKETS
+# The longest linger (seconds) a queue may declare.
+MAX_LINGER: float = _core.MAX_LINGER_SECONDS
 
 
 def accepts(fn: Callable, n: int) -> bool:
@@ -48,14 +55,10 @@ def check_queue_options(
             f"{kind} id {queue_id!r} contains a character the layout reserves "
             "(':' or a control character)"
         )
-    if not 1 <= buckets <= 999_999:
-        raise ValueError(f"buckets must be between 1 and 999999, not {buckets}")
+    if not 1 <= buckets <= MAX_BUCKETS:
+        raise ValueError(f"buckets must be between 1 and {MAX_BUCKETS}, not {buckets}")
     if not 1 <= batch <= 1 << 30:
         raise ValueError(f"{batch_name} must be between 1 and 2**30, not {batch}")
-
-
-# The longest linger (seconds) a queue may declare (kMaxLingerSeconds in C++).
-MAX_LINGER = 3600
 
 
 def check_linger(kind: str, queue_id: str, linger: Any) -> float:
@@ -66,7 +69,7 @@ def check_linger(kind: str, queue_id: str, linger: Any) -> float:
         )
     if not 0 <= linger <= MAX_LINGER:
         raise ValueError(
-            f"{kind} {queue_id!r}: linger must be between 0 and {MAX_LINGER} "
+            f"{kind} {queue_id!r}: linger must be between 0 and {MAX_LINGER:g} "
             f"seconds, not {linger!r}"
         )
     return float(linger)
