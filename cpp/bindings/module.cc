@@ -23,6 +23,7 @@
 #include "percolite/encoding.h"
 #include "percolite/env.h"
 #include "percolite/export_queue.h"
+#include "percolite/queue_limits.h"
 #include "percolite/transaction.h"
 
 namespace py = pybind11;
@@ -890,4 +891,26 @@ PYBIND11_MODULE(_core, m) {
           py::arg("resume_after"), py::arg("limit"))
       .def("commit", &Tx::Commit, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Tx::Abort, py::call_guard<py::gil_scoped_release>());
+
+  // ---- Constants: limits, layout facts and defaults of the core, which the
+  // Python package reads from here instead of repeating them.
+  m.attr("SEQ_INDEX_BITS") = percolite::kSeqIndexBits;
+  m.attr("MAX_BUCKETS") = percolite::kMaxBuckets;
+  m.attr("MAX_LINGER_SECONDS") = percolite::kMaxLingerSeconds;
+  m.attr("NOTIFY_STRONG") = static_cast<int>(percolite::NotifyKind::kStrong);
+  m.attr("NOTIFY_WEAK") = static_cast<int>(percolite::NotifyKind::kWeak);
+  m.attr("SYNC_MODES") = py::make_tuple("full", "meta", "none");  // as ParseSync reads them
+  m.attr("NATIVE_COMBINERS") = py::make_tuple("sum", "max", "min", "last");  // ParseCombiner's
+  const percolite::BackendOptions backend;
+  m.attr("DEFAULT_FILE_MODE") = backend.file_mode;
+  m.attr("DEFAULT_MAP_SIZE") = backend.initial_map_size;
+  m.attr("DEFAULT_MAX_READERS") = backend.max_readers;
+  const percolite::WorkerOptions workers;
+  m.attr("DEFAULT_THREADS") = workers.threads;
+  m.attr("DEFAULT_RETRY_INITIAL") = workers.retry_initial_seconds;
+  m.attr("DEFAULT_RETRY_MAX") = workers.retry_max_seconds;
+  const percolite::CombineQueueOptions combine;
+  m.attr("DEFAULT_COMBINE_BUCKETS") = combine.buckets;
+  m.attr("DEFAULT_BUFFER_SIZE") = combine.buffer_size;
+  m.attr("DEFAULT_BATCH_SIZE") = percolite::ExportQueueOptions().batch_size;
 }

@@ -13,12 +13,13 @@ LMDB, from Python. Start with :func:`open`::
 from __future__ import annotations
 
 from . import codecs, exporters
-from ._app import STRONG, WEAK, App, NotificationType, ObserverTransaction
+from ._app import App
 from ._cells import Cell, Column
 from ._combine import Change, CombineQueue
 from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
 from ._export import ExportQueue, SequencedExport
+from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._transaction import Transaction
 from ._workers import run_workers
 from .errors import (

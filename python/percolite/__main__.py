@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import percolite
 
+from . import _core
 from ._workers import load_app, run_worker_processes
 
 
@@ -172,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("app", help="the application, as module:attribute (a percolite.App)")
     worker.add_argument("--db", required=True)
     worker.add_argument("--processes", type=int, default=1)
-    worker.add_argument("--threads", type=int, default=4)
+    worker.add_argument("--threads", type=int, default=_core.DEFAULT_THREADS)
     worker.add_argument(
         "--until-idle",
         action="store_true",

@@ -16,60 +16,20 @@ the same registry::
 
 from __future__ import annotations
 
-import enum
 import inspect
 import traceback
 import weakref
 from typing import Any, Callable, NamedTuple
 
+from . import _core
 from ._cells import Column
-from ._transaction import Transaction
+from ._combine import CombineQueue
+from ._export import ExportQueue
+from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
+from ._queues import check_queue_options
 from .errors import Error
 
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
-
-
-class NotificationType(enum.IntEnum):
-    """How an observer is triggered.
-
-    ``STRONG``: setting (not deleting) the observed column in a committed
-    transaction notifies it; at most one run commits per notification, and sets
-    before a run collapse into one run.
-
-    ``WEAK``: ``tx.set_weak_notification(row, column)`` notifies it; never
-    collides with anything; delivered at least once (runs may repeat).
-    """
-
-    STRONG = 1
-    WEAK = 2
-
-
-STRONG = NotificationType.STRONG
-WEAK = NotificationType.WEAK
-
-
-class ObserverTransaction(Transaction):
-    """The transaction an observer (or a change observer) runs in. You never
-    create one: percolite passes it to the callback. percolite commits it when
-    the observer returns (together with the notification's acknowledgement)
-    and aborts it when the observer raises, so the observer must not commit or
-    abort it itself, nor use it in ``with``. Reads and writes are those of
-    :class:`Transaction`."""
-
-    __slots__ = ()
-
-    def commit(self) -> None:
-        """Refused: raises :class:`~percolite.Error` (percolite commits the
-        observer's transaction when the observer returns)."""
-        raise Error("an observer's transaction is committed by percolite when the observer returns")
-
-    def abort(self) -> None:
-        """Refused: raises :class:`~percolite.Error` (raise an exception from
-        the observer instead: its transaction is aborted and retried)."""
-        raise Error("an observer's transaction is aborted by percolite when the observer raises")
-
-    def __enter__(self):
-        raise Error("an observer's transaction is managed by percolite; do not use it in 'with'")
 
 
 class _Observer(NamedTuple):
@@ -171,11 +131,11 @@ class App:
         self,
         queue_id: str,
         *,
-        buckets: int = 64,
+        buckets: int = _core.DEFAULT_COMBINE_BUCKETS,
         combiner: Any = "sum",
         key_codec: Any = "str",
         value_codec: Any = "int64",
-        buffer_size: int = 4096,
+        buffer_size: int = _core.DEFAULT_BUFFER_SIZE,
         linger: float = 0.0,
     ):
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
@@ -192,8 +152,6 @@ class App:
         updates of hot keys, for at most ``linger`` more latency. A linger
         never idles :meth:`Env.wait`.
         """
-        from ._combine import CombineQueue
-
         return self._add_queue(
             "combine queue",
             queue_id,
@@ -217,7 +175,7 @@ class App:
         buckets: int = 16,
         key_codec: Any = "str",
         value_codec: Any = "json",
-        batch_size: int = 1024,
+        batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
@@ -240,7 +198,6 @@ class App:
         fewer, fuller calls, for at most ``linger`` more latency. A linger
         never idles :meth:`Env.wait`.
         """
-        from ._export import ExportQueue
 
         def declare(fn: Any) -> ExportQueue:
             return self._add_queue(
@@ -261,8 +218,6 @@ class App:
         if exporter is not None:
             return declare(exporter)
         # Check the options now, so a mistake is reported at the call, not at decoration.
-        from ._combine import check_queue_options
-
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
         return declare
 

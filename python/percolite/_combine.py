@@ -1,7 +1,7 @@
 """The combine queue: many transactions update hot keys without colliding.
 
 Contract: ``cpp/include/percolite/combine_queue.h`` (from Fluo Recipes'
-CombineQueue, shared/seeds 000-002). In short:
+CombineQueue). In short:
 
 * ``cq.add(tx, {key: update})`` queues updates; adders never collide with each
   other or with the processor;
@@ -19,26 +19,28 @@ CombineQueue, shared/seeds 000-002). In short:
 from __future__ import annotations
 
 import heapq
-import inspect
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
+from ._export import ExportQueue
+from ._observer import ObserverTransaction
+from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
     from ._app import App
-    from ._export import ExportQueue
     from ._transaction import Transaction
 
 __all__ = ["CombineQueue", "Change", "NATIVE_COMBINERS"]
 
-NATIVE_COMBINERS = ("sum", "max", "min", "last")
-# Most buffer_size for export_to: half of the 2**20 export entries a
-# transaction may add (export_queue.h, kSeqIndexBits).
-_EXPORT_BUFFER_LIMIT = 1 << 19
+NATIVE_COMBINERS: tuple = _core.NATIVE_COMBINERS
+# Most buffer_size for export_to: half of the 2**SEQ_INDEX_BITS export entries
+# a transaction may add.
+_EXPORT_BUFFER_BITS = _core.SEQ_INDEX_BITS - 1
+_EXPORT_BUFFER_LIMIT = 1 << _EXPORT_BUFFER_BITS
 
 
 class Change(NamedTuple):
@@ -47,65 +49,6 @@ class Change(NamedTuple):
     key: Any
     old: Any
     new: Any
-
-
-def _accepts(fn: Callable, n: int) -> bool:
-    try:
-        inspect.signature(fn).bind(*([None] * n))
-    except TypeError:
-        return False
-    except ValueError:
-        return True
-    return True
-
-
-def check_queue_options(
-    kind: str, queue_id: Any, buckets: Any, batch_name: str, batch: Any
-) -> None:
-    """The checks every queue declaration makes, before anything reaches the core."""
-    if not isinstance(queue_id, str):
-        raise TypeError(f"{kind} id must be a str, not {type(queue_id).__name__}")
-    for name, value in (("buckets", buckets), (batch_name, batch)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not queue_id:
-        raise ValueError(f"{kind} id must not be empty")
-    if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):
-        raise ValueError(
-            f"{kind} id {queue_id!r} contains a character the layout reserves "
-            "(':' or a control character)"
-        )
-    if not 1 <= buckets <= 999_999:
-        raise ValueError(f"buckets must be between 1 and 999999, not {buckets}")
-    if not 1 <= batch <= 1 << 30:
-        raise ValueError(f"{batch_name} must be between 1 and 2**30, not {batch}")
-
-
-# The longest linger (seconds) a queue may declare (kMaxLingerSeconds in C++).
-MAX_LINGER = 3600
-
-
-def check_linger(kind: str, queue_id: str, linger: Any) -> float:
-    """``linger`` as a float, or a TypeError / ValueError naming the queue."""
-    if isinstance(linger, bool) or not isinstance(linger, (int, float)):
-        raise TypeError(
-            f"{kind} {queue_id!r}: linger must be a number of seconds, not {type(linger).__name__}"
-        )
-    if not 0 <= linger <= MAX_LINGER:
-        raise ValueError(
-            f"{kind} {queue_id!r}: linger must be between 0 and {MAX_LINGER} "
-            f"seconds, not {linger!r}"
-        )
-    return float(linger)
-
-
-def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
-    """``codec.encode(obj)``, re-raising a failure with ``what`` in front."""
-    try:
-        return codec.encode(obj)
-    except (TypeError, ValueError) as e:
-        kind = TypeError if isinstance(e, TypeError) else ValueError
-        raise kind(f"{what}: {e}") from None
 
 
 class CombineQueue:
@@ -139,7 +82,7 @@ class CombineQueue:
                 )
         elif not callable(combiner):
             raise TypeError(f"combiner must be a name or a callable, not {type(combiner).__name__}")
-        elif not _accepts(combiner, 2):
+        elif not accepts(combiner, 2):
             raise TypeError(f"combiner {combiner!r} must accept (key, values)")
         self.app = app
         self.id = queue_id
@@ -164,7 +107,7 @@ class CombineQueue:
         queue (atomically with the new values); it must not write this queue."""
         if not callable(fn):
             raise TypeError(f"on_change needs a callable, not {type(fn).__name__}")
-        if not _accepts(fn, 2):
+        if not accepts(fn, 2):
             raise TypeError(f"change observer {fn!r} must accept (tx, changes)")
         if self._on_change is not None:
             raise ValueError(f"combine queue {self.id!r} already has a change observer")
@@ -182,9 +125,7 @@ class CombineQueue:
         an ``on_change`` that calls ``queue.add(tx, c.key, c.new)``, without
         Python per change. Both queues must use the same key and value
         codecs. Returns ``queue``."""
-        from ._export import ExportQueue as _ExportQueue
-
-        if not isinstance(queue, _ExportQueue):
+        if not isinstance(queue, ExportQueue):
             raise TypeError(f"export_to needs a percolite.ExportQueue, not {type(queue).__name__}")
         if queue.app is not self.app:
             raise ValueError(
@@ -203,10 +144,10 @@ class CombineQueue:
                 )
         if self.buffer_size > _EXPORT_BUFFER_LIMIT:
             # A run forwards up to about buffer_size changes in one
-            # transaction, and a transaction holds at most 2**20 export entries.
+            # transaction, and a transaction holds at most 2**SEQ_INDEX_BITS export entries.
             raise ValueError(
                 f"combine queue {self.id!r}: buffer_size {self.buffer_size} is too large to "
-                f"export from; at most {_EXPORT_BUFFER_LIMIT} (2**19)"
+                f"export from; at most {_EXPORT_BUFFER_LIMIT} (2**{_EXPORT_BUFFER_BITS})"
             )
         self.app._before_change(f"an export from combine queue {self.id!r}")
         self._export_to.append(queue)
@@ -230,7 +171,6 @@ class CombineQueue:
         on_change = None
         if self._on_change is not None:
             user_fn = self._on_change
-            from ._app import ObserverTransaction
 
             def on_change(core_tx, items: list) -> tuple:
                 try:
@@ -260,10 +200,7 @@ class CombineQueue:
         )
 
     def _core_spec(self) -> tuple:
-        family, qualifier, name = self._core.notify_column
-        from ._app import WEAK
-
-        return (family, qualifier, int(WEAK), name, self._core)
+        return core_spec(self._core)
 
     # -- use ----------------------------------------------------------------
     def add(self, tx: Transaction, updates: Mapping | Iterable[tuple]) -> None:

@@ -7,22 +7,19 @@ import os
 import random
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from . import _core
+from ._app import App
+from ._progress import Progress
 from ._transaction import Transaction
 from .errors import CommitConflict
-
-if TYPE_CHECKING:
-    from ._app import App
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
 T = TypeVar("T")
 
-SYNC_MODES = ("full", "meta", "none")
-
-_DEFAULT_MAP_SIZE = 1 << 30
+SYNC_MODES: tuple = _core.SYNC_MODES
 
 
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
@@ -30,9 +27,9 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     *,
     sync: str = "full",
     create: bool = True,
-    mode: int = 0o600,
-    map_size: int = _DEFAULT_MAP_SIZE,
-    max_readers: int = 2046,
+    mode: int = _core.DEFAULT_FILE_MODE,
+    map_size: int = _core.DEFAULT_MAP_SIZE,
+    max_readers: int = _core.DEFAULT_MAX_READERS,
     app: App | None = None,
     backend: str | None = None,
 ) -> Env:
@@ -84,11 +81,8 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str or None, not {type(backend).__name__}")
-    if app is not None:
-        from ._app import App
-
-        if not isinstance(app, App):
-            raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
+    if app is not None and not isinstance(app, App):
+        raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers, backend or "")
     env = Env(core, sync=sync)
     if app is not None:
@@ -221,12 +215,12 @@ class Env:
 
     def start_workers(
         self,
-        threads: int = 4,
+        threads: int = _core.DEFAULT_THREADS,
         *,
         worker_index: int = 0,
         worker_count: int = 1,
-        retry_initial: float = 0.05,
-        retry_max: float = 2.0,
+        retry_initial: float = _core.DEFAULT_RETRY_INITIAL,
+        retry_max: float = _core.DEFAULT_RETRY_MAX,
     ) -> None:
         """Start ``threads`` C++ worker threads running this app's observers.
 
@@ -277,8 +271,6 @@ class Env:
         """
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
-        from ._progress import Progress
-
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = Progress("pending notifications", enabled=progress)
         try:
@@ -294,7 +286,11 @@ class Env:
             bar.close()
 
     def process(
-        self, threads: int = 4, *, timeout: float | None = None, progress: Any = False
+        self,
+        threads: int = _core.DEFAULT_THREADS,
+        *,
+        timeout: float | None = None,
+        progress: Any = False,
     ) -> dict:
         """Start workers, wait until idle, stop them; return what they did:
         ``{"runs", "commits", "conflicts", "failures", "idle"}``."""

@@ -1,7 +1,7 @@
 """The export queue: only committed data leaves for external systems.
 
 Contract: ``cpp/include/percolite/export_queue.h`` (from Fluo Recipes'
-ExportQueue, shared/seeds 003). In short:
+ExportQueue). In short:
 
 * ``eq.add(tx, key, value)`` queues an entry that exists if and only if ``tx``
   commits; adders never collide with each other or with the exporter;
@@ -21,7 +21,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
-from ._combine import _accepts, check_linger, check_queue_options, encode_or_raise
+from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
 
 # seq = commit_ts << SEQ_INDEX_BITS | index of the entry in its transaction.
-SEQ_INDEX_BITS = 20
+SEQ_INDEX_BITS: int = _core.SEQ_INDEX_BITS
 
 
 class SequencedExport(NamedTuple):
@@ -82,7 +82,7 @@ class ExportQueue:
                 f"export queue {queue_id!r}: the exporter must be callable, "
                 f"not {type(exporter).__name__}"
             )
-        if not _accepts(exporter, 1):
+        if not accepts(exporter, 1):
             raise TypeError(
                 f"export queue {queue_id!r}: exporter {exporter!r} must accept (entries)"
             )
@@ -131,10 +131,7 @@ class ExportQueue:
         return run
 
     def _core_spec(self) -> tuple:
-        family, qualifier, name = self._core.notify_column
-        from ._app import WEAK
-
-        return (family, qualifier, int(WEAK), name, self._core)
+        return core_spec(self._core)
 
     def add(self, tx: Transaction, key: Any, value: Any) -> None:
         """Queue ``(key, value)`` in ``tx``: the entry exists if and only if

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import _core
 from ._app import App
 from ._env import open as open_env
 
@@ -88,7 +89,7 @@ def run_worker_processes(
     app: App,
     db: str,
     processes: int = 1,
-    threads: int = 4,
+    threads: int = _core.DEFAULT_THREADS,
     until_idle: bool = False,
     worker_index: int | None = None,
     worker_count: int | None = None,
@@ -131,7 +132,7 @@ def run_workers(
     db: str | os.PathLike,
     *,
     processes: int = 1,
-    threads: int = 4,
+    threads: int = _core.DEFAULT_THREADS,
     until_idle: bool = True,
 ) -> int:
     """Run ``app`` (given as ``"module:attribute"``) on store ``db`` in

@@ -126,7 +126,7 @@ TEST_CASE("In one batch, members writing disjoint cells both commit with consecu
 
 TEST_CASE("Concurrent commits with sync=full share LMDB write transactions", "[group-commit]") {
   TempDir dir;
-  percolite::StoreOptions options;
+  percolite::BackendOptions options;
   options.sync = percolite::SyncMode::kFull;
   auto env = Env::Open(dir.path(), options);
   constexpr int kThreads = 8, kPerThread = 15;
@@ -176,7 +176,7 @@ TEST_CASE("A lone committer runs its group commit on its own thread", "[group-co
   const percolite::SyncMode sync =
       GENERATE(percolite::SyncMode::kNone, percolite::SyncMode::kMeta, percolite::SyncMode::kFull);
   TempDir dir;
-  percolite::StoreOptions options;
+  percolite::BackendOptions options;
   options.sync = sync;
   auto env = Env::Open(dir.path(), options);
   constexpr int kCommits = 20;
@@ -199,7 +199,7 @@ TEST_CASE(
     "[group-commit]") {
   const percolite::SyncMode sync = GENERATE(percolite::SyncMode::kNone, percolite::SyncMode::kFull);
   TempDir dir;
-  percolite::StoreOptions options;
+  percolite::BackendOptions options;
   options.sync = sync;
   auto env = Env::Open(dir.path(), options);
   constexpr int kThreads = 6, kPerThread = 30;

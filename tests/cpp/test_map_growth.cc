@@ -45,7 +45,7 @@ std::string BigValue(int tx, int i) {
 TEST_CASE("The map grows past a 1 MiB start to hold 40 MiB, and old snapshots still read",
           "[map-growth]") {
   TempDir dir;
-  percolite::StoreOptions options = FastOptions();
+  percolite::BackendOptions options = FastOptions();
   options.initial_map_size = kMiB;
   auto env = Env::Open(dir.path(), options);
   const percolite::BackendStats at_open = env->Stats();
@@ -104,7 +104,7 @@ TEST_CASE("The map grows past a 1 MiB start to hold 40 MiB, and old snapshots st
 TEST_CASE("Readers in other threads keep reading correct values while the map grows",
           "[map-growth]") {
   TempDir dir;
-  percolite::StoreOptions options = FastOptions();
+  percolite::BackendOptions options = FastOptions();
   options.initial_map_size = kMiB;
   auto env = Env::Open(dir.path(), options);
   const Cell early{"early", "f", "q"};

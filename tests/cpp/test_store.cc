@@ -58,7 +58,7 @@ TEST_CASE("Handles of one path share one Store, which closes with its last handl
 TEST_CASE("Opening an open store with another sync mode is refused", "[store]") {
   TempDir dir;
   auto env = Env::Open(dir.path(), FastOptions());
-  percolite::StoreOptions full;
+  percolite::BackendOptions full;
   full.sync = percolite::SyncMode::kFull;
   CHECK(ErrorCodeOf([&] { Env::Open(dir.path(), full); }) == ErrorCode::kInvalidArgument);
   // The refusal did not disturb the open handle.
@@ -92,7 +92,7 @@ TEST_CASE("Data and the timestamp counter persist across closing and reopening",
 
 TEST_CASE("Opening a missing directory without create, or a file, throws kStorage", "[store]") {
   TempDir dir;
-  percolite::StoreOptions no_create = FastOptions();
+  percolite::BackendOptions no_create = FastOptions();
   no_create.create = false;
   CHECK(ErrorCodeOf([&] { Env::Open(dir.path() + "/missing", no_create); }) == ErrorCode::kStorage);
   const std::string file = dir.path() + "/plain-file";
@@ -142,7 +142,7 @@ TEST_CASE("Commits racing with Close either land or throw kClosed and apply noth
   constexpr int kThreads = 3, kPerThread = 40;
   // sync="full" also covers commits committed but not yet confirmed durable
   // when the close begins.
-  percolite::StoreOptions options;
+  percolite::BackendOptions options;
   options.sync = GENERATE(percolite::SyncMode::kNone, percolite::SyncMode::kFull);
   TempDir dir;
   std::vector<std::vector<ErrorCode>> outcomes(kThreads);

@@ -89,8 +89,6 @@ struct BackendOptions {
   unsigned max_readers = 2046;                // lmdb: one slot per open transaction
   size_t max_batch = 4096;                    // most commits in one group commit
 };
-// The name under which the lmdb backend was known before the interface existed.
-using StoreOptions = BackendOptions;
 
 // What a backend offers; the layers above ask instead of assuming.
 struct BackendCapabilities {

@@ -22,9 +22,10 @@ void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets
                       "' contains a character the layout reserves (':' or a control character)");
     }
   }
-  if (buckets < 1 || buckets > 999999) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "buckets must be between 1 and 999999, not " + std::to_string(buckets));
+  if (buckets < 1 || buckets > kMaxBuckets) {
+    throw Error(ErrorCode::kInvalidArgument, "buckets must be between 1 and " +
+                                                 std::to_string(kMaxBuckets) + ", not " +
+                                                 std::to_string(buckets));
   }
   if (batch < 1)
     throw Error(ErrorCode::kInvalidArgument, std::string(batch_name) + " must be >= 1");

@@ -20,6 +20,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/queue_limits.h"
 #include "percolite/status.h"
 
 namespace percolite {
@@ -105,8 +106,6 @@ void PurgeRead(Transaction& transaction, const std::string& row, std::string_vie
 // that lingers costs a walk over its bucket's keys, not a copy of them.
 void Peek(Transaction& transaction, const std::string& row, std::string_view family, size_t limit,
           size_t* found, bool* more);
-
-constexpr double kMaxLingerSeconds = 3600;
 
 // Lingering, for both queues (the rule is in export_queue.h): remembers, per
 // bucket row, when this process first found it short and how many entries

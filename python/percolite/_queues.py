@@ -1,0 +1,91 @@
+"""What the combine queue and the export queue share: the checks of a
+declaration, encoding with the queue named in errors, and how a queue's
+processor is registered with the workers."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from . import _core
+from ._observer import WEAK
+from .codecs import Codec
+
+__all__ = [
+    "MAX_BUCKETS",
+    "MAX_LINGER",
+    "accepts",
+    "check_linger",
+    "check_queue_options",
+    "core_spec",
+    "encode_or_raise",
+]
+
+# The most buckets a queue may have (bucket rows are named by 6 decimal digits).
+MAX_BUCKETS: int = _core.MAX_BUCKETS
+# The longest linger (seconds) a queue may declare.
+MAX_LINGER: float = _core.MAX_LINGER_SECONDS
+
+
+def accepts(fn: Callable, n: int) -> bool:
+    """Whether ``fn`` can be called with ``n`` positional arguments (True
+    when its signature cannot be read)."""
+    try:
+        inspect.signature(fn).bind(*([None] * n))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
+
+def check_queue_options(
+    kind: str, queue_id: Any, buckets: Any, batch_name: str, batch: Any
+) -> None:
+    """The checks every queue declaration makes, before anything reaches the core."""
+    if not isinstance(queue_id, str):
+        raise TypeError(f"{kind} id must be a str, not {type(queue_id).__name__}")
+    for name, value in (("buckets", buckets), (batch_name, batch)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not queue_id:
+        raise ValueError(f"{kind} id must not be empty")
+    if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):
+        raise ValueError(
+            f"{kind} id {queue_id!r} contains a character the layout reserves "
+            "(':' or a control character)"
+        )
+    if not 1 <= buckets <= MAX_BUCKETS:
+        raise ValueError(f"buckets must be between 1 and {MAX_BUCKETS}, not {buckets}")
+    if not 1 <= batch <= 1 << 30:
+        raise ValueError(f"{batch_name} must be between 1 and 2**30, not {batch}")
+
+
+def check_linger(kind: str, queue_id: str, linger: Any) -> float:
+    """``linger`` as a float, or a TypeError / ValueError naming the queue."""
+    if isinstance(linger, bool) or not isinstance(linger, (int, float)):
+        raise TypeError(
+            f"{kind} {queue_id!r}: linger must be a number of seconds, not {type(linger).__name__}"
+        )
+    if not 0 <= linger <= MAX_LINGER:
+        raise ValueError(
+            f"{kind} {queue_id!r}: linger must be between 0 and {MAX_LINGER:g} "
+            f"seconds, not {linger!r}"
+        )
+    return float(linger)
+
+
+def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
+    """``codec.encode(obj)``, re-raising a failure with ``what`` in front."""
+    try:
+        return codec.encode(obj)
+    except (TypeError, ValueError) as e:
+        kind = TypeError if isinstance(e, TypeError) else ValueError
+        raise kind(f"{what}: {e}") from None
+
+
+def core_spec(core: Any) -> tuple:
+    """The observer spec of a queue's core object: its processor, run as the
+    weak observer of the queue's notify column."""
+    family, qualifier, name = core.notify_column
+    return (family, qualifier, int(WEAK), name, core)

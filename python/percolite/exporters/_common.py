@@ -1,0 +1,106 @@
+"""What every exporter of this package shares: connection pools that are
+safe across fork(), the check of an entry's seq, and argument checks."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from ..errors import ClosedError
+
+_SEQ_LIMIT = 1 << 63  # seq fits a signed 64-bit column
+
+# Fork safety: objects whose locks must be new in a forked child (a lock held
+# by another thread at fork time would never be released there).
+
+_FORK_AWARE: weakref.WeakSet = weakref.WeakSet()
+
+
+def _renew_locks_after_fork() -> None:
+    for obj in list(_FORK_AWARE):
+        obj._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_after_fork)
+
+# Connections a forked child inherited. Closing them in the child would end
+# the parent's session (PostgreSQL) or touch the parent's locks (SQLite), so
+# the child keeps them referenced and never uses or finalizes them.
+_INHERITED_CONNECTIONS: list = []
+
+
+class _Pool:
+    """Connections of one exporter in the current process: a thread takes an
+    idle one or opens a new one, and gives it back when its call succeeded
+    (after a failure the connection is closed: it may be broken)."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._lock = threading.Lock()
+        self._idle: list = []
+        self._pid = os.getpid()
+        self._closed = False
+        _FORK_AWARE.add(self)
+
+    def _adopt_process(self) -> None:
+        # Called with _lock held: in a forked child, forget the parent's connections.
+        if self._pid != os.getpid():
+            _INHERITED_CONNECTIONS.extend(self._idle)
+            self._idle = []
+            self._pid = os.getpid()
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        with self._lock:
+            if self._closed:
+                raise ClosedError("the exporter was closed")
+            self._adopt_process()
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        pid = os.getpid()
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            if not self._closed and self._pid == pid:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._adopt_process()
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _check_seq(entry: Any) -> int:
+    seq = entry.seq
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < _SEQ_LIMIT:
+        raise ValueError(f"seq must be an int in [0, 2**63), not {seq!r} (key {entry.key!r})")
+    return seq
+
+
+def _positive(number: Any, name: str) -> float:
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {number!r}")
+    return number
+
+
+def _require_directory(path: str) -> None:
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            errno.ENOENT, f"the directory {directory!r} of {path!r} does not exist", path
+        )

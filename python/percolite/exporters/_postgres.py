@@ -1,0 +1,171 @@
+"""The PostgreSQL exporter (psycopg 3, imported when an exporter is made)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ._common import _positive
+from ._sql import _quote, _SQLExporter
+
+_POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
+
+_DSN_SECRETS = [
+    (re.compile(r"(://[^:/@?#]*:)[^@/?#]*@"), r"\1***@"),  # URL user:password@
+    (re.compile(r"([?&]password=)[^&#]*"), r"\1***"),  # URL ?password=
+    (re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)"), r"\1***"),  # key=value
+]
+
+
+def _hide_password(dsn: str) -> str:
+    for pattern, replacement in _DSN_SECRETS:
+        dsn = pattern.sub(replacement, dsn)
+    return dsn
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise ImportError(
+            'percolite.exporters.Postgres needs psycopg 3: pip install "psycopg[binary]" '
+            '(or pip install "percolite[postgres]")'
+        ) from exc
+    return psycopg
+
+
+class Postgres(_SQLExporter):
+    """Exports into table ``table`` of the PostgreSQL database at ``dsn``
+    (a libpq connection string or URL), through psycopg 3.
+
+    The layout, the guard table ``<table>_seq``, ``key``, ``columns`` and
+    ``create`` are as for :class:`SQLite`; created column types are BIGINT,
+    DOUBLE PRECISION, TEXT and BYTEA, and ``seq BIGINT NOT NULL``. A value
+    column that is None in every entry of the batch that would create the
+    table has no type to take: that call raises ValueError (create the table
+    yourself). Names are quoted, so they keep their case; use lower case to
+    match tables created with unquoted SQL. ``table`` is looked up on the
+    ``search_path``.
+
+    Each call is one transaction. The guard upsert locks the guard row of
+    each key (keys are taken in a fixed order, so concurrent batches do not
+    deadlock): writers of one key, in any thread or process, are serialized.
+
+    Connections are opened on first use, per process, and are not tested at
+    construction; :meth:`check` connects now. An unreachable server raises
+    ConnectionError naming the DSN (password hidden) and the cause, from the
+    call, so the batch stays queued. ``connect_timeout`` is in seconds.
+    Raises ImportError at construction when psycopg is not installed.
+    """
+
+    _types = {int: "BIGINT", float: "DOUBLE PRECISION", str: "TEXT", bytes: "BYTEA"}
+    _untyped = None
+    _mark = "%s"
+    _seq_type = "BIGINT"
+
+    def __init__(
+        self,
+        dsn: str,
+        table: str,
+        *,
+        key: Any = "key",
+        columns: Any = "value",
+        create: bool = True,
+        connect_timeout: float = 5,
+    ) -> None:
+        self._psycopg = _import_psycopg()
+        if not isinstance(dsn, str):
+            raise ValueError(f"dsn must be a str, not {type(dsn).__name__}")
+        self._dsn = dsn
+        self.safe_dsn = _hide_password(dsn)
+        try:
+            self._psycopg.conninfo.conninfo_to_dict(dsn)
+        except self._psycopg.Error as exc:
+            raise ValueError(f"bad PostgreSQL DSN {self.safe_dsn!r}: {exc}") from None
+        self.connect_timeout = _positive(connect_timeout, "connect_timeout")
+        self._set_up(table, key, columns, create)
+        if len(self.guard_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
+            raise ValueError(
+                f"table name {table!r} is too long: PostgreSQL names have at most "
+                f"{_POSTGRES_MAX_IDENTIFIER} bytes, and the guard table adds '_seq'"
+            )
+
+    def _connect(self) -> Any:
+        psycopg = self._psycopg
+        try:
+            return psycopg.connect(
+                self._dsn, connect_timeout=max(1, math.ceil(self.connect_timeout))
+            )
+        except psycopg.OperationalError as exc:
+            cause = str(exc).strip() or type(exc).__name__
+            raise ConnectionError(
+                f"cannot connect to PostgreSQL at {self.safe_dsn!r}: {cause}"
+            ) from exc
+
+    def check(self) -> None:
+        """Connects now (for CLIs that want to fail fast): raises what a call
+        would raise for an unreachable server."""
+        with self._pool.connection() as conn:
+            conn.execute("SELECT 1")
+            conn.rollback()
+
+    def __call__(self, entries: Iterable) -> None:
+        """Applies ``entries`` (a list of :class:`SequencedExport`) in one
+        PostgreSQL transaction, each only if its seq is newer than the guard's."""
+        rows = self._layout.collapse(entries)
+        if not rows:
+            return
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            has_main = self._tables_ready or self._ensure_tables(cursor, rows)
+            applied = self._raise_guards(cursor, rows)
+            upserts = [
+                (*row.key_cells, *row.value_cells, row.seq)
+                for row in applied
+                if row.value_cells is not None
+            ]
+            deletes = [(*row.key_cells, row.seq) for row in applied if row.value_cells is None]
+            if upserts:
+                cursor.executemany(self._sql.upsert, upserts)
+            if deletes and has_main:
+                cursor.executemany(self._sql.delete, deletes)
+        self._tables_ready = has_main
+
+    def _raise_guards(self, cursor: Any, rows: list) -> list:
+        """Runs the guard upsert of every row (pipelined); returns the rows
+        whose guard changed, which are the ones to apply."""
+        cursor.executemany(
+            self._sql.guard_upsert + " RETURNING seq",
+            [(*row.key_cells, row.seq) for row in rows],
+            returning=True,
+        )
+        applied = []
+        for row in rows:  # one result per row: a returned seq means the guard changed
+            if cursor.fetchone() is not None:
+                applied.append(row)
+            cursor.nextset()
+        return applied
+
+    def _ensure_tables(self, cursor: Any, rows: list) -> bool:
+        # Concurrent CREATE TABLE IF NOT EXISTS can fail in PostgreSQL: one
+        # creator at a time, until this transaction ends.
+        lock_name = f"percolite.exporters {self.table}"
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_name,))
+        return super()._ensure_tables(cursor, rows)
+
+    def _exists(self, cursor: Any, table: str) -> bool:
+        cursor.execute("SELECT to_regclass(%s)", (_quote(table),))
+        return cursor.fetchone()[0] is not None
+
+    def rows(self) -> dict:
+        """The main table as ``{key: value}`` (tuple keys and values for
+        several columns, in column order); {} before the table exists."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            if not self._exists(cursor, self.table):
+                return {}
+            cursor.execute(self._sql.select)
+            return self._sql.rows_from(cursor.fetchall())
+
+    def __repr__(self) -> str:
+        return f"<percolite.exporters.Postgres {self.safe_dsn!r} {self._layout.describe()}>"

@@ -1,0 +1,445 @@
+"""What the SQL exporters (SQLite, PostgreSQL) share: the checks of table and
+column names, the mapping of keys and values to columns, the per-key
+collapse of a batch, the SQL of a layout, and the exporter base class."""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Iterable, Sequence
+from itertools import chain, compress
+from typing import Any, Callable, NamedTuple
+
+from ._common import _SEQ_LIMIT, _check_seq, _Pool
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _identifier(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ValueError(
+            f"{what} must be an SQL identifier matching [A-Za-z_][A-Za-z0-9_]*, not {name!r}"
+        )
+    return name
+
+
+def _quote(name: str) -> str:
+    # Names are restricted to [A-Za-z0-9_], so quoting only keeps keywords
+    # (key, value, order, ...) usable and the case as given.
+    return f'"{name}"'
+
+
+def _names(spec: Any, what: str) -> tuple:
+    if isinstance(spec, str):
+        return (_identifier(spec, what),)
+    if not isinstance(spec, (tuple, list)) or not spec:
+        raise ValueError(
+            f"{what} must be a column name or a non-empty tuple of names, not {spec!r}"
+        )
+    return tuple(_identifier(name, f"{what} column") for name in spec)
+
+
+_SQL_SCALARS = (int, float, str, bytes)
+# Exact types stored as they are (no bool, no subclasses): the fast path of
+# _Layout.collapse.
+_PLAIN_TYPES = frozenset(_SQL_SCALARS)
+_PLAIN_OR_NONE = frozenset((*_SQL_SCALARS, type(None)))
+_KEY, _VALUE, _SEQ = (operator.attrgetter(name) for name in ("key", "value", "seq"))
+
+
+def _sql_scalar(item: Any, describe: Callable[[], str]) -> Any:
+    """``item`` as a value an SQL driver stores: bool as int, bytes-likes as bytes."""
+    if isinstance(item, bool):
+        return int(item)
+    if isinstance(item, (bytearray, memoryview)):
+        return bytes(item)
+    if item is None or isinstance(item, _SQL_SCALARS):
+        return item
+    raise ValueError(
+        f"{describe()}: {type(item).__name__} is not storable; use int, float, str, bytes or None"
+    )
+
+
+class _Row(NamedTuple):
+    key: Any  # as given, for messages
+    key_cells: tuple  # one cell per key column
+    value_cells: tuple | None  # one cell per value column; None deletes
+    seq: int
+
+
+def _sort_key(cells: tuple) -> tuple:
+    # A total order even across types: the SQL exporters touch keys in this
+    # order, so that concurrent batches lock guard rows in the same order.
+    return tuple((type(cell).__name__, cell) for cell in cells)
+
+
+class _Layout:
+    """Where keys and values go: ``key`` and ``columns`` as the user gave them."""
+
+    def __init__(self, table: Any, key: Any, columns: Any) -> None:
+        self.table = _identifier(table, "table")
+        if table.lower() == "excluded":
+            raise ValueError(
+                "table 'excluded' cannot be used: in an upsert that name is the incoming row"
+            )
+        self.guard_table = f"{table}_seq"
+        self.key = key
+        self.columns = columns
+        self.key_columns = _names(key, "key")
+        self.value_columns = _names(columns, "columns")
+        every = [*self.key_columns, *self.value_columns, "seq"]
+        folded = [name.lower() for name in every]
+        for name in every:
+            if folded.count(name.lower()) > 1:
+                why = "it is the seq column" if name.lower() == "seq" else "it appears twice"
+                raise ValueError(
+                    f"column {name!r} cannot be used: {why} "
+                    f"(key={key!r}, columns={columns!r}; names are compared ignoring case)"
+                )
+
+    def key_cells(self, key: Any) -> tuple:
+        if isinstance(self.key, str):
+            cells: Sequence = (key,)
+        elif isinstance(key, (tuple, list)) and len(key) == len(self.key_columns):
+            cells = key
+        else:
+            raise ValueError(
+                f"key {key!r} does not fit the key columns {self.key_columns}: "
+                f"expected a tuple of {len(self.key_columns)}"
+            )
+        out = []
+        for column, cell in zip(self.key_columns, cells):
+            if cell is None:
+                raise ValueError(f"key {key!r}: key column {column!r} cannot be None")
+            out.append(_sql_scalar(cell, lambda c=column: f"key {key!r}, column {c!r}"))
+        return tuple(out)
+
+    def value_cells(self, key: Any, value: Any) -> tuple:
+        columns = self.value_columns
+
+        def mismatch(expected: str) -> ValueError:
+            return ValueError(
+                f"value {value!r} of key {key!r} does not fit the columns {columns}: {expected}"
+            )
+
+        if isinstance(self.columns, str):
+            if isinstance(value, (tuple, list, dict)):
+                raise mismatch("expected one scalar (pass columns=(...) to spread it)")
+            cells: Sequence = (value,)
+        elif isinstance(value, dict):
+            if set(value) != set(columns):
+                raise mismatch(f"expected a dict with exactly the keys {columns}")
+            cells = [value[name] for name in columns]
+        elif isinstance(value, (tuple, list)):
+            if len(value) != len(columns):
+                raise mismatch(f"expected {len(columns)} items, got {len(value)}")
+            cells = value
+        else:
+            raise mismatch(f"expected a tuple, list or dict of {len(columns)}")
+        return tuple(
+            _sql_scalar(cell, lambda c=name: f"value {value!r} of key {key!r}, column {c!r}")
+            for name, cell in zip(columns, cells)
+        )
+
+    def collapse(self, entries: Iterable) -> list:
+        """The newest entry of each key, checked and mapped to cells, in key
+        order. Raises ValueError for a bad entry before anything is written."""
+        if not isinstance(entries, (list, tuple)):
+            entries = list(entries)
+        rows = self._collapse_plain(entries)
+        if rows is not None:
+            return rows
+        newest: dict = {}
+        for entry in entries:
+            seq = _check_seq(entry)
+            key_cells = self.key_cells(entry.key)
+            value_cells = None if entry.value is None else self.value_cells(entry.key, entry.value)
+            kept = newest.get(key_cells)
+            if kept is None or seq > kept.seq:
+                newest[key_cells] = _Row(entry.key, key_cells, value_cells, seq)
+        return sorted(newest.values(), key=lambda row: _sort_key(row.key_cells))
+
+    def _collapse_plain(self, entries: Sequence) -> list | None:
+        """What :meth:`collapse` returns, for the usual batch: one key column,
+        keys and cells of exactly int, float, str or bytes (None in values),
+        int seqs in range. One tight loop instead of the checks per cell;
+        ``None`` when an entry needs the general path (which also names what
+        is wrong with it)."""
+        if not isinstance(self.key, str):
+            return None
+        scalar = isinstance(self.columns, str)
+        width = len(self.value_columns)
+        plain, plain_or_none = _PLAIN_TYPES, _PLAIN_OR_NONE
+        # Rows are made only for the keys that stay, without _Row's
+        # Python-level __new__ (a batch of 60,000 entries with distinct keys:
+        # 120 ms instead of 170). An export queue calls with its entries in
+        # key order, then seq: while keys keep coming in order (and of one
+        # type), the newest of each key is the list's last entry, and neither
+        # a dict nor a sort is needed. Out of order, a dict takes over.
+        ordered: list = []
+        newest: dict | None = None
+        last_key: Any = None
+        key_type: Any = None
+        for entry in entries:
+            key, value, seq = entry.key, entry.value, entry.seq
+            if type(seq) is not int or not 0 <= seq < _SEQ_LIMIT or type(key) not in plain:
+                return None
+            if value is None:
+                pass
+            elif scalar:
+                if type(value) not in plain:
+                    return None
+            elif not (
+                type(value) is tuple
+                and len(value) == width
+                and plain_or_none.issuperset(map(type, value))
+            ):
+                return None
+            if newest is None:
+                same_type = type(key) is key_type
+                if ordered and same_type and key == last_key:
+                    if seq > ordered[-1].seq:
+                        ordered[-1] = entry
+                    continue
+                if not ordered or (same_type and key > last_key):
+                    ordered.append(entry)
+                    last_key, key_type = key, type(key)
+                    continue
+                # Out of order, another type, or NaN (false both ways).
+                newest = {e.key: e for e in ordered}
+            kept = newest.get(key)
+            if kept is None or seq > kept.seq:
+                newest[key] = entry
+        if newest is not None:
+            if len({type(key) for key in newest}) > 1:
+                keys = sorted(newest, key=lambda key: _sort_key((key,)))
+            else:
+                keys = sorted(newest)
+            ordered = [newest[key] for key in keys]
+        make = tuple.__new__
+        rows = []
+        for entry in ordered:
+            key, value = entry.key, entry.value
+            cells = None if value is None else (value,) if scalar else value
+            rows.append(make(_Row, (key, (key,), cells, entry.seq)))
+        return rows
+
+    def sorted_values(self, entries: Any) -> list | None:
+        """The rows ``(key, *value_cells, seq)`` of the newest entry of each
+        key, in key order, for the batch an export queue usually sends: a
+        list in key order then seq, one key column, keys of one plain type,
+        plain cells, no deletions. ``None`` for any other batch (then
+        :meth:`collapse` checks it, names what is wrong, and handles
+        deletions). Every check is a loop in C (``map``, ``compress``,
+        ``zip``) instead of one Python loop over the entries: 65,536 phrase
+        count entries in 41 ms instead of 110 (collapse, then the rows)."""
+        if not isinstance(self.key, str) or type(entries) is not list or not entries:
+            return None
+        try:
+            keys = list(map(_KEY, entries))
+            values = list(map(_VALUE, entries))
+            seqs = list(map(_SEQ, entries))
+        except AttributeError:
+            return None
+        key_types = set(map(type, keys))
+        if len(key_types) != 1 or not key_types <= _PLAIN_TYPES:
+            return None
+        if set(map(type, seqs)) != {int} or min(seqs) < 0 or max(seqs) >= _SEQ_LIMIT:
+            return None
+        if not all(map(operator.lt, keys, keys[1:])):
+            # A key repeats: only in a run, seqs going up (keep each run's
+            # last entry). Anything else, NaN keys too, takes the dict path.
+            repeats = list(map(operator.eq, keys, keys[1:]))
+            if not all(map(operator.or_, repeats, map(operator.lt, keys, keys[1:]))):
+                return None
+            if not all(compress(map(operator.lt, seqs, seqs[1:]), repeats)):
+                return None
+            last = list(map(operator.not_, repeats))
+            last.append(True)
+            keys = list(compress(keys, last))
+            values = list(compress(values, last))
+            seqs = list(compress(seqs, last))
+        if isinstance(self.columns, str):
+            if not set(map(type, values)) <= _PLAIN_TYPES:
+                return None
+            return list(zip(keys, values, seqs))
+        width = len(self.value_columns)
+        if set(map(type, values)) != {tuple} or set(map(len, values)) != {width}:
+            return None
+        if not set(map(type, chain.from_iterable(values))) <= _PLAIN_OR_NONE:
+            return None
+        cells = [map(operator.itemgetter(i), values) for i in range(width)]
+        return list(zip(keys, *cells, seqs))
+
+    def key_from_cells(self, cells: Sequence) -> Any:
+        return cells[0] if isinstance(self.key, str) else tuple(cells)
+
+    def value_from_cells(self, cells: Sequence) -> Any:
+        return cells[0] if isinstance(self.columns, str) else tuple(cells)
+
+    def describe(self) -> str:
+        return f"table={self.table!r} key={self.key!r} columns={self.columns!r}"
+
+
+def _column_types(layout: _Layout, rows: list, types: dict, untyped: str | None) -> list | None:
+    """SQL types for the key and value columns of a new main table, from the
+    Python types of the first non-None cell of each column in ``rows``; None
+    when ``rows`` only deletes (the table can wait for a batch with values).
+    A column that is None in every row gets ``untyped`` (or ValueError)."""
+    upserts = [row for row in rows if row.value_cells is not None]
+    if not upserts:
+        return None
+    key_types = [types[type(cell)] for cell in upserts[0].key_cells]
+    value_types = []
+    for index, name in enumerate(layout.value_columns):
+        cells = (row.value_cells[index] for row in upserts)
+        first = next((cell for cell in cells if cell is not None), None)
+        if first is not None:
+            value_types.append(types[type(first)])
+        elif untyped is not None:
+            value_types.append(untyped)
+        else:
+            raise ValueError(
+                f"cannot choose a type for column {name!r} of table {layout.table!r}: it is "
+                "None in every entry of this batch; create the table yourself"
+            )
+    return key_types + value_types
+
+
+class _Statements:
+    """The SQL of one layout; ``mark`` is the driver's placeholder."""
+
+    def __init__(self, layout: _Layout, mark: str, seq_type: str) -> None:
+        self.seq_type = seq_type
+        table, guard = _quote(layout.table), _quote(layout.guard_table)
+        keys = [_quote(name) for name in layout.key_columns]
+        values = [_quote(name) for name in layout.value_columns]
+        key_list = ", ".join(keys)
+        self.layout = layout
+        self.table, self.guard = table, guard
+        # The guard: insert the key's seq, or raise it, but never lower it.
+        # It changed one row exactly when this entry is newer than every entry
+        # applied before for that key, deleted or not.
+        self.guard_upsert = (
+            f"INSERT INTO {guard} ({key_list}, seq) VALUES ({', '.join([mark] * (len(keys) + 1))})"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
+            f" WHERE excluded.seq > {guard}.seq"
+        )
+        # The main table keeps its own seq condition as a second line of
+        # defence (e.g. a guard table created after the main table was filled).
+        columns = [*keys, *values, "seq"]
+        self.upsert = (
+            f"INSERT INTO {table} ({', '.join(columns)})"
+            f" VALUES ({', '.join([mark] * len(columns))})"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET "
+            + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
+            + f" WHERE excluded.seq > {table}.seq"
+        )
+        match = " AND ".join(f"{name} = {mark}" for name in keys)
+        self.delete = f"DELETE FROM {table} WHERE {match} AND seq < {mark}"
+        self.select = f"SELECT {key_list}, {', '.join(values)} FROM {table} ORDER BY {key_list}"
+
+    def create_guard(self, key_types: list) -> str:
+        return self._create(self.guard, self._key_definitions(key_types))
+
+    def create_main(self, types: list) -> str:
+        width = len(self.layout.key_columns)
+        values = [
+            f"{_quote(name)} {sql_type}".rstrip()
+            for name, sql_type in zip(self.layout.value_columns, types[width:])
+        ]
+        return self._create(self.table, self._key_definitions(types[:width]) + values)
+
+    def _key_definitions(self, key_types: list) -> list:
+        return [
+            f"{_quote(name)} {sql_type} NOT NULL"
+            for name, sql_type in zip(self.layout.key_columns, key_types)
+        ]
+
+    def _create(self, table: str, columns: list) -> str:
+        key_list = ", ".join(_quote(name) for name in self.layout.key_columns)
+        return (
+            f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}, "
+            f"seq {self.seq_type} NOT NULL, PRIMARY KEY ({key_list}))"
+        )
+
+    def rows_from(self, records: Iterable) -> dict:
+        layout, width = self.layout, len(self.layout.key_columns)
+        return {
+            layout.key_from_cells(record[:width]): layout.value_from_cells(record[width:])
+            for record in records
+        }
+
+
+class _SQLExporter:
+    """What the SQL exporters share; a subclass sets the class attributes and
+    provides ``_connect`` and ``_exists``."""
+
+    _types: dict  # Python type -> SQL type of a created column
+    _untyped: str | None  # type of a value column with no value yet; None refuses
+    _mark: str  # the driver's placeholder
+    _seq_type: str
+
+    def _set_up(self, table: Any, key: Any, columns: Any, create: bool) -> None:
+        self._layout = _Layout(table, key, columns)
+        self._sql = _Statements(self._layout, self._mark, self._seq_type)
+        self.create = bool(create)
+        self._tables_ready = False  # both tables known to exist
+        self._pool = _Pool(self._connect)
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _exists(self, handle: Any, table: str) -> bool:
+        raise NotImplementedError
+
+    @property
+    def table(self) -> str:
+        """The main table."""
+        return self._layout.table
+
+    @property
+    def guard_table(self) -> str:
+        """The guard table, ``<table>_seq``: the highest seq applied per key."""
+        return self._layout.guard_table
+
+    @property
+    def key(self) -> Any:
+        """The key column name, or the tuple of them."""
+        return self._layout.key
+
+    @property
+    def columns(self) -> Any:
+        """The value column name, or the tuple of them."""
+        return self._layout.columns
+
+    def _ensure_tables(self, handle: Any, rows: list) -> bool:
+        """Creates what is missing (or raises when ``create`` is false), in
+        the call's transaction; returns whether the main table exists now
+        (the caller records that once the transaction committed). A batch of
+        deletes only creates the guard table: there is nothing to delete yet,
+        and no value to choose the column types from."""
+        layout, sql = self._layout, self._sql
+        missing = [
+            name for name in (layout.guard_table, layout.table) if not self._exists(handle, name)
+        ]
+        if missing and not self.create:
+            raise RuntimeError(f"{self!r}: table {missing[0]!r} does not exist and create=False")
+        if layout.guard_table in missing:
+            handle.execute(sql.create_guard([self._types[type(c)] for c in rows[0].key_cells]))
+        if layout.table in missing:
+            column_types = _column_types(layout, rows, self._types, self._untyped)
+            if column_types is None:
+                return False
+            handle.execute(sql.create_main(column_types))
+        return True
+
+    def close(self) -> None:
+        """Closes this process's connections; later calls raise ClosedError."""
+        self._pool.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()

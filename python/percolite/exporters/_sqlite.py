@@ -1,0 +1,285 @@
+"""The SQLite exporter."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ._common import _FORK_AWARE, _positive, _require_directory
+from ._sql import _quote, _SQLExporter
+
+
+class SQLite(_SQLExporter):
+    """Exports into table ``table`` of the SQLite database file ``path``.
+
+    The table has the key column(s), the value column(s) and ``seq INTEGER
+    NOT NULL``, with the key column(s) as primary key. ``key`` names one key
+    column (a str) or several (a tuple: keys are then tuples of that length).
+    ``columns`` names one value column (values are scalars) or several
+    (values are tuples or lists of that length, or dicts with exactly those
+    names). A None value deletes the row. Cells are int, float, str, bytes or
+    None (bool is stored as int).
+
+    A row's ``seq`` is the highest seq applied for its key; the guard table
+    ``<table>_seq`` (key columns, ``seq``) holds it for deleted keys, until
+    a newer value brings the row back. When ``create`` is
+    true, missing tables are created on first use, with column types from the
+    first entries (int INTEGER, float REAL, str TEXT, bytes BLOB; a value
+    column that is None in all of them gets no declared type). Existing
+    tables are used as they are. Each call is one ``BEGIN IMMEDIATE``
+    transaction; ``timeout`` is the busy timeout in seconds. The database is
+    switched to WAL mode.
+
+    Raises at construction: FileNotFoundError when the directory of ``path``
+    does not exist, ValueError for a bad name. Raises from a call (the batch
+    stays queued): ValueError for an entry that does not fit the columns,
+    ``sqlite3.Error`` from the database.
+    """
+
+    _types = {int: "INTEGER", float: "REAL", str: "TEXT", bytes: "BLOB"}
+    _untyped = ""  # SQLite columns may go without a declared type
+    _mark = "?"
+    _seq_type = "INTEGER"
+    _CHUNK = 1024  # batch rows per statement that writes the user's tables (see _apply)
+
+    def __init__(
+        self,
+        path: Any,
+        table: str,
+        *,
+        key: Any = "key",
+        columns: Any = "value",
+        create: bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        if os.fspath(path) == ":memory:":
+            raise ValueError(
+                "SQLite needs a file: every connection to ':memory:' is a new database"
+            )
+        _require_directory(self.path)
+        self.timeout = float(_positive(timeout, "timeout"))
+        self._set_up(table, key, columns, create)
+        # Calls of one process take turns here rather than in SQLite's busy
+        # handler, which sleeps in steps of milliseconds while it waits.
+        self._lock = threading.Lock()
+        _FORK_AWARE.add(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._switch_to_wal(conn)
+            # The batch table (temp.percolite_batch) lives in memory, not in
+            # a temporary file written and deleted on every call.
+            conn.execute("PRAGMA temp_store=MEMORY")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        # Changing the journal mode does not wait for the busy timeout: when
+        # several processes open a new file at once, all but one get "database
+        # is locked" at once. Retry until the timeout instead.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
+
+    def __call__(self, entries: Iterable) -> None:
+        """Applies ``entries`` (a list of :class:`SequencedExport`) in one
+        SQLite transaction, each only if its seq is newer than the guard's."""
+        layout = self._layout
+        # The usual batch, once the tables exist, needs no rows (sorted_values).
+        values = layout.sorted_values(entries) if self._tables_ready else None
+        rows = None if values is not None else layout.collapse(entries)
+        if not (values or rows):
+            return
+        with self._lock, self._pool.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
+            try:
+                has_main = True
+                if values is None or not self._upsert_values(conn, values):
+                    rows = rows or layout.collapse(entries)
+                    has_main = self._tables_ready or self._ensure_tables(conn, rows)
+                    self._apply(conn, rows, has_main)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        self._tables_ready = has_main
+
+    def _upsert_values(self, conn: sqlite3.Connection, values: list) -> bool:
+        """Upserts rows of :meth:`_Layout.sorted_values` (values only, one
+        per key) with the seq guard, inside the caller's write transaction,
+        when the guard table is empty (see :meth:`_apply`); False, with
+        nothing written, when it is not."""
+        sql = self._batch_sql()
+        if conn.execute(sql["any_guard"]).fetchone() is not None:
+            return False
+        conn.executemany(sql["upsert_rows"], values)
+        return True
+
+    def _apply(self, conn: sqlite3.Connection, rows: list, has_main: bool) -> None:
+        """Applies the batch inside the caller's write transaction. A batch
+        of values only, with no guard rows about, is upserted row by row with
+        the seq guard in one executemany. Any other is applied set-wise: the
+        rows go to a temporary table in one executemany, then statements
+        drop the stale ones (a guard or main-table seq >= theirs), upsert the
+        values (dropping their keys' guard rows), delete the deleted keys'
+        rows and raise their guard rows. Same result as checking row by row,
+        without a Python loop of statements. Only deleted keys have guard
+        rows: a key with a row is guarded by the row's seq, so a value costs
+        one B-tree write, not two.
+
+        The statements that write the user's tables take the batch
+        ``_CHUNK`` rows at a time: SQLite keeps a copy of every page a
+        statement changes until the statement ends (its statement journal,
+        in memory here), so one statement over the whole batch would hold
+        about two pages per row of a large table (45 MiB for 16,384 rows of a
+        1.5 million row table), and chunks hold at most ``_CHUNK`` rows' worth
+        (7 MiB), in the same time."""
+        sql = self._batch_sql()
+        # The usual batch has no deletions and the guard table is empty (this
+        # transaction holds the write lock, so no guard row appears
+        # meanwhile): then only the seq guard of each key's row matters, and
+        # the rows go straight to the table in one executemany (each row its
+        # own statement, so the statement journal stays small). Sink alone,
+        # with the in-order collapse, new phrase rows in batches of 65,536:
+        # 240,000 in 0.95 s instead of 1.09, 840,000 in 4.6 s instead of 5.1.
+        deletions = any(row.value_cells is None for row in rows)
+        guarded = conn.execute(sql["any_guard"]).fetchone() is not None
+        if has_main and not deletions and not guarded:
+            conn.executemany(
+                sql["upsert_rows"], [(*row.key_cells, *row.value_cells, row.seq) for row in rows]
+            )
+            return
+        width = len(self._layout.value_columns)
+        conn.execute(sql["create"])
+        conn.execute(sql["clear"])
+        conn.executemany(
+            sql["insert"],
+            [
+                (
+                    n,
+                    *row.key_cells,
+                    *(row.value_cells or (None,) * width),
+                    row.seq,
+                    row.value_cells is not None,
+                )
+                for n, row in enumerate(rows, 1)
+            ],
+        )
+        # Statements that cannot match are skipped.
+        if guarded:
+            conn.execute(sql["drop_stale"])
+        if has_main and deletions:
+            conn.execute(sql["drop_stale_deletions"])
+        # Each batch row has its own key, so chunks are independent.
+        for low in range(0, len(rows), self._CHUNK):
+            chunk = (low, low + self._CHUNK)  # the rows low < $n <= high
+            if has_main:
+                conn.execute(sql["upsert"], chunk)
+                if guarded:
+                    conn.execute(sql["clear_guards"], chunk)
+                if deletions:
+                    conn.execute(sql["delete"], chunk)
+            if deletions:
+                conn.execute(sql["raise_guards"], chunk)
+        conn.execute(sql["clear"])
+
+    def _batch_sql(self) -> dict:
+        cached = getattr(self, "_batch_statements", None)
+        if cached is not None:
+            return cached
+        layout = self._layout
+        table, guard = _quote(layout.table), _quote(layout.guard_table)
+        keys = [_quote(name) for name in layout.key_columns]
+        values = [_quote(name) for name in layout.value_columns]
+        key_list = ", ".join(keys)
+        batch = "temp.percolite_batch"
+        # The batch's own names are quoted, with a character user tables and
+        # columns cannot have ([A-Za-z0-9_] only), so they never clash (a
+        # table named b once shadowed the alias b in the subqueries).
+        n, present, b = '"$n"', '"$present"', '"$b"'  # b: the batch's alias
+        columns = [f"{n} INTEGER PRIMARY KEY", *keys, *values, "seq", present]
+        in_chunk = f"{n} > ? AND {n} <= ?"
+        same_key = " AND ".join(f"{guard}.{k} = {b}.{k}" for k in keys)
+        same_key_main = " AND ".join(f"{table}.{k} = {b}.{k}" for k in keys)
+        row_columns = ", ".join([*keys, *values, "seq"])
+        insert_rows = f"INSERT INTO {table} ({row_columns})"
+        # A row replaces the key's row only when its seq is newer.
+        newer_wins = (
+            f" ON CONFLICT ({key_list}) DO UPDATE SET "
+            + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
+            + f" WHERE excluded.seq > {table}.seq"
+        )
+        self._batch_statements = {
+            "create": f"CREATE TEMP TABLE IF NOT EXISTS percolite_batch ({', '.join(columns)})",
+            "clear": f"DELETE FROM {batch}",
+            "any_guard": f"SELECT 1 FROM {guard} LIMIT 1",
+            "insert": f"INSERT INTO {batch} VALUES ({', '.join('?' * len(columns))})",
+            "drop_stale": (
+                f"DELETE FROM {batch} AS {b} WHERE EXISTS (SELECT 1 FROM {guard}"
+                f" WHERE {same_key} AND {guard}.seq >= {b}.seq)"
+            ),
+            # Deletions older than the key's row in the main table are stale too.
+            "drop_stale_deletions": (
+                f"DELETE FROM {batch} AS {b} WHERE NOT {present} AND EXISTS (SELECT 1 FROM {table}"
+                f" WHERE {same_key_main} AND {table}.seq >= {b}.seq)"
+            ),
+            # A key with a row needs no tombstone: the row's seq is its guard.
+            "clear_guards": (
+                f"DELETE FROM {guard} WHERE ({key_list}) IN"
+                f" (SELECT {key_list} FROM {batch} WHERE {present} AND {in_chunk})"
+            ),
+            "raise_guards": (
+                f"INSERT INTO {guard} ({key_list}, seq) SELECT {key_list}, seq FROM {batch}"
+                f" WHERE NOT {present} AND {in_chunk} ON CONFLICT ({key_list})"
+                f" DO UPDATE SET seq = excluded.seq WHERE excluded.seq > {guard}.seq"
+            ),
+            "upsert_rows": (
+                f"{insert_rows} VALUES ({', '.join('?' * (len(keys) + len(values) + 1))})"
+                f"{newer_wins}"
+            ),
+            "upsert": (
+                f"{insert_rows}"
+                f" SELECT {row_columns} FROM {batch}"
+                f" WHERE {present} AND {in_chunk}{newer_wins}"
+            ),
+            # Row values and IN let SQLite look each deleted key up in the
+            # primary key (a correlated EXISTS would scan the whole table).
+            # The guard already passed, so these rows are older than the batch.
+            "delete": (
+                f"DELETE FROM {table} WHERE ({key_list}) IN"
+                f" (SELECT {key_list} FROM {batch} WHERE NOT {present} AND {in_chunk})"
+            ),
+        }
+        return self._batch_statements
+
+    def _exists(self, conn: sqlite3.Connection, table: str) -> bool:
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
+        return conn.execute(found, (table,)).fetchone() is not None
+
+    def rows(self) -> dict:
+        """The main table as ``{key: value}`` (tuple keys and values for
+        several columns, in column order); {} before the table exists."""
+        with self._pool.connection() as conn:
+            if not self._exists(conn, self.table):
+                return {}
+            return self._sql.rows_from(conn.execute(self._sql.select))
+
+    def __repr__(self) -> str:
+        return f"<percolite.exporters.SQLite {self.path!r} {self._layout.describe()}>"

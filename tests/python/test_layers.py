@@ -1,0 +1,187 @@
+"""The package's modules import each other in layers: no import cycles.
+
+Every module under ``python/percolite`` is parsed (never imported) with
+:mod:`ast`, and every import of another module of the package is an edge:
+relative imports and absolute ``percolite`` imports, at any depth (inside
+functions and classes too, since those run as soon as the code does). Only
+imports under ``if TYPE_CHECKING:`` (or ``if typing.TYPE_CHECKING:``) are left
+out: they never run. The resulting graph must have no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = ROOT / "python" / "percolite"
+
+# module -> {imported module: [line numbers of the imports]}
+Graph = Mapping[str, Mapping[str, list]]
+
+
+def module_names(package_dir: Path) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module of the package: its
+    ``.py`` files (a package's ``__init__.py`` is named after the package),
+    and the ``.pyi`` stubs of compiled modules (``_core``)."""
+    base = package_dir.parent
+    names = {}
+    for path in sorted(package_dir.rglob("*.py*"), key=lambda p: (p.suffix != ".py", p)):
+        if path.suffix not in (".py", ".pyi"):
+            continue
+        parts = list(path.relative_to(base).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.setdefault(".".join(parts), path)
+    return names
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return (
+        isinstance(test, ast.Attribute)
+        and test.attr == "TYPE_CHECKING"
+        and isinstance(test.value, ast.Name)
+        and test.value.id == "typing"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree``, at any depth, except those only
+    ``if TYPE_CHECKING:`` runs."""
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            pending.extend(node.orelse)
+        else:
+            pending.extend(ast.iter_child_nodes(node))
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known) -> set:
+    """The modules of the package that ``node`` (in ``module``) imports."""
+    if isinstance(node, ast.Import):
+        candidates = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            package = module if is_package else module.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                package = package.rpartition(".")[0]
+            base = f"{package}.{node.module}" if node.module else package
+        else:
+            base = node.module or ""
+        # `from pkg import name` imports the submodule pkg.name when there is
+        # one, else pkg itself.
+        candidates = [
+            f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+            for alias in node.names
+        ]
+    found = set()
+    for name in candidates:
+        # `import percolite.a.b` imports percolite.a.b: the nearest known module.
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
+
+
+def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, dict[str, list]]:
+    """Which module of the package imports which, with the lines that do."""
+    files = module_names(package_dir)
+    graph: dict[str, dict[str, list]] = {name: {} for name in files}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node in _imports(tree):
+            for target in _targets(node, module, is_package, files):
+                graph[module].setdefault(target, []).append(node.lineno)
+    for imports in graph.values():
+        for lines in imports.values():
+            lines.sort()
+    return graph
+
+
+def find_cycle(graph: Graph) -> list | None:
+    """One cycle of ``graph`` as ``[a, b, ..., a]``, or None when it has none."""
+    state: dict = {}  # node -> "open" (on the current path) or "done"
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path = [start]
+        state[start] = "open"
+        stack = [iter(sorted(graph[start]))]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+                state[path.pop()] = "done"
+            elif state.get(child) == "open":
+                return path[path.index(child) :] + [child]
+            elif child not in state:
+                state[child] = "open"
+                path.append(child)
+                stack.append(iter(sorted(graph.get(child, ()))))
+    return None
+
+
+def describe_cycle(graph: Graph, cycle: list, where: Mapping[str, str] | None = None) -> str:
+    """``a -> b (a.py:12) -> ...``: each step with the lines of the import
+    that takes it (``where`` names the file of each node, else the node)."""
+    steps = [cycle[0]]
+    for here, there in zip(cycle, cycle[1:]):
+        lines = ", ".join(str(line) for line in graph[here][there])
+        steps.append(f"{there} ({(where or {}).get(here, here)}:{lines})")
+    return " -> ".join(steps)
+
+
+def check_python_imports(package_dir: Path = PACKAGE_DIR) -> str | None:
+    """A description of an import cycle among the package's modules, or None."""
+    graph = import_graph(package_dir)
+    cycle = find_cycle(graph)
+    if cycle is None:
+        return None
+    base = package_dir.parent
+    files = {name: str(path.relative_to(base)) for name, path in module_names(package_dir).items()}
+    return describe_cycle(graph, cycle, files)
+
+
+def test_python_modules_import_without_cycles():
+    problem = check_python_imports()
+    assert problem is None, f"import cycle: {problem}"
+
+
+def test_the_check_sees_every_kind_of_import(tmp_path):
+    # A package whose only cycle goes through imports in a function and an
+    # absolute import; a TYPE_CHECKING import back does not count.
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import a, _native\n")
+    (pkg / "_native.pyi").write_text("def f() -> None: ...\n")  # a compiled module's stub
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from . import c\n"
+        "def f():\n"
+        "    from .sub.b import g\n"
+    )
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("import typing\nif typing.TYPE_CHECKING:\n    import pkg\n")
+    (pkg / "c.py").write_text("from .a import f\n")
+    graph = import_graph(pkg)
+    assert graph == {
+        "pkg": {"pkg._native": [1], "pkg.a": [1]},
+        "pkg._native": {},
+        "pkg.a": {"pkg.sub.b": [5]},
+        "pkg.c": {"pkg.a": [1]},
+        "pkg.sub": {},
+        "pkg.sub.b": {},
+    }
+    assert check_python_imports(pkg) is None
+    (pkg / "sub" / "b.py").write_text("class G:\n    def m(self):\n        import pkg.c\n")
+    assert find_cycle(import_graph(pkg)) == ["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]
+    assert check_python_imports(pkg) is not None
