@@ -120,9 +120,7 @@ class MemorySnapshot final : public Snapshot {
  public:
   MemorySnapshot(std::shared_ptr<MemoryBackend> store, uint64_t start_ts)
       : Snapshot(start_ts), store_(std::move(store)) {}
-  ~MemorySnapshot() override {
-    if (!store_->ForkedAway()) Release();
-  }
+  ~MemorySnapshot() override { Release(); }
 
   std::optional<std::string> Get(std::string_view encoded_key) override {
     CheckOpen("reading from");
@@ -174,7 +172,9 @@ class MemorySnapshot final : public Snapshot {
   void Release() override {
     if (released_) return;
     released_ = true;
-    store_->ForgetSnapshot(start_ts());
+    // In a forked child the store's locks may have been held by a thread
+    // that does not exist there: touch nothing.
+    if (!store_->ForkedAway()) store_->ForgetSnapshot(start_ts());
   }
 
  private:
