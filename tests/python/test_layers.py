@@ -1,4 +1,11 @@
-"""The package's modules import each other in layers: no import cycles.
+"""The code is in layers, each using only those below it.
+
+Python: the package's modules import each other without cycles. C++: each
+file of the core includes only headers of its own layer or below (the
+layers are CPP_LAYERS, bottom up: base, backend, transaction, notifications,
+workers, queues, env, bindings).
+
+Python
 
 Every module under ``python/percolite`` is parsed (never imported) with
 :mod:`ast`, and every import of another module of the package is an edge:
@@ -11,6 +18,8 @@ out: they never run. The resulting graph must have no cycle.
 from __future__ import annotations
 
 import ast
+import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -185,3 +194,81 @@ def test_the_check_sees_every_kind_of_import(tmp_path):
     (pkg / "sub" / "b.py").write_text("class G:\n    def m(self):\n        import pkg.c\n")
     assert find_cycle(import_graph(pkg)) == ["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]
     assert check_python_imports(pkg) is not None
+
+
+# --- C++: each file includes only headers of its own layer or below --------
+
+CPP_ROOT = ROOT / "cpp"
+
+# The core's layers, bottom up. A file's layer is that of the first patterns
+# (paths under cpp/) it matches.
+CPP_LAYERS = [
+    ("base", ["include/percolite/status.h", "include/percolite/encoding.h", "src/encoding.cc"]),
+    ("backend", ["include/percolite/backend.h", "src/backend/*"]),
+    ("transaction", ["include/percolite/transaction.h", "src/transaction.cc"]),
+    ("notifications", ["include/percolite/notifications.h"]),
+    ("workers", ["include/percolite/workers.h", "src/workers.cc"]),
+    (
+        "queues",
+        [
+            "include/percolite/queue_limits.h",
+            "include/percolite/combine_queue.h",
+            "include/percolite/export_queue.h",
+            "src/queues/*",
+        ],
+    ),
+    ("env", ["include/percolite/env.h", "src/env.cc"]),
+    ("bindings", ["bindings/*"]),
+]
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def cpp_layer_of(relative: str) -> int:
+    """The index in CPP_LAYERS of the file at ``relative`` (a path under cpp/)."""
+    for rank, (_, patterns) in enumerate(CPP_LAYERS):
+        if any(fnmatch.fnmatch(relative, pattern) for pattern in patterns):
+            return rank
+    raise AssertionError(f"cpp/{relative} is in no layer: add it to CPP_LAYERS")
+
+
+def resolve_include(cpp_root: Path, including: Path, name: str) -> str:
+    """The path under cpp/ of the header ``#include "name"`` in ``including`` reads."""
+    for base in (including.parent, cpp_root / "include", cpp_root / "src"):
+        if (base / name).exists():
+            return (base / name).resolve().relative_to(cpp_root.resolve()).as_posix()
+    raise AssertionError(f'{including}: #include "{name}" is not a header of the core')
+
+
+def upward_includes(cpp_root: Path) -> list[str]:
+    """Every include of a header of a higher layer under ``cpp_root``, one line each."""
+    found = []
+    for path in sorted(cpp_root.rglob("*")):
+        if path.suffix not in (".h", ".cc"):
+            continue
+        relative = path.relative_to(cpp_root).as_posix()
+        rank = cpp_layer_of(relative)
+        for name in _INCLUDE.findall(path.read_text()):
+            header = resolve_include(cpp_root, path, name)
+            header_rank = cpp_layer_of(header)
+            if header_rank > rank:
+                found.append(
+                    f"cpp/{relative} ({CPP_LAYERS[rank][0]}) includes "
+                    f"cpp/{header} ({CPP_LAYERS[header_rank][0]})"
+                )
+    return found
+
+
+def test_cpp_files_include_only_their_layer_and_below():
+    assert upward_includes(CPP_ROOT) == []
+
+
+def test_the_cpp_check_reports_an_upward_include(tmp_path):
+    # A backend file that includes workers.h, as the store once did.
+    (tmp_path / "src" / "backend").mkdir(parents=True)
+    (tmp_path / "include" / "percolite").mkdir(parents=True)
+    (tmp_path / "include" / "percolite" / "workers.h").write_text("#pragma once\n")
+    (tmp_path / "src" / "backend" / "store.cc").write_text('#include "percolite/workers.h"\n')
+    assert upward_includes(tmp_path) == [
+        "cpp/src/backend/store.cc (backend) includes cpp/include/percolite/workers.h (workers)"
+    ]
