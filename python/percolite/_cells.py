@@ -1,4 +1,4 @@
-"""Columns and cells: the names of the data model (design.md section 2)."""
+"""Columns and cells: the names of the data model."""
 
 from __future__ import annotations
 

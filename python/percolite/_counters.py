@@ -1,4 +1,4 @@
-"""Sharded counters (design.md section 7, shared/seeds 004).
+"""Sharded counters (after "Efficient Global Counters, revisited", 2009).
 
 One counter cell that every transaction read-modify-writes makes every two
 concurrent increments collide. A :class:`ShardedCounter` spreads the count over
@@ -32,7 +32,7 @@ _MAX_SHARDS = 1 << 16
 _SUM = Column("counter", "sum")  # exact mode: each shard holds part of the sum
 _MAX = Column("counter", "max")  # cached mode: each shard holds a total once persisted
 
-# Cached mode: the seed's memcache. One running total per (Env handle, counter
+# Cached mode: the blog post's memcache. One running total per (Env handle, counter
 # name), shared by every thread and every ShardedCounter object using that
 # handle; it goes away with the handle.
 _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -65,11 +65,11 @@ class ShardedCounter:
       fresh snapshot.
 
     ``ShardedCounter(name, shards, chance_to_write=p)`` with ``0 < p <= 1`` is
-    the seed's **cached** mode, for counters that only grow and may lose a few
+    the blog post's **cached** mode, for counters that only grow and may lose a few
     counts (hit counters, statistics). It is not transactional:
 
     * The running total lives in memory, one per ``Env`` handle, shared by
-      every thread using the handle (the seed's memcache). It is loaded on
+      every thread using the handle (the blog post's memcache). It is loaded on
       first use as the **maximum** over the shards.
     * ``increment(env, amount)`` (``amount >= 1``) adds to that total under a
       lock and returns the new total; then, with probability ``p``, decided
@@ -269,7 +269,7 @@ class ShardedCounter:
                 cache = per_env[self.name] = _CachedTotal()
         if cache.total is None:
             # Load outside the lock; the first loader to finish sets it (the
-            # seed's add-only-if-absent), later ones keep what is there.
+            # blog post's add-only-if-absent), later ones keep what is there.
             loaded = self._stored(env)
             with cache.lock:
                 if cache.total is None:
