@@ -28,6 +28,7 @@ def python_blocks(path: Path) -> list[str]:
         ("docs/sharded_counters.md", 0),
         ("docs/exporters.md", 0),
         ("docs/export_queue.md", 0),
+        ("docs/operations.md", 0),
     ],
 )
 def test_example_runs(tmp_path, document, index):
@@ -69,3 +70,12 @@ def test_combine_queue_export_to_example_prints_what_it_says(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'be': 1}"
+
+
+def test_operations_memory_example_prints_what_its_comment_says(tmp_path):
+    code = python_blocks(ROOT / "docs" / "operations.md")[0]
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "memory False"
