@@ -180,7 +180,7 @@ def get_codec(spec: Any, role: str = "codec") -> Codec:
 
 
 # The built-in codecs the C++ queues also encode and decode themselves (the
-# hot path of cq.add and of export deliveries, cpp/bindings/module.cc). Only
+# hot path of cq.add and of export deliveries, cpp/bindings/codecs.cc). Only
 # these exact classes: a subclass may change the encoding.
 _NATIVE_LAYOUTS = {
     _Str: "str",

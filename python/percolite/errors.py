@@ -3,7 +3,7 @@
 Every error the engine raises is a :class:`percolite.Error`, except bad
 arguments, which raise the built-in :class:`TypeError` or :class:`ValueError`.
 The C++ core maps its error codes to these classes through one table
-(``cpp/bindings/module.cc``).
+(``cpp/bindings/errors.cc``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 // writer, worker threads) never lets an exception cross threads: it records a
 // Status that travels back to the thread that asked, which then throws. The
 // Python bindings translate each ErrorCode to one Python exception class with
-// a single table (cpp/bindings/module.cc):
+// a single table (cpp/bindings/errors.cc):
 //
 //   kConflict        -> percolite.CommitConflict
 //   kClosed          -> percolite.ClosedError

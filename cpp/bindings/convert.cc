@@ -1,0 +1,105 @@
+#include "convert.h"
+
+namespace percolite::bindings {
+
+std::string TypeName(py::handle h) { return Py_TYPE(h.ptr())->tp_name; }
+
+std::string ToBytes(py::handle h, const char* what) {
+  if (PyBytes_Check(h.ptr())) {
+    return std::string(PyBytes_AS_STRING(h.ptr()), PyBytes_GET_SIZE(h.ptr()));
+  }
+  if (PyUnicode_Check(h.ptr())) {
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(h.ptr(), &size);
+    if (data == nullptr) throw py::error_already_set();
+    return std::string(data, size);
+  }
+  if (PyByteArray_Check(h.ptr())) {
+    return std::string(PyByteArray_AS_STRING(h.ptr()), PyByteArray_GET_SIZE(h.ptr()));
+  }
+  if (PyMemoryView_Check(h.ptr())) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(h.ptr(), &view, PyBUF_CONTIG_RO) != 0) {
+      PyErr_Clear();
+      throw py::type_error(std::string(what) + " must be a contiguous memoryview");
+    }
+    std::string out(static_cast<const char*>(view.buf), view.len);
+    PyBuffer_Release(&view);
+    return out;
+  }
+  std::string message = std::string(what) + " must be bytes or str, not " + TypeName(h);
+  if (h.is_none() && std::string(what) == "value") {
+    message += "; use delete(row, column) to remove a cell";
+  }
+  throw py::type_error(message);
+}
+
+std::pair<std::string, std::string> ToColumn(py::handle column) {
+  if (!PyTuple_Check(column.ptr()) || PyTuple_GET_SIZE(column.ptr()) != 2) {
+    throw py::type_error(
+        "column must be a (family, qualifier) tuple or a percolite.Column, not " +
+        (PyTuple_Check(column.ptr())
+             ? "a tuple of " + std::to_string(PyTuple_GET_SIZE(column.ptr())) + " items"
+             : TypeName(column)));
+  }
+  return {ToBytes(PyTuple_GET_ITEM(column.ptr(), 0), "column family"),
+          ToBytes(PyTuple_GET_ITEM(column.ptr(), 1), "column qualifier")};
+}
+
+CellArg ToCell(py::handle row, py::handle column) {
+  CellArg cell;
+  cell.row = ToBytes(row, "row");
+  auto [family, qualifier] = ToColumn(column);
+  cell.family = std::move(family);
+  cell.qualifier = std::move(qualifier);
+  return cell;
+}
+
+py::object OptionalBytes(const std::optional<std::string>& value) {
+  if (!value) return py::none();
+  return py::bytes(*value);
+}
+
+percolite::SyncMode ParseSync(const std::string& sync) {
+  if (sync == "full") return percolite::SyncMode::kFull;
+  if (sync == "meta") return percolite::SyncMode::kMeta;
+  if (sync == "none") return percolite::SyncMode::kNone;
+  throw py::value_error("sync must be 'full', 'meta' or 'none', not '" + sync + "'");
+}
+
+percolite::NativeCombiner ParseCombiner(const std::string& name) {
+  if (name == "sum") return percolite::NativeCombiner::kSum;
+  if (name == "max") return percolite::NativeCombiner::kMax;
+  if (name == "min") return percolite::NativeCombiner::kMin;
+  if (name == "last") return percolite::NativeCombiner::kLast;
+  throw py::value_error("combiner must be 'sum', 'max', 'min', 'last' or a callable, not '" + name +
+                        "'");
+}
+
+percolite::ValueType ParseValueType(const std::string& name) {
+  if (name == "int64") return percolite::ValueType::kInt64;
+  if (name == "float64") return percolite::ValueType::kFloat64;
+  if (name == "int64s") return percolite::ValueType::kInt64Tuple;
+  return percolite::ValueType::kBytes;
+}
+
+py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
+  py::dict d;
+  d["name"] = s.column.observer;
+  d["family"] = py::bytes(s.column.family);
+  d["qualifier"] = py::bytes(s.column.qualifier);
+  d["notify"] = s.column.kind == percolite::NotifyKind::kStrong ? "strong" : "weak";
+  d["runs"] = s.runs;
+  d["commits"] = s.commits;
+  d["conflicts"] = s.conflicts;
+  d["failures"] = s.failures;
+  d["deferrals"] = s.deferrals;
+  d["running"] = s.running;
+  d["last_error"] =
+      s.last_error.empty() ? py::object(py::none()) : py::object(py::str(s.last_error));
+  d["last_failure_unix"] = s.last_failure_unix > 0 ? py::object(py::float_(s.last_failure_unix))
+                                                   : py::object(py::none());
+  return d;
+}
+
+}  // namespace percolite::bindings

@@ -1,0 +1,44 @@
+// Arguments from Python to the core and results back, with the GIL held.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "percolite/backend.h"
+#include "percolite/combine_queue.h"
+#include "percolite/encoding.h"
+#include "percolite/workers.h"
+
+namespace py = pybind11;
+
+namespace percolite::bindings {
+
+std::string TypeName(py::handle h);
+
+// bytes, bytearray and memoryview are taken as they are; str means UTF-8.
+// `what` names the argument in the TypeError.
+std::string ToBytes(py::handle h, const char* what);
+
+struct CellArg {
+  std::string row, family, qualifier;
+  percolite::CellRef ref() const { return {row, family, qualifier}; }
+};
+
+// A (family, qualifier) tuple.
+std::pair<std::string, std::string> ToColumn(py::handle column);
+
+CellArg ToCell(py::handle row, py::handle column);
+
+py::object OptionalBytes(const std::optional<std::string>& value);
+
+percolite::SyncMode ParseSync(const std::string& sync);
+percolite::NativeCombiner ParseCombiner(const std::string& name);
+percolite::ValueType ParseValueType(const std::string& name);
+
+py::dict ObserverStatsToDict(const percolite::ObserverStats& s);
+
+}  // namespace percolite::bindings

@@ -1,0 +1,197 @@
+#include "percolite/env.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "callables.h"
+#include "convert.h"
+#include "percolite/backend.h"
+#include "percolite/combine_queue.h"
+#include "percolite/encoding.h"
+#include "percolite/export_queue.h"
+#include "percolite/workers.h"
+
+namespace percolite::bindings {
+
+void BindEnv(py::module_& m) {
+  py::class_<PyEnv>(m, "Env")
+      .def_static(
+          "open",
+          [](const std::string& path, const std::string& sync, bool create, unsigned mode,
+             size_t map_size, unsigned max_readers, const std::string& backend) {
+            percolite::BackendOptions options;
+            options.sync = ParseSync(sync);
+            options.create = create;
+            options.file_mode = mode;
+            options.initial_map_size = map_size;
+            options.max_readers = max_readers;
+            auto env = std::make_unique<PyEnv>();
+            py::gil_scoped_release release;
+            env->env = percolite::Env::Open(path, options, backend);
+            return env;
+          },
+          py::arg("path"), py::arg("sync"), py::arg("create"), py::arg("mode"), py::arg("map_size"),
+          py::arg("max_readers"), py::arg("backend") = "")
+      .def("begin",
+           [](PyEnv& self) {
+             py::gil_scoped_release release;
+             return self.env->Begin();
+           })
+      .def("close",
+           [](PyEnv& self) {
+             py::gil_scoped_release release;
+             self.env->Close();
+           })
+      .def("set_observers",
+           [](PyEnv& self, py::list specs) {
+             // specs: [(family, qualifier, kind, name, runner), ...]
+             std::vector<percolite::Observer> observers;
+             for (py::handle spec : specs) {
+               auto t = spec.cast<py::tuple>();
+               percolite::Observer o;
+               o.column.family = ToBytes(t[0], "column family");
+               o.column.qualifier = ToBytes(t[1], "column qualifier");
+               o.column.kind = static_cast<percolite::NotifyKind>(t[2].cast<int>());
+               o.column.observer = t[3].cast<std::string>();
+               if (py::isinstance<percolite::CombineQueue>(t[4])) {
+                 o.fn = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->Processor();
+               } else if (py::isinstance<percolite::ExportQueue>(t[4])) {
+                 o.fn = t[4].cast<std::shared_ptr<percolite::ExportQueue>>()->Processor();
+               } else {
+                 o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
+               }
+               observers.push_back(std::move(o));
+             }
+             py::gil_scoped_release release;
+             self.env->SetObservers(std::move(observers));
+           })
+      .def(
+          "start_workers",
+          [](PyEnv& self, int threads, int worker_index, int worker_count, double retry_initial,
+             double retry_max) {
+            percolite::WorkerOptions options;
+            options.threads = threads;
+            options.worker_index = worker_index;
+            options.worker_count = worker_count;
+            options.retry_initial_seconds = retry_initial;
+            options.retry_max_seconds = retry_max;
+            py::gil_scoped_release release;
+            self.env->StartWorkers(options);
+          },
+          py::arg("threads"), py::arg("worker_index"), py::arg("worker_count"),
+          py::arg("retry_initial"), py::arg("retry_max"))
+      .def("stop_workers",
+           [](PyEnv& self) {
+             py::gil_scoped_release release;
+             self.env->StopWorkers();
+           })
+      .def("wait_idle",
+           [](PyEnv& self, double timeout) {
+             py::gil_scoped_release release;
+             return self.env->WaitIdle(timeout);
+           })
+      .def("worker_stats",
+           [](PyEnv& self) {
+             percolite::WorkerStats s;
+             {
+               py::gil_scoped_release release;
+               s = self.env->GetWorkerStats();
+             }
+             py::dict d;
+             d["running"] = s.running;
+             d["threads"] = s.threads;
+             d["queued"] = s.queued;
+             d["active"] = s.active;
+             d["scans"] = s.scans;
+             py::list observers;
+             for (const auto& o : s.observers) observers.append(ObserverStatsToDict(o));
+             d["observers"] = observers;
+             return d;
+           })
+      .def("observed_columns",
+           [](PyEnv& self) {
+             std::vector<percolite::ObservedColumn> columns;
+             {
+               py::gil_scoped_release release;
+               columns = self.env->ObservedColumns();
+             }
+             py::list out;
+             for (const auto& c : columns) {
+               out.append(py::make_tuple(
+                   py::bytes(c.family), py::bytes(c.qualifier),
+                   c.kind == percolite::NotifyKind::kStrong ? "strong" : "weak", c.observer));
+             }
+             return out;
+           })
+      .def("pending_notifications",
+           [](PyEnv& self) {
+             py::gil_scoped_release release;
+             return self.env->backend()->PendingNotifications();
+           })
+      .def("pending_by_column",
+           [](PyEnv& self) {
+             std::map<std::pair<std::string, std::string>, uint64_t> counts;
+             {
+               py::gil_scoped_release release;
+               counts = self.env->backend()->CountPendingByColumn();
+             }
+             py::dict out;
+             for (const auto& [column, n] : counts) {
+               out[py::make_tuple(py::bytes(column.first), py::bytes(column.second))] = n;
+             }
+             return out;
+           })
+      .def("scan_notifications",
+           [](PyEnv& self, py::bytes after, size_t limit) {
+             std::vector<percolite::Notification> found;
+             std::string after_key = after;
+             {
+               py::gil_scoped_release release;
+               self.env->backend()->ScanNotifications(after_key, limit, &found);
+             }
+             py::list out;
+             for (const auto& n : found) {
+               percolite::Cell cell;
+               percolite::DecodeCellKey(n.cell_key, &cell);
+               out.append(py::make_tuple(
+                   py::bytes(cell.row), py::bytes(cell.family), py::bytes(cell.qualifier), n.stamp,
+                   py::bytes(percolite::NotificationKey(n.row_hash, n.cell_key))));
+             }
+             return out;
+           })
+      .def_property_readonly("closed", [](PyEnv& self) { return self.env->closed(); })
+      .def_property_readonly("path", [](PyEnv& self) { return self.env->path(); })
+      .def_property_readonly("capabilities",
+                             [](PyEnv& self) {
+                               const percolite::BackendCapabilities& c = self.env->capabilities();
+                               py::dict d;
+                               d["name"] = c.name;
+                               d["persistent"] = c.persistent;
+                               d["cross_process"] = c.cross_process;
+                               d["durable"] = c.durable;
+                               d["max_value_size"] = c.max_value_size;
+                               return d;
+                             })
+      .def("stats", [](PyEnv& self) {
+        percolite::BackendStats s;
+        {
+          py::gil_scoped_release release;
+          s = self.env->Stats();
+        }
+        py::dict d;
+        d["commits"] = s.commits;
+        d["conflicts"] = s.conflicts;
+        d["batches"] = s.batches;
+        d["inline_batches"] = s.inline_batches;
+        d["tombstones_collected"] = s.tombstones_collected;
+        d["map_size"] = s.map_size;
+        d["map_growths"] = s.map_growths;
+        return d;
+      });
+}
+
+}  // namespace percolite::bindings
