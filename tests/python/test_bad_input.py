@@ -11,7 +11,7 @@ import tempfile
 import percolite
 import pytest
 from _isolated import run_child
-from conftest import COL, committed_cells
+from conftest import COL, committed_cells, open_store
 
 # -- bad arguments to a transaction ----------------------------------------------
 
@@ -251,8 +251,8 @@ def test_context_manager_on_an_ended_transaction_does_not_commit_again(env):
 # -- closed stores --------------------------------------------------------------
 
 
-def test_env_transaction_after_close_raises_closed_error(store_path):
-    env = percolite.open(store_path, sync="none")
+def test_env_transaction_after_close_raises_closed_error(backend, store_path):
+    env = open_store(backend, store_path, sync="none")
     env.close()
     env.close()  # idempotent
     assert env.closed
@@ -266,8 +266,9 @@ def test_env_transaction_after_close_raises_closed_error(store_path):
     assert isinstance(percolite.ClosedError("x"), percolite.Error)
 
 
-def test_transaction_begun_before_close_raises_closed_error(store_path):
-    env = percolite.open(store_path, sync="none")
+def test_transaction_begun_before_close_raises_closed_error(backend, store_path):
+    env = open_store(backend, store_path, sync="none")
+    persistent = env.capabilities["persistent"]
     with env.transaction() as tx:
         tx.set(b"kept", COL, b"v")
     reader = env.transaction()
@@ -280,12 +281,13 @@ def test_transaction_begun_before_close_raises_closed_error(store_path):
             with pytest.raises(percolite.ClosedError, match="closed"):
                 use()
         tx.abort()  # still never raises
-    with percolite.open(store_path, sync="none") as env2:
-        assert committed_cells(env2) == [(b"kept", (b"f", b"q"), b"v")]
+    if persistent:  # a memory store is gone with its handle: nothing to reopen
+        with open_store(backend, store_path, sync="none") as env2:
+            assert committed_cells(env2) == [(b"kept", (b"f", b"q"), b"v")]
 
 
-def test_context_manager_closes_the_env(store_path):
-    with percolite.open(store_path, sync="none") as env:
+def test_context_manager_closes_the_env(backend, store_path):
+    with open_store(backend, store_path, sync="none") as env:
         assert not env.closed
     assert env.closed
     with pytest.raises(percolite.ClosedError):
@@ -296,6 +298,7 @@ def test_context_manager_closes_the_env(store_path):
 
 
 def test_second_open_of_the_same_path_shares_the_store(store_path):
+    """lmdb only: each open of ":memory:" is a private store (test_backends)."""
     first = percolite.open(store_path, sync="none")
     second = percolite.open(str(store_path) + "/", sync="none")  # another spelling
     assert second is not first
@@ -327,6 +330,7 @@ def test_second_open_of_the_same_path_shares_the_store(store_path):
 
 
 def test_second_open_with_a_different_sync_raises_value_error(store_path):
+    """lmdb only: handles on one path share a store (and its sync mode)."""
     with percolite.open(store_path, sync="none") as env:
         with pytest.raises(
             ValueError, match=r"already open in this process with sync='none'.*sync='full'"
@@ -342,23 +346,23 @@ def test_second_open_with_a_different_sync_raises_value_error(store_path):
 
 
 @pytest.mark.parametrize("sync", ["fast", "", "FULL", None, 1])
-def test_bad_sync_value_raises_value_error(store_path, sync):
+def test_bad_sync_value_raises_value_error(backend, store_path, sync):
     with pytest.raises(ValueError, match="sync must be one of 'full', 'meta', 'none'"):
-        percolite.open(store_path, sync=sync)
+        open_store(backend, store_path, sync=sync)
     assert not store_path.exists()
 
 
-def test_other_bad_open_arguments(store_path):
+def test_other_bad_open_arguments(backend, store_path):
     with pytest.raises(TypeError, match="path must be str or os.PathLike, not int"):
-        percolite.open(3)
+        percolite.open(3, backend=backend)
     with pytest.raises(ValueError, match="mode"):
-        percolite.open(store_path, mode=0o1777)
+        open_store(backend, store_path, mode=0o1777)
     with pytest.raises(ValueError, match="map_size"):
-        percolite.open(store_path, map_size=1000)
+        open_store(backend, store_path, map_size=1000)
     with pytest.raises(ValueError, match="max_readers"):
-        percolite.open(store_path, max_readers=0)
+        open_store(backend, store_path, max_readers=0)
     with pytest.raises(TypeError, match="mode must be an int"):
-        percolite.open(store_path, mode="0600")
+        open_store(backend, store_path, mode="0600")
     assert not store_path.exists()
 
 
@@ -368,6 +372,9 @@ def test_bad_run_arguments(env):
     with pytest.raises(TypeError, match="fn must be callable, not str"):
         env.run("not callable")
     assert committed_cells(env) == []
+
+
+# lmdb only from here on: a store directory on disk (paths, files, permissions).
 
 
 def test_open_with_create_false_on_missing_path_raises_storage_error(store_path):

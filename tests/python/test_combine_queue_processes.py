@@ -5,7 +5,8 @@ another process while they run.
 The workers run children/combine_app.py (and children/linger_app.py). The
 checks (guarantee 1, the old/new chain of guarantee 2, exact final values)
 are those of ``test_combine_queue``; see its module docstring for how the
-change observers record committed reports.
+change observers record committed reports. lmdb only: processes share the
+store.
 """
 
 from __future__ import annotations

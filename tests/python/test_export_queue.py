@@ -15,16 +15,20 @@ from __future__ import annotations
 import gc
 import math
 import random
+import sqlite3
 from collections import defaultdict
+from contextlib import closing
 
 import percolite
 import pytest
 from _isolated import run_child_json
+from conftest import open_store
 
 
-def child(name: str, timeout: float = 60, **params):
-    """Runs ``children.export_queue:<name>`` with ``params``; returns its JSON."""
-    return run_child_json(f"children.export_queue:{name}", timeout=timeout, **params)
+def child(name: str, backend: str, timeout: float = 60, **params):
+    """Runs ``children.export_queue:<name>`` on a store of ``backend`` with
+    ``params``; returns its JSON."""
+    return run_child_json(f"children.export_queue:{name}", backend, timeout=timeout, **params)
 
 
 def per_call_order_ok(calls):
@@ -33,15 +37,15 @@ def per_call_order_ok(calls):
     )
 
 
-def test_only_committed_entries_are_exported(tmp_path):
-    out = child("only_committed_entries", path=str(tmp_path / "db"))
+def test_only_committed_entries_are_exported(backend, tmp_path):
+    out = child("only_committed_entries", backend, path=str(tmp_path / "db"))
     assert out["attempts"] == 2
     assert out["keys"] == ["committed", "retried-2", "winner"]
     assert out["depth"] == 0
 
 
-def test_seq_follows_commit_order_and_calls_are_ordered(tmp_path):
-    out = child("seq_follows_commit_order", path=str(tmp_path / "db"))
+def test_seq_follows_commit_order_and_calls_are_ordered(backend, tmp_path):
+    out = child("seq_follows_commit_order", backend, path=str(tmp_path / "db"))
     calls, committed = out["calls"], out["committed"]
     assert out["depth"] == 0
     assert per_call_order_ok(calls)
@@ -69,8 +73,8 @@ def test_seq_follows_commit_order_and_calls_are_ordered(tmp_path):
         assert seqs == sorted(seqs)
 
 
-def test_failing_exporter_is_retried_and_visible_in_status(tmp_path):
-    out = child("failing_exporter", path=str(tmp_path / "db"))
+def test_failing_exporter_is_retried_and_visible_in_status(backend, tmp_path):
+    out = child("failing_exporter", backend, path=str(tmp_path / "db"))
     assert out["failures"] >= 2
     assert "ConnectionError: sink is down" in out["error"]
     assert "Traceback" in out["error"]
@@ -80,15 +84,42 @@ def test_failing_exporter_is_retried_and_visible_in_status(tmp_path):
     assert out["depth"] == 0 and out["after_pending"] == 0
 
 
-def test_random_failures_and_redelivery_end_equal_to_the_reference(tmp_path):
-    out = child("random_failures", path=str(tmp_path / "db"), timeout=120)
+def test_random_failures_and_redelivery_end_equal_to_the_reference(backend, tmp_path):
+    out = child("random_failures", backend, path=str(tmp_path / "db"), timeout=120)
     assert out["failed"] > 5 and out["failures"] == out["failed"]
     assert out["delivered"] > 800  # every failed call is delivered again
     assert out["sink"] == out["reference"]
 
 
-def test_deletions_export_none(tmp_path):
-    out = child("deletions", path=str(tmp_path / "db"))
+def test_sqlite_exporter_end_to_end_ends_equal_to_the_committed_entries(backend, tmp_path):
+    """Entries committed by three threads while workers export them into a
+    real SQLite file (percolite.exporters.SQLite), a quarter of the calls
+    failing after SQLite applied them: the table ends with exactly each key's
+    last committed value and its seq (commit_ts << 20 | index in the
+    transaction), the guard table with the seq of each deleted key; no entry
+    of an aborted or conflicting transaction arrives, and nothing stays
+    queued."""
+    sink_file = tmp_path / "sink.sqlite"
+    out = child("sqlite_sink", backend, path=str(tmp_path / "db"), sink_file=str(sink_file))
+    assert out["errors"] == []
+    assert out["idle"] and out["depth"] == 0 and out["pending"] == 0
+    assert out["failed"] >= 3 and out["failures"] == out["failed"]
+    newest = {}  # key -> (seq, value) of its last committed entry
+    for commit_ts, items in out["committed"]:
+        for index, (key, value) in enumerate(items):
+            seq = (commit_ts << percolite._export.SEQ_INDEX_BITS) | index
+            if key not in newest or seq > newest[key][0]:
+                newest[key] = (seq, value)
+    assert len(newest) == 50 and any(v is None for _, v in newest.values())
+    with closing(sqlite3.connect(sink_file)) as db:
+        rows = {k: (seq, v) for k, v, seq in db.execute("SELECT k, v, seq FROM kv")}
+        guards = dict(db.execute("SELECT k, seq FROM kv_seq"))
+    assert rows == {k: (seq, v) for k, (seq, v) in newest.items() if v is not None}
+    assert guards == {k: seq for k, (seq, v) in newest.items() if v is None}
+
+
+def test_deletions_export_none(backend, tmp_path):
+    out = child("deletions", backend, path=str(tmp_path / "db"))
     flat = [[k, v] for call in out["calls"] for k, v, _s in call]
     assert flat == [["a", {"x": 1}], ["a", None], ["b", [1, 2]]] or flat == [
         ["a", {"x": 1}],
@@ -98,9 +129,9 @@ def test_deletions_export_none(tmp_path):
     assert out["sink"] == {"b": [1, 2]}
 
 
-def test_change_observer_exports_atomically_with_the_new_values(tmp_path):
+def test_change_observer_exports_atomically_with_the_new_values(backend, tmp_path):
     """The pipeline phrasecount uses: combine queue -> on_change -> export queue."""
-    out = child("change_observer_exports", path=str(tmp_path / "db"), timeout=120)
+    out = child("change_observer_exports", backend, path=str(tmp_path / "db"), timeout=120)
     assert out["final"]
     assert out["sink"] == out["final"]
 
@@ -153,12 +184,12 @@ def test_bad_declarations_are_refused(kwargs, kind, message):
     assert app._queues == {}
 
 
-def test_linger_gathers_a_stream_of_small_commits_into_one_call(tmp_path):
+def test_linger_gathers_a_stream_of_small_commits_into_one_call(backend, tmp_path):
     """20 commits of one entry, 10 ms apart: without linger each run exports
     what it finds; with linger=1.0 the bucket waits while entries arrive, then
     exports them together once they stop (within two quarter-linger steps)."""
-    eager = child("stream_with_linger", path=str(tmp_path / "eager"), linger=0)
-    lingering = child("stream_with_linger", path=str(tmp_path / "lingering"), linger=1.0)
+    eager = child("stream_with_linger", backend, path=str(tmp_path / "eager"), linger=0)
+    lingering = child("stream_with_linger", backend, path=str(tmp_path / "lingering"), linger=1.0)
     expected = [f"k{i:02d}" for i in range(20)]
     for out in (eager, lingering):
         assert out["keys"] == expected and out["depth"] == 0 and out["failures"] == 0
@@ -172,13 +203,13 @@ def test_linger_gathers_a_stream_of_small_commits_into_one_call(tmp_path):
     assert 0.2 <= lingering["drain"] < 5.0
 
 
-def test_a_linger_never_idles_a_waiter(tmp_path):
+def test_a_linger_never_idles_a_waiter(backend, tmp_path):
     """A bucket lingering 60 s (a look every 15 s) defers its run; env.wait
     brings it forward when the workers have nothing else to run, so the wait
     ends at once. While other work is ready (20 observer runs, each adding an
     entry, on one worker thread) the bucket keeps gathering: one call of 20
     entries when they are done. With no one waiting, it lingers again."""
-    out = child("linger_never_idles_a_waiter", path=str(tmp_path / "store"))
+    out = child("linger_never_idles_a_waiter", backend, path=str(tmp_path / "store"))
     assert out["before"] >= 1  # it was lingering
     assert out["idle"] is True and out["first"] < 5.0
     assert out["idle_jobs"] is True and out["jobs"] < 5.0
@@ -230,12 +261,12 @@ def test_unencodable_entries_are_refused_and_nothing_is_queued(env, key, value, 
 # -- CombineQueue.export_to: native forwarding of every change --------------------
 
 
-def test_export_to_sink_ends_equal_to_the_combine_queue_under_concurrent_adds(tmp_path):
+def test_export_to_sink_ends_equal_to_the_combine_queue_under_concurrent_adds(backend, tmp_path):
     """3 adder threads against 2 worker threads; the combine queue forwards
     every change to the export queue in C++ (no on_change). The seq-guarded
     sink ends equal to the queue's final values; then keys brought to zero
     leave as deletions (value None, with a larger seq than their last value)."""
-    out = child("export_to_under_concurrent_adds", path=str(tmp_path / "db"), timeout=120)
+    out = child("export_to_under_concurrent_adds", backend, path=str(tmp_path / "db"), timeout=120)
     assert out["returned_same"]
     assert out["failures"] == [0, 0]
     assert len(out["final"]) > 30
@@ -247,7 +278,7 @@ def test_export_to_sink_ends_equal_to_the_combine_queue_under_concurrent_adds(tm
     assert out["depth"] == 0
 
 
-def test_export_to_and_on_change_both_see_every_change_forwarding_first(store_path):
+def test_export_to_and_on_change_both_see_every_change_forwarding_first(backend, store_path):
     """With export_to and an on_change, both get every change of a batch: the
     exporter gets (key, new) for exactly the changes on_change sees, None for
     a deleted key. Forwarding happens before on_change runs: an entry that
@@ -264,7 +295,7 @@ def test_export_to_and_on_change_both_see_every_change_forwarding_first(store_pa
         seen.append([(c.key, c.old, c.new) for c in changes])
         eq.add(tx, "~marker", len(changes))
 
-    with percolite.open(store_path, app=app, sync="none") as env:
+    with open_store(backend, store_path, app=app, sync="none") as env:
         with env.transaction() as tx:
             counts.add(tx, {"a": 5, "b": 2, "c": 1, "d": 7})
         first = env.process(threads=1, timeout=30)
@@ -351,8 +382,8 @@ def test_export_to_refuses_what_cannot_work():
     assert big._export_to == []
 
 
-def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(tmp_path):
-    out = child("export_to_while_workers_run", path=str(tmp_path / "db"))
+def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(backend, tmp_path):
+    out = child("export_to_while_workers_run", backend, path=str(tmp_path / "db"))
     assert "cannot register an export from combine queue 'counts'" in out["error"]
     assert "workers are running" in out["error"]
     assert out["nothing"] == [], "the refused export_to forwarded changes"
@@ -360,12 +391,12 @@ def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(tmp_path):
     assert out["sink"] == {"after": 2}
 
 
-def test_export_to_sends_nothing_from_an_aborted_processing_transaction(tmp_path):
+def test_export_to_sends_nothing_from_an_aborted_processing_transaction(backend, tmp_path):
     """Forwarding writes into the processing transaction: while on_change
     raises (so the transaction aborts and is retried), nothing reaches the
     export queue or the exporter, and the failure shows in env.status(). Once
     on_change passes, each key leaves exactly once, with its value."""
-    out = child("export_to_from_aborted_runs", path=str(tmp_path / "db"))
+    out = child("export_to_from_aborted_runs", backend, path=str(tmp_path / "db"))
     assert out["failures"] >= 6
     assert "ValueError: observer says no" in out["error"]
     assert out["during"] == {"depth": 0, "queued": 3, "values": {}, "calls": []}
@@ -414,7 +445,7 @@ DECODE_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(DECODE_CASES))
-def test_exporter_gets_decoded_sequenced_exports(store_path, case):
+def test_exporter_gets_decoded_sequenced_exports(backend, store_path, case):
     """The exporter receives percolite.SequencedExport entries whose key and
     value have the codecs' Python types and values (tuple for int64s:N, None
     for a deletion) and whose seq is commit_ts << 20 | index in the
@@ -427,7 +458,7 @@ def test_exporter_gets_decoded_sequenced_exports(store_path, case):
         "ex", exported.extend, buckets=3, key_codec=key_codec, value_codec=value_codec
     )
     kc, vc = eq.key_codec, eq.value_codec
-    with percolite.open(store_path, app=app, sync="none") as env:
+    with open_store(backend, store_path, app=app, sync="none") as env:
         tx = env.transaction()
         for key, value in items:
             eq.add(tx, key, value)
@@ -457,7 +488,7 @@ def test_exporter_gets_decoded_sequenced_exports(store_path, case):
         assert delivered == sorted(delivered), "each delivery is ordered by key"
 
 
-def test_a_combine_queue_exporting_int64_tuples_delivers_tuples(store_path):
+def test_a_combine_queue_exporting_int64_tuples_delivers_tuples(backend, store_path):
     """The phrasecount pipeline (int64s:2 sums forwarded by export_to): the
     exporter gets tuples of ints, and None once the sum is all zeros."""
     exported = []
@@ -466,7 +497,7 @@ def test_a_combine_queue_exporting_int64_tuples_delivers_tuples(store_path):
     counts.export_to(
         app.export_queue("x", exported.extend, key_codec="str", value_codec="int64s:2")
     )
-    with percolite.open(store_path, app=app, sync="none") as env:
+    with open_store(backend, store_path, app=app, sync="none") as env:
         with env.transaction() as tx:
             counts.add(tx, {"the cat": (1, 3), "a dog": (2, 2)})
         assert env.process(threads=1, timeout=30)["idle"]
@@ -483,7 +514,7 @@ def test_a_combine_queue_exporting_int64_tuples_delivers_tuples(store_path):
 
 
 @pytest.mark.parametrize("batch_size", [65536, 5000])
-def test_large_batches_of_keys_of_every_length_are_exported_whole(store_path, batch_size):
+def test_large_batches_of_keys_of_every_length_are_exported_whole(backend, store_path, batch_size):
     """Tens of thousands of entries whose keys vary from 1 to 600 bytes, in
     one bucket: each run reads its batch in several walks of the store (a few
     thousand cells each, resuming after a key of any length), and every entry
@@ -498,7 +529,7 @@ def test_large_batches_of_keys_of_every_length_are_exported_whole(store_path, ba
     delivered = []
     app = percolite.App()
     eq = app.export_queue("big", delivered.extend, batch_size=batch_size, value_codec="int64")
-    with percolite.open(store_path, app=app, sync="none") as env:
+    with open_store(backend, store_path, app=app, sync="none") as env:
         for chunk in range(0, len(keys), 10_000):
             with env.transaction() as tx:
                 for n, key in enumerate(keys[chunk : chunk + 10_000], chunk):

@@ -1,6 +1,7 @@
 """Notifications and observers: the delivery contract of design.md section 4.
 
-Everything that starts workers runs in a child interpreter with a timeout
+Every test but one runs on every backend (``backend``). Everything that
+starts workers runs in a child interpreter with a timeout
 (``_isolated.run_child_json``; the code is in children/notifications.py), so
 a deadlock fails the test instead of hanging the suite. Observers count their
 runs with side effects written in their own transaction, so only runs that
@@ -16,17 +17,18 @@ import pytest
 from _isolated import run_child_json
 
 
-def child(name: str, timeout: float = 60, **params):
-    """Runs ``children.notifications:<name>`` with ``params``; returns its JSON."""
-    return run_child_json(f"children.notifications:{name}", timeout=timeout, **params)
+def child(name: str, backend: str, timeout: float = 60, **params):
+    """Runs ``children.notifications:<name>`` on a store of ``backend`` with
+    ``params``; returns its JSON."""
+    return run_child_json(f"children.notifications:{name}", backend, timeout=timeout, **params)
 
 
 # -- strong notifications -----------------------------------------------------
 
 
 @pytest.mark.parametrize("when", ["before_workers", "while_workers_run"])
-def test_strong_at_most_one_committed_run_per_notification_with_8_threads(tmp_path, when):
-    result = child("strong_once", db=tmp_path / "db", n=400, when=when)
+def test_strong_at_most_one_committed_run_per_notification_with_8_threads(backend, tmp_path, when):
+    result = child("strong_once", backend, db=tmp_path / "db", n=400, when=when)
     assert result["totals"]["idle"] is True
     assert result["pending"] == 0
     assert result["totals"]["failures"] == 0
@@ -37,8 +39,8 @@ def test_strong_at_most_one_committed_run_per_notification_with_8_threads(tmp_pa
     assert result["totals"]["commits"] == 400
 
 
-def test_strong_sets_before_a_run_collapse_into_one_run(tmp_path):
-    result = child("strong_sets_collapse", db=tmp_path / "db")
+def test_strong_sets_before_a_run_collapse_into_one_run(backend, tmp_path):
+    result = child("strong_sets_collapse", backend, db=tmp_path / "db")
     assert result["pending_before"] == 1, "five sets of one cell are one notification"
     assert result["runs"] == {"doc:1": [1, 1]}
     assert result["markers"] == [{"seen": "version 4"}], "the one run sees the newest value"
@@ -46,8 +48,8 @@ def test_strong_sets_before_a_run_collapse_into_one_run(tmp_path):
     assert result["pending_after"] == 0
 
 
-def test_strong_set_during_a_run_causes_exactly_one_more_run(tmp_path):
-    result = child("strong_set_during_a_run", db=tmp_path / "db")
+def test_strong_set_during_a_run_causes_exactly_one_more_run(backend, tmp_path):
+    result = child("strong_set_during_a_run", backend, db=tmp_path / "db")
     assert result["idle"] is True
     assert result["pending_during"] == 1
     assert result["runs"] == {"doc:1": [2, 2]}, "exactly one more run after a set during a run"
@@ -56,15 +58,16 @@ def test_strong_set_during_a_run_causes_exactly_one_more_run(tmp_path):
     assert result["stats"] == 2
 
 
-def test_deleting_an_observed_column_does_not_notify(tmp_path):
-    result = child("delete_does_not_notify", db=tmp_path / "db")
+def test_deleting_an_observed_column_does_not_notify(backend, tmp_path):
+    result = child("delete_does_not_notify", backend, db=tmp_path / "db")
     assert result["pending"] == [0, 1]
     assert result["commits"] == [1, 0, 1]
     assert result["runs"] == {"doc:1": [2, 2]}
 
 
 def test_strong_notification_survives_reopen_without_workers(tmp_path):
-    """Notifications are stored: committed without workers anywhere, they run later."""
+    """Notifications are stored: committed without workers anywhere, they run
+    later, in another process (lmdb only: a store shared across processes)."""
     app = percolite.App()
 
     @app.observer(("doc", "content"), name="index")
@@ -83,14 +86,14 @@ def test_strong_notification_survives_reopen_without_workers(tmp_path):
         status = env.status()
     assert status["pending"] == 11
     assert [(o["name"], o["pending"]) for o in status["observers"]] == [("index", 11)]
-    result = child("run_stored_notifications", db=tmp_path / "db")
+    result = run_child_json("children.notifications:run_stored_notifications", db=tmp_path / "db")
     assert result["pending"] == 0
     assert sorted(result["runs"]) == sorted([f"doc:{i}" for i in range(10)] + ["doc:late"])
     assert all(counts == [1, 1] for counts in result["runs"].values())
 
 
-def test_rows_longer_than_the_lmdb_key_limit_are_notified(tmp_path):
-    result = child("long_rows", db=tmp_path / "db")
+def test_rows_longer_than_the_lmdb_key_limit_are_notified(backend, tmp_path):
+    result = child("long_rows", backend, db=tmp_path / "db")
     assert result["pending_before"] == 3
     assert result["idle"] is True
     assert result["runs"] == {row: [1, 1] for row in result["rows"]}
@@ -100,8 +103,8 @@ def test_rows_longer_than_the_lmdb_key_limit_are_notified(tmp_path):
 # -- weak notifications -------------------------------------------------------
 
 
-def test_weak_notifications_are_delivered_at_least_once(tmp_path):
-    result = child("weak_at_least_once", db=tmp_path / "db", n=200)
+def test_weak_notifications_are_delivered_at_least_once(backend, tmp_path):
+    result = child("weak_at_least_once", backend, db=tmp_path / "db", n=200)
     assert result["idle"] is True
     assert result["pending"] == 0
     runs = result["runs"]
@@ -110,16 +113,16 @@ def test_weak_notifications_are_delivered_at_least_once(tmp_path):
     assert all(counts[0] >= 1 and counts[0] == counts[1] for counts in runs.values())
 
 
-def test_weak_notifications_of_one_cell_coalesce_before_a_run(tmp_path):
-    result = child("weak_coalesce", db=tmp_path / "db")
+def test_weak_notifications_of_one_cell_coalesce_before_a_run(backend, tmp_path):
+    result = child("weak_coalesce", backend, db=tmp_path / "db")
     assert result["pending_before"] == 1
     assert result["runs"] == {"bucket:1": [1, 1]}
     assert result["totals"]["commits"] == 1
     assert result["pending"] == 0
 
 
-def test_weak_notification_never_collides_with_the_running_observer(tmp_path):
-    result = child("weak_never_collides", db=tmp_path / "db")
+def test_weak_notification_never_collides_with_the_running_observer(backend, tmp_path):
+    result = child("weak_never_collides", backend, db=tmp_path / "db")
     assert result["conflicts"] == [], "setting a weak notification never collides"
     assert result["observer_conflicts"] == 0
     assert result["failures"] == 0
@@ -129,10 +132,10 @@ def test_weak_notification_never_collides_with_the_running_observer(tmp_path):
     assert counter >= 2, "a notification set during a run is delivered again after it"
 
 
-def test_weak_observer_that_renotifies_itself_runs_again_until_done(tmp_path):
+def test_weak_observer_that_renotifies_itself_runs_again_until_done(backend, tmp_path):
     """The queue pattern: a run handles a batch and re-notifies its own cell
     while work remains; the re-notification survives the run's commit."""
-    result = child("weak_renotifies_itself", db=tmp_path / "db")
+    result = child("weak_renotifies_itself", backend, db=tmp_path / "db")
     assert result["totals"]["idle"] is True
     assert result["totals"]["failures"] == 0
     assert result["left"] == 0
@@ -144,8 +147,8 @@ def test_weak_observer_that_renotifies_itself_runs_again_until_done(tmp_path):
 # -- chains -------------------------------------------------------------------
 
 
-def test_wait_returns_only_after_the_downstream_observer_finished(tmp_path):
-    result = child("chain_wait", db=tmp_path / "db", n=100)
+def test_wait_returns_only_after_the_downstream_observer_finished(backend, tmp_path):
+    result = child("chain_wait", backend, db=tmp_path / "db", n=100)
     assert result["idle"] is True
     assert result["pending"] == 0
     assert result["wrong"] == {}, "wait() returned before the chain's last observer finished"
@@ -154,8 +157,8 @@ def test_wait_returns_only_after_the_downstream_observer_finished(tmp_path):
 # -- failing observers -------------------------------------------------------
 
 
-def test_failing_observer_is_retried_with_backoff_and_reported(tmp_path):
-    result = child("failing_observer", db=tmp_path / "db")
+def test_failing_observer_is_retried_with_backoff_and_reported(backend, tmp_path):
+    result = child("failing_observer", backend, db=tmp_path / "db")
     failing = result["failing"]
     assert failing["pending"] == 2, "a failing observer's notifications stay pending"
     assert failing["commits"] == 0
@@ -179,7 +182,7 @@ def test_failing_observer_is_retried_with_backoff_and_reported(tmp_path):
 # -- scheduling across observers ------------------------------------------------
 
 
-def test_a_blocked_observer_does_not_starve_another_observer(tmp_path):
+def test_a_blocked_observer_does_not_starve_another_observer(backend, tmp_path):
     """Fair scheduling (workers.h "Scheduling"): ready notifications wait per
     observer and a free thread serves the observer with the fewest runs
     going. Two worker threads; observer ``slow`` has 12 notifications and
@@ -195,7 +198,7 @@ def test_a_blocked_observer_does_not_starve_another_observer(tmp_path):
     thread is in ``slow`` while ``quick`` has work, so ``quick`` commits at
     once, while ``slow``'s event is still unset. Then, alone with work,
     ``slow`` gets both threads; once released, all its runs commit."""
-    result = child("fair_scheduling", db=tmp_path / "db", n=12)
+    result = child("fair_scheduling", backend, db=tmp_path / "db", n=12)
     assert result["quick_commits"] == 1, (
         f"quick did not commit within 10 s while slow was blocked: {result}"
     )

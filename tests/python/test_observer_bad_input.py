@@ -6,6 +6,7 @@ from __future__ import annotations
 import percolite
 import pytest
 from _isolated import run_child_json
+from conftest import open_store
 
 CONTENT = ("doc", "content")
 
@@ -17,9 +18,9 @@ def _noop(tx, row, column):  # pragma: no cover - never run
 # -- registering observers ---------------------------------------------------
 
 
-def test_registering_an_observer_while_workers_run_raises(tmp_path):
+def test_registering_an_observer_while_workers_run_raises(backend, tmp_path):
     result = run_child_json(
-        "children.observer_bad_input:register_while_workers_run", db=tmp_path / "db"
+        "children.observer_bad_input:register_while_workers_run", backend, db=tmp_path / "db"
     )
     assert result["refused"] is not None, "registering while workers run must raise"
     name, is_percolite_error, message = result["refused"]
@@ -104,17 +105,17 @@ def test_bad_column_and_notify_arguments():
 # -- the environment -----------------------------------------------------------
 
 
-def test_open_with_an_app_that_is_not_an_app_raises_type_error(tmp_path):
+def test_open_with_an_app_that_is_not_an_app_raises_type_error(backend, tmp_path):
     with pytest.raises(TypeError, match="App"):
-        percolite.open(tmp_path / "db", app=object())
+        open_store(backend, tmp_path / "db", app=object())
     with pytest.raises(TypeError):
-        percolite.open(tmp_path / "db", app=[_noop])
+        open_store(backend, tmp_path / "db", app=[_noop])
 
 
-def test_wait_on_a_closed_env_raises_closed_error(tmp_path):
+def test_wait_on_a_closed_env_raises_closed_error(backend, tmp_path):
     app = percolite.App()
     app.add_observer(CONTENT, _noop)
-    env = percolite.open(tmp_path / "db", app=app, sync="none")
+    env = open_store(backend, tmp_path / "db", app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", CONTENT, "pending")
     env.close()
@@ -128,10 +129,10 @@ def test_wait_on_a_closed_env_raises_closed_error(tmp_path):
     env.close()  # idempotent
 
 
-def test_start_workers_on_a_closed_env_raises_closed_error(tmp_path):
+def test_start_workers_on_a_closed_env_raises_closed_error(backend, tmp_path):
     app = percolite.App()
     app.add_observer(CONTENT, _noop)
-    env = percolite.open(tmp_path / "db", app=app, sync="none")
+    env = open_store(backend, tmp_path / "db", app=app, sync="none")
     env.close()
     with pytest.raises(percolite.ClosedError):
         env.start_workers(1)
@@ -153,10 +154,10 @@ def test_start_workers_on_a_closed_env_raises_closed_error(tmp_path):
     ],
     ids=lambda v: repr(v) if isinstance(v, dict) else v.__name__,
 )
-def test_start_workers_with_bad_arguments_raises(tmp_path, kwargs, error):
+def test_start_workers_with_bad_arguments_raises(backend, tmp_path, kwargs, error):
     app = percolite.App()
     app.add_observer(CONTENT, _noop)
-    with percolite.open(tmp_path / "db", app=app, sync="none") as env:
+    with open_store(backend, tmp_path / "db", app=app, sync="none") as env:
         try:
             with pytest.raises(error):
                 env.start_workers(**kwargs)
@@ -166,8 +167,10 @@ def test_start_workers_with_bad_arguments_raises(tmp_path, kwargs, error):
             env.stop_workers()
 
 
-def test_starting_workers_twice_raises(tmp_path):
-    result = run_child_json("children.observer_bad_input:start_workers_twice", db=tmp_path / "db")
+def test_starting_workers_twice_raises(backend, tmp_path):
+    result = run_child_json(
+        "children.observer_bad_input:start_workers_twice", backend, db=tmp_path / "db"
+    )
     assert result["second"] is not None, "a second start_workers must raise"
     assert result["running"] is True, "the first workers keep running"
 
@@ -178,9 +181,11 @@ def test_starting_workers_twice_raises(tmp_path):
 
 
 @pytest.mark.parametrize("misuse", ["commit", "abort", "with"])
-def test_an_observer_that_commits_its_own_transaction_is_a_counted_failure(tmp_path, misuse):
+def test_an_observer_that_commits_its_own_transaction_is_a_counted_failure(
+    backend, tmp_path, misuse
+):
     result = run_child_json(
-        "children.observer_bad_input:misusing_observer", db=tmp_path / "db", misuse=misuse
+        "children.observer_bad_input:misusing_observer", backend, db=tmp_path / "db", misuse=misuse
     )
     assert result["failures"] >= 3
     assert "Traceback" in result["last_error"]

@@ -1,7 +1,8 @@
 """``percolite phrasecount``, end to end through the command line: counts read
 back from the sink equal a plain-Python reference (``reference_counts``) on a
 corpus with duplicates, before and after files are edited, deleted, duplicated
-and added; with worker processes; with PostgreSQL; and bad input.
+and added; with worker processes; with PostgreSQL; and bad input. lmdb only:
+the command line opens the store at its ``--db`` path.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import time
 import percolite
 import pytest
 from _isolated import finish_child, run_child, run_child_json, start_child
-from conftest import committed_cells
+from conftest import committed_cells, open_store
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 SUM, MAX = (b"counter", b"sum"), (b"counter", b"max")
@@ -41,12 +41,12 @@ def stored(env, counter):
 # -- exact mode ----------------------------------------------------------------
 
 
-def test_exact_totals_8_threads_x_500_increments(store_path):
+def test_exact_totals_8_threads_x_500_increments(backend, store_path):
     """Every committed increment counts, every aborted one does not, whatever
     the interleaving: 8 threads, 500 transactions each, one in five of them
     aborted after its add."""
     report = run_child_json(
-        "children.sharded_counter:exact_totals_threads", timeout=90, path=store_path
+        "children.sharded_counter:exact_totals_threads", backend, timeout=90, path=store_path
     )
     assert report["errors"] == []
     assert report["aborted"] == [100] * 8
@@ -60,6 +60,7 @@ def test_exact_totals_8_threads_x_500_increments(store_path):
 
 
 def test_exact_totals_two_processes(store_path, tmp_path):
+    """lmdb only: two processes share one store."""
     percolite.open(store_path, sync="none").close()  # create it before the race
     go_file = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
@@ -79,7 +80,7 @@ def test_exact_totals_two_processes(store_path, tmp_path):
         assert percolite.ShardedCounter("hits").value(env) == 500 * 1 + 500 * 3
 
 
-def test_more_shards_collide_less(store_path):
+def test_more_shards_collide_less(backend, store_path):
     """Same load, counted conflicts. Each round, 8 threads begin a transaction
     and add, wait for each other, then all commit: every pair of them overlaps.
     With 1 shard all but one must conflict; with 16 shards only those that
@@ -91,7 +92,7 @@ def test_more_shards_collide_less(store_path):
     to the scheduler). With backoff, a single hot cell throttles itself: fewer
     conflicts, but increments wait; see docs/sharded_counters.md."""
     report = run_child_json(
-        "children.sharded_counter:shard_collisions", timeout=90, path=store_path
+        "children.sharded_counter:shard_collisions", backend, timeout=90, path=store_path
     )
     rounds, retries = report["rounds"], report["retries"]
     assert rounds["1"] == 40 * 7  # exactly one winner per round
@@ -220,11 +221,13 @@ def test_cached_persisted_total_only_grows_and_never_exceeds_the_cache(env):
     assert all(column == MAX for _, column, _ in committed_cells(env))
 
 
-def test_cached_exact_in_its_handle_under_8_threads(store_path):
+def test_cached_exact_in_its_handle_under_8_threads(backend, store_path):
     """The cached total counts every increment exactly (each returns a
     distinct total, 1..4000); with p = 1 every total is persisted and the
     maximum survives out-of-order writes; flush persists the rest."""
-    report = run_child_json("children.sharded_counter:cached_threads", timeout=90, path=store_path)
+    report = run_child_json(
+        "children.sharded_counter:cached_threads", backend, timeout=90, path=store_path
+    )
     for p, r in report.items():
         assert r["errors"] == [], p
         assert r["sorted_ok"], p
@@ -235,6 +238,7 @@ def test_cached_exact_in_its_handle_under_8_threads(store_path):
 
 
 def test_cached_closing_without_flush_loses_exactly_the_lag(store_path):
+    """lmdb only: a new handle on the reopened store loads what was persisted."""
     counter = percolite.ShardedCounter("hits", 8, chance_to_write=0.05, rng=random.Random(3))
     env = percolite.open(store_path, sync="none")
     for _ in range(500):
@@ -257,6 +261,7 @@ def test_cached_closing_without_flush_loses_exactly_the_lag(store_path):
 
 
 def test_cached_process_ending_without_flush_loses_exactly_the_lag(store_path):
+    """lmdb only: the store outlives the process that wrote it."""
     out = run_child("children.sharded_counter:cached_exit_without_flush", store_path, timeout=60)
     cached, persisted = map(int, out.split())
     assert cached == 300
@@ -361,8 +366,8 @@ def test_wrong_handles_raise_and_write_nothing(env):
     assert committed_cells(env) == []
 
 
-def test_closed_env_raises_closed_error(store_path):
-    env = percolite.open(store_path, sync="none")
+def test_closed_env_raises_closed_error(backend, store_path):
+    env = open_store(backend, store_path, sync="none")
     env.close()
     exact, cached = percolite.ShardedCounter("c"), percolite.ShardedCounter("c", chance_to_write=1)
     for counter in (exact, cached):

@@ -1,4 +1,7 @@
-"""Snapshot-isolation semantics of one store in one process (design.md section 3)."""
+"""Snapshot-isolation semantics of one store in one process (design.md section 3).
+
+Tests taking ``env`` or ``backend`` run on every backend; the ones at the end
+reopen a store, which only a persistent backend can."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import sys
 import percolite
 import pytest
 from _isolated import run_child
-from conftest import COL, as_tuples, committed_cells
+from conftest import COL, as_tuples, committed_cells, open_store
 
 A = ("acct", "a")
 B = ("acct", "b")
@@ -412,7 +415,44 @@ def test_run_accepts_fn_that_commits_itself(env):
     assert committed_cells(env) == [(b"r", (b"f", b"q"), b"v")]
 
 
-# -- persistence --------------------------------------------------------------------
+# -- closing under a transaction ----------------------------------------------------
+
+
+def test_run_raises_closed_error_when_store_closes_during_fn(tmp_path, backend):
+    """Regression: env.run returned fn's result without committing when the
+    store was closed while fn ran, so a caller counted a commit that never
+    happened."""
+    path = tmp_path / "db"
+    env = open_store(backend, path, sync="none")
+    persistent = env.capabilities["persistent"]
+    began = []
+
+    def fn(tx):
+        began.append(tx)
+        tx.set("r", COL, "v")
+        env.close()
+        return "result"
+
+    with pytest.raises(percolite.ClosedError):
+        env.run(fn)
+    assert [(tx.state, tx.commit_ts) for tx in began] == [("closed", None)]
+    if persistent:  # a memory store is gone with its handle: nothing to reopen
+        with open_store(backend, path, sync="none") as again, again.transaction() as tx:
+            assert tx.get("r", COL) is None
+
+
+def test_with_block_raises_closed_error_when_store_closes_inside(tmp_path, backend):
+    """Regression: leaving a `with env.transaction()` block whose store was
+    closed inside it silently committed nothing."""
+    env = open_store(backend, tmp_path / "db", sync="none")
+    with pytest.raises(percolite.ClosedError):
+        with env.transaction() as tx:
+            tx.set("r", COL, "v")
+            env.close()
+    assert tx.state == "closed"
+
+
+# -- persistence (lmdb only: a store reopened by path, on-disk format) ----------------
 
 
 def test_reopen_persistence(store_path):
@@ -448,35 +488,6 @@ def test_reopen_in_another_process_sees_commits(store_path):
             tx.set("persisted", COL, "yes")
     out = run_child("children.transactions:print_persisted", store_path, timeout=30)
     assert out.strip() == "b'yes'"
-
-
-def test_run_raises_closed_error_when_store_closes_during_fn(tmp_path):
-    """Regression: env.run returned fn's result without committing when the
-    store was closed while fn ran, so a caller counted a commit that never
-    happened."""
-    path = tmp_path / "db"
-    env = percolite.open(path, sync="none")
-
-    def fn(tx):
-        tx.set("r", COL, "v")
-        env.close()
-        return "result"
-
-    with pytest.raises(percolite.ClosedError):
-        env.run(fn)
-    with percolite.open(path, sync="none") as again, again.transaction() as tx:
-        assert tx.get("r", COL) is None
-
-
-def test_with_block_raises_closed_error_when_store_closes_inside(tmp_path):
-    """Regression: leaving a `with env.transaction()` block whose store was
-    closed inside it silently committed nothing."""
-    env = percolite.open(tmp_path / "db", sync="none")
-    with pytest.raises(percolite.ClosedError):
-        with env.transaction() as tx:
-            tx.set("r", COL, "v")
-            env.close()
-    assert tx.state == "closed"
 
 
 def test_a_store_of_another_format_is_refused_naming_both(tmp_path):

@@ -189,7 +189,8 @@ def test_values_come_back_as_bytes(env):
 
 
 def test_store_grows_past_its_initial_map_size(store_path):
-    """The map grows by itself: no MapFull for users (design.md section 3)."""
+    """The map grows by itself: no MapFull for users (design.md section 3).
+    lmdb only: a memory store has no map."""
     env = percolite.open(store_path, sync="none", map_size=1 << 20)
     value = os.urandom(256 * 1024)
     for i in range(16):  # 4 MiB into a 1 MiB map

@@ -6,6 +6,10 @@ Anything that runs workers does so in a child process with a timeout
 children/workers_processes.py, and the CLI's worker running
 children/wordcount_app.py. The test process itself only opens stores to load
 data and read results (no workers).
+
+The tests of one process run on every backend (``backend``); those with
+several processes, a killed or exiting process, a store reopened after close,
+or the CLI (a ``--db`` path) need a store that outlives its process: lmdb.
 """
 
 from __future__ import annotations
@@ -118,9 +122,9 @@ def assert_exactly_once(results: dict, documents: dict) -> None:
 # -- Python observers on C++ worker threads -----------------------------------
 
 
-def test_observers_run_on_worker_threads_concurrently(tmp_path):
+def test_observers_run_on_worker_threads_concurrently(backend, tmp_path):
     result = run_child_json(
-        "children.workers_processes:observers_on_worker_threads", db=tmp_path / "db"
+        "children.workers_processes:observers_on_worker_threads", backend, db=tmp_path / "db"
     )
     assert result["done"] == 40
     assert result["main"] not in result["idents"], "observers run on worker threads"
@@ -233,21 +237,29 @@ def test_worker_killed_with_sigkill_loses_nothing(tmp_path):
 # -- wait, stop_workers and close while observers run --------------------------
 
 
-def busy_child(name: str, tmp_path: Path, sleep: float, timeout: float = 40) -> dict:
+def busy_child(
+    name: str, tmp_path: Path, sleep: float, timeout: float = 40, backend: str | None = None
+) -> dict:
     """Runs ``children.workers_processes:<name>`` on the app whose observer
-    sleeps ``sleep`` seconds (``busy_app``); returns its JSON."""
+    sleeps ``sleep`` seconds (``busy_app``), on a store of ``backend`` when
+    given (the children that take one); returns its JSON."""
+    args = () if backend is None else (backend,)
     return run_child_json(
-        f"children.workers_processes:{name}", timeout=timeout, db=tmp_path / "db", sleep=sleep
+        f"children.workers_processes:{name}",
+        *args,
+        timeout=timeout,
+        db=tmp_path / "db",
+        sleep=sleep,
     )
 
 
-def test_wait_while_observers_run_does_not_deadlock(tmp_path):
-    result = busy_child("busy_wait", tmp_path, sleep=0.002)
+def test_wait_while_observers_run_does_not_deadlock(backend, tmp_path):
+    result = busy_child("busy_wait", tmp_path, sleep=0.002, backend=backend)
     assert result == {"idle": True, "rows": 300, "once": True, "pending": 0}
 
 
-def test_stop_workers_while_observers_run_does_not_deadlock(tmp_path):
-    result = busy_child("busy_stop_workers", tmp_path, sleep=0.02)
+def test_stop_workers_while_observers_run_does_not_deadlock(backend, tmp_path):
+    result = busy_child("busy_stop_workers", tmp_path, sleep=0.02, backend=backend)
     after_stop = result["after_stop"]
     assert after_stop["in_progress"] == 0, "stop_workers lets running observers finish"
     assert after_stop["running"] is False
@@ -261,6 +273,7 @@ def test_stop_workers_while_observers_run_does_not_deadlock(tmp_path):
 
 
 def test_close_while_observers_run_does_not_deadlock(tmp_path):
+    """lmdb only: the store is reopened after the close to finish the work."""
     result = busy_child("busy_close", tmp_path, sleep=0.02)
     after_close = result["after_close"]
     assert after_close["in_progress"] == 0, "close drains running observers"
@@ -271,8 +284,8 @@ def test_close_while_observers_run_does_not_deadlock(tmp_path):
     assert result == dict(result, idle=True, rows=200, once=True, pending=0)
 
 
-def test_close_from_another_thread_while_wait_blocks(tmp_path):
-    result = busy_child("busy_close_from_another_thread", tmp_path, sleep=0.02)
+def test_close_from_another_thread_while_wait_blocks(backend, tmp_path):
+    result = busy_child("busy_close_from_another_thread", tmp_path, sleep=0.02, backend=backend)
     assert result["closed"] is True
     assert result["in_progress"] == 0
     # wait() on a handle closed under it ends (it must not wait out its timeout).
@@ -281,7 +294,8 @@ def test_close_from_another_thread_while_wait_blocks(tmp_path):
 
 
 def test_interpreter_exit_with_observers_running_does_not_hang(tmp_path):
-    """A script that starts workers and simply ends: atexit stops them."""
+    """A script that starts workers and simply ends: atexit stops them.
+    lmdb only: another process finishes the work in the same store."""
     busy_child("busy_exit_with_observers_running", tmp_path, sleep=0.02, timeout=30)
     result = busy_child("busy_finish_after_exit", tmp_path, sleep=0.0)
     assert result["before"] + result["pending"] == 200
@@ -289,21 +303,22 @@ def test_interpreter_exit_with_observers_running_does_not_hang(tmp_path):
     assert result["once"] is True
 
 
-def test_wait_is_interruptible_while_an_observer_keeps_failing(tmp_path):
+def test_wait_is_interruptible_while_an_observer_keeps_failing(backend, tmp_path):
     result = run_child_json(
-        "children.workers_processes:wait_interruptible", db=tmp_path / "db", timeout=30
+        "children.workers_processes:wait_interruptible", backend, db=tmp_path / "db", timeout=30
     )
     assert result["outcome"] == "KeyboardInterrupt"
     assert result["elapsed"] < 5
 
 
 @pytest.mark.parametrize("call", ["stop_workers", "close"])
-def test_stop_workers_or_close_called_inside_an_observer_does_not_crash(tmp_path, call):
+def test_stop_workers_or_close_called_inside_an_observer_does_not_crash(backend, tmp_path, call):
     """Regression guard: an observer that stops its own workers (or closes the
     store) must not take the process down; it may be refused with
     percolite.Error (a counted failure) or take effect."""
     result = run_child_json(
         "children.workers_processes:stop_or_close_inside_observer",
+        backend,
         db=tmp_path / "db",
         call=call,
         timeout=30,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 import importlib
 
-__all__ = ["main"]
+__all__ = ["main", "open_store"]
 
 
 def main(argv: list) -> None:
@@ -42,3 +42,12 @@ def main(argv: list) -> None:
     args, kwargs = ast.literal_eval(literal)
     function = getattr(importlib.import_module(module_name), function_name)
     function(*args, **kwargs)
+
+
+def open_store(backend: str, path, **options):
+    """Open a store of ``backend`` in this process: the lmdb store at
+    ``path``, or a new private memory store (``path`` is not used)."""
+    import percolite
+
+    target = ":memory:" if backend == "memory" else path
+    return percolite.open(target, backend=backend, **options)

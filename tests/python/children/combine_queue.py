@@ -18,6 +18,8 @@ import time
 
 import percolite
 
+from children import open_store
+
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 K = json.dumps  # how a key is named in the JSON a child prints
@@ -72,7 +74,7 @@ def emit(**result):
     print(json.dumps(result))
 
 
-def concurrent(db, buckets, buffer, nkeys, txs, adders, preload):
+def concurrent(backend, db, buckets, buffer, nkeys, txs, adders, preload):
     app = percolite.App()
     cq = app.combine_queue("g", buckets=buckets, buffer_size=buffer)
 
@@ -80,7 +82,7 @@ def concurrent(db, buckets, buffer, nkeys, txs, adders, preload):
     def changed(tx, changes):
         record(tx, changes)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     keys = [f"k{i:03d}" for i in range(nkeys)]
     adds, lock, conflicts = [], threading.Lock(), [0]
 
@@ -131,7 +133,7 @@ def concurrent(db, buckets, buffer, nkeys, txs, adders, preload):
     env.close()
 
 
-def hammer(db, nkeys, txs):
+def hammer(backend, db, nkeys, txs):
     app = percolite.App()
     cq = app.combine_queue("h", buckets=16, buffer_size=512)
 
@@ -139,7 +141,7 @@ def hammer(db, nkeys, txs):
     def changed(tx, changes):
         record(tx, changes)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     keys = [f"w{i:04d}" for i in range(nkeys)]
     cum, total = [], 0.0
     for rank in range(1, nkeys + 1):
@@ -197,7 +199,7 @@ def hammer(db, nkeys, txs):
     env.close()
 
 
-def never_split(db):
+def never_split(backend, db):
     app = percolite.App()
     cq = app.combine_queue("s", buckets=1, buffer_size=5)
 
@@ -205,7 +207,7 @@ def never_split(db):
     def changed(tx, changes):
         record(tx, changes)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     adds = []
 
     def add(pairs):
@@ -249,7 +251,7 @@ def never_split(db):
     env.close()
 
 
-def resumed_cursor(db):
+def resumed_cursor(backend, db):
     app = percolite.App()
     cq = app.combine_queue("c", buckets=1, buffer_size=2)
 
@@ -258,7 +260,7 @@ def resumed_cursor(db):
         record(tx, changes)
         time.sleep(0.004)  # slow runs: the cursor walks the bucket while adders add
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     keys = [f"k{i:03d}" for i in range(200)]
     adds = []
 
@@ -303,7 +305,7 @@ def resumed_cursor(db):
     env.close()
 
 
-def tricky_keys(db):
+def tricky_keys(backend, db):
     app = percolite.App()
     cq = app.combine_queue("b", buckets=1, buffer_size=1, key_codec="bytes")
 
@@ -311,7 +313,7 @@ def tricky_keys(db):
     def changed(tx, changes):
         tx.set("log", ("r", f"{tx.start_ts:020d}"), json.dumps(len(changes)))
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     keys = [
         b"",
         b"\x00",
@@ -353,7 +355,7 @@ def tricky_keys(db):
     env.close()
 
 
-def two_level(db):
+def two_level(backend, db):
     app = percolite.App()
     words = app.combine_queue("w", buckets=4, buffer_size=3)
     hist = app.combine_queue("hist", buckets=2, buffer_size=2, key_codec="int64")
@@ -373,7 +375,7 @@ def two_level(db):
     def hist_changed(tx, changes):
         record(tx, changes, "h")
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     vocabulary = [f"v{i:02d}" for i in range(40)]
     adds, lock = [], threading.Lock()
 
@@ -418,7 +420,7 @@ def two_level(db):
     env.close()
 
 
-def native(db, phases):
+def native(backend, db, phases):
     app = percolite.App()
     queues = {
         "isum": app.combine_queue("isum", buckets=4, buffer_size=2),
@@ -437,7 +439,7 @@ def native(db, phases):
     for name, q in queues.items():
         q.on_change(lambda tx, changes, name=name: record(tx, changes, name))
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
 
     def phase(adds):
         """adds: [(queue, [(key, value), ...]), ...], one transaction each."""
@@ -457,12 +459,12 @@ def native(db, phases):
     env.close()
 
 
-def overflow(db):
+def overflow(backend, db):
     app = percolite.App()
     ov = app.combine_queue("ov", buckets=8)
     ovt = app.combine_queue("ovt", buckets=1, value_codec="int64s:2")
     fine = app.combine_queue("fine", buckets=1)
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         ov.add(tx, {"big": INT64_MAX, "small": INT64_MIN})
         ovt.add(tx, {"t": (0, INT64_MAX)})
@@ -496,7 +498,7 @@ def overflow(db):
     env.close()
 
 
-def python_combiner(db):
+def python_combiner(backend, db):
     failing = threading.Event()
     failing.set()
 
@@ -517,7 +519,7 @@ def python_combiner(db):
     def changed(tx, changes):
         record(tx, changes)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     keys = [f"p{i:02d}" for i in range(12)]
     adds = []
     rng = random.Random(9)
@@ -570,7 +572,7 @@ def python_combiner(db):
     env.close()
 
 
-def commit_order(db):
+def commit_order(backend, db):
     app = percolite.App()
     seen = []
 
@@ -579,7 +581,7 @@ def commit_order(db):
         return [x for v in values for x in v]
 
     q = app.combine_queue("o", buckets=2, buffer_size=3, combiner=concat, value_codec="json")
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     adds, lock = [], threading.Lock()
 
     def adder(name):
@@ -617,7 +619,7 @@ def commit_order(db):
     env.close()
 
 
-def on_change_fails(db):
+def on_change_fails(backend, db):
     failing = threading.Event()
     failing.set()
     app = percolite.App()
@@ -629,7 +631,7 @@ def on_change_fails(db):
         if failing.is_set():
             raise ValueError("observer says no")
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         q.add(tx, {"a": 1, "b": 2, "c": 3})
     env.start_workers(2, retry_initial=0.01, retry_max=0.2)
@@ -652,10 +654,10 @@ def on_change_fails(db):
     env.close()
 
 
-def get_scan_and_layout(db):
+def get_scan_and_layout(backend, db):
     app = percolite.App()
     q = app.combine_queue("lay", buckets=5)
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     keys = ["apple", "apricot", "banana", "", "äpfel"]
     with env.transaction() as tx:
         q.add(tx, {k: i + 1 for i, k in enumerate(keys)})
@@ -690,10 +692,10 @@ def get_scan_and_layout(db):
     env.close()
 
 
-def register_while_workers_run(db):
+def register_while_workers_run(backend, db):
     app = percolite.App()
     q = app.combine_queue("r1")
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(1)
     errors = {}
     try:
@@ -713,11 +715,11 @@ def register_while_workers_run(db):
     env.close()
 
 
-def stream_with_linger(path, linger):
+def stream_with_linger(backend, path, linger):
     app = percolite.App()
     cq = app.combine_queue("hot", buckets=1, linger=linger)
     cq.on_change(lambda tx, changes: record(tx, changes))
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
     for _ in range(20):
         with env.transaction() as tx:
@@ -736,10 +738,10 @@ def stream_with_linger(path, linger):
     )
 
 
-def wait_does_not_linger(path):
+def wait_does_not_linger(backend, path):
     app = percolite.App()
     cq = app.combine_queue("hot", buckets=1, linger=60)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
     with env.transaction() as tx:
         cq.add(tx, {"k": 5})
@@ -758,10 +760,10 @@ def wait_does_not_linger(path):
     env.stop_workers()
 
 
-def waiters_and_adders(path):
+def waiters_and_adders(backend, path):
     app = percolite.App()
     cq = app.combine_queue("hot", buckets=4, linger=5)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(4)
     adding = threading.Event()
     adding.set()

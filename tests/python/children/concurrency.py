@@ -10,11 +10,13 @@ import time
 
 import percolite
 
+from children import open_store
 
-def no_lost_updates(path):
+
+def no_lost_updates(backend, path):
     """8 threads x 500 read-modify-write increments of one cell; prints the
     final value, every (commit_ts, value written), errors and the stats."""
-    env = percolite.open(path)  # default sync="full": group commit under test
+    env = open_store(backend, path)  # default sync="full": group commit under test
     col = ("stats", "n")
     results = []  # (commit_ts, value written)
     lock = threading.Lock()
@@ -57,11 +59,11 @@ def no_lost_updates(path):
     env.close()
 
 
-def stable_snapshot(path):
+def stable_snapshot(backend, path):
     """One reader keeps checking its snapshot (gets, a scan, a prefix scan)
     while 4 threads commit changes to the same rows; prints "ok", the number
     of checks and of commits."""
-    env = percolite.open(path, sync="none")
+    env = open_store(backend, path, sync="none")
     col = ("f", "q")
     n = 700  # more than one scan chunk
     with env.transaction() as tx:
@@ -131,9 +133,9 @@ def stable_snapshot(path):
     print("ok", checks, sum(commits))
 
 
-def shared_transaction(path):
+def shared_transaction(backend, path):
     """4 threads write and read back 300 cells each in one transaction."""
-    env = percolite.open(path, sync="none")
+    env = open_store(backend, path, sync="none")
     tx = env.transaction()
 
     def fill(k):
@@ -156,17 +158,20 @@ def shared_transaction(path):
     print("ok")
 
 
-def close_while_threads_run(directory):
+def close_while_threads_run(backend, directory):
     """15 rounds: 6 threads keep committing increments while the store is
-    closed under them; each round checks that no reported commit was lost."""
+    closed under them; each round checks that every thread ends with
+    ClosedError and, where the store outlives its handle (reopened), that no
+    reported commit was lost."""
     for round_ in range(15):
-        _close_while_committing(os.path.join(directory, f"s{round_}"), round_)
+        _close_while_committing(backend, os.path.join(directory, f"s{round_}"), round_)
     print("ok")
 
 
-def _close_while_committing(path, round_):
+def _close_while_committing(backend, path, round_):
     col = ("c", "n")
-    env = percolite.open(path, sync="none")
+    env = open_store(backend, path, sync="none")
+    persistent = env.capabilities["persistent"]
     done = [0] * 6
     unexpected = []
     started = threading.Barrier(7)
@@ -198,14 +203,16 @@ def _close_while_committing(path, round_):
         t.join(timeout=20)
         assert not t.is_alive(), "a thread hung after close"
     assert unexpected == [], unexpected
-    with percolite.open(path, sync="none") as again:
+    if not persistent:
+        return  # a memory store is gone with its handle: nothing to reopen
+    with open_store(backend, path, sync="none") as again:
         tx = again.transaction()
         value = int(tx.get("counter", col, b"0"))
         tx.abort()
     assert value == sum(done), (value, done)
 
 
-def begin_and_close_race(directory):
+def begin_and_close_race(backend, directory):
     """Rounds of 4 threads beginning transactions while the store closes,
     for at least 300 rounds and 3 seconds; prints "ok" and the rounds."""
     path = os.path.join(directory, "store")
@@ -213,12 +220,12 @@ def begin_and_close_race(directory):
     rounds = 0
     while rounds < 300 or time.monotonic() < deadline:
         rounds += 1
-        _begin_while_closing(path)
+        _begin_while_closing(backend, path)
     print("ok", rounds)
 
 
-def _begin_while_closing(path):
-    env = percolite.open(path, sync="none")
+def _begin_while_closing(backend, path):
+    env = open_store(backend, path, sync="none")
     go = threading.Event()
     unexpected = []
 

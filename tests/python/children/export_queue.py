@@ -16,6 +16,9 @@ import threading
 import time
 
 import percolite
+from percolite.exporters import SQLite
+
+from children import open_store
 
 calls = []  # every exporter call: [[key, value, seq], ...]
 sink = {}  # key -> (seq, value): a seq-guarded sink
@@ -60,10 +63,10 @@ def emit(**result):
     print(json.dumps(result))
 
 
-def only_committed_entries(path):
+def only_committed_entries(backend, path):
     app = percolite.App()
     eq = app.export_queue("ex", guarded, buckets=4)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
 
     with env.transaction() as tx:
         eq.add(tx, "committed", 1)
@@ -109,10 +112,10 @@ def only_committed_entries(path):
     )
 
 
-def seq_follows_commit_order(path):
+def seq_follows_commit_order(backend, path):
     app = percolite.App()
     eq = app.export_queue("ex", guarded, buckets=3, batch_size=7)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     committed = []  # [commit_ts, [[key, value, index], ...]]
 
     def adder(t):
@@ -143,7 +146,7 @@ def seq_follows_commit_order(path):
     emit(calls=calls, committed=committed, depth=depth(env, eq))
 
 
-def failing_exporter(path):
+def failing_exporter(backend, path):
     broken = [True]
 
     def export(entries):
@@ -153,7 +156,7 @@ def failing_exporter(path):
 
     app = percolite.App()
     eq = app.export_queue("ex", export, buckets=2)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     with env.transaction() as tx:
         for i in range(20):
             eq.add(tx, f"k{i}", i)
@@ -177,7 +180,7 @@ def failing_exporter(path):
     )
 
 
-def random_failures(path):
+def random_failures(backend, path):
     rng = random.Random(7)
     failed = [0]
 
@@ -191,7 +194,7 @@ def random_failures(path):
 
     app = percolite.App()
     eq = app.export_queue("ex", flaky, buckets=4, batch_size=16)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     reference = {}
     env.start_workers(threads=3)
 
@@ -230,10 +233,10 @@ def random_failures(path):
     )
 
 
-def deletions(path):
+def deletions(backend, path):
     app = percolite.App()
     eq = app.export_queue("ex", guarded, buckets=1)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     with env.transaction() as tx:
         eq.add(tx, "a", {"x": 1})
         eq.add(tx, "b", [1, 2])
@@ -243,7 +246,7 @@ def deletions(path):
     emit(calls=calls, sink=live(sink))
 
 
-def change_observer_exports(path):
+def change_observer_exports(backend, path):
     app = percolite.App()
     counts = app.combine_queue("counts", buckets=4)
     eq = app.export_queue("out", guarded, buckets=4, key_codec="str", value_codec="int64")
@@ -253,7 +256,7 @@ def change_observer_exports(path):
         for c in changes:
             eq.add(tx, c.key, c.new)
 
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(threads=3)
 
     def adder(t):
@@ -277,11 +280,11 @@ def change_observer_exports(path):
     emit(sink=live(sink), final=final)
 
 
-def stream_with_linger(path, linger):
+def stream_with_linger(backend, path, linger):
     """20 commits of one entry, 10 ms apart, to a queue with ``linger``."""
     app = percolite.App()
     eq = app.export_queue("ex", guarded, buckets=1, batch_size=1000, linger=linger)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
     for i in range(20):
         with env.transaction() as tx:
@@ -303,7 +306,7 @@ def stream_with_linger(path, linger):
     )
 
 
-def linger_never_idles_a_waiter(path):
+def linger_never_idles_a_waiter(backend, path):
     app = percolite.App()
     eq = app.export_queue("ex", guarded, buckets=1, batch_size=1000, linger=60)
 
@@ -313,7 +316,7 @@ def linger_never_idles_a_waiter(path):
         eq.add(tx, row.decode(), 1)
         tx.delete(row, column)
 
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(1)
     with env.transaction() as tx:
         eq.add(tx, "a", 1)
@@ -345,14 +348,14 @@ def linger_never_idles_a_waiter(path):
     env.stop_workers()
 
 
-def export_to_under_concurrent_adds(path):
+def export_to_under_concurrent_adds(backend, path):
     app = percolite.App()
     counts = app.combine_queue("counts", buckets=8, buffer_size=16)
     eq = app.export_queue(
         "out", guarded, buckets=4, batch_size=32, key_codec="str", value_codec="int64"
     )
     returned = counts.export_to(eq)
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(threads=2, retry_initial=0.01, retry_max=0.2)
 
     def adder(t):
@@ -401,11 +404,11 @@ def export_to_under_concurrent_adds(path):
     )
 
 
-def export_to_while_workers_run(path):
+def export_to_while_workers_run(backend, path):
     app = percolite.App()
     counts = app.combine_queue("counts", buckets=2)
     eq = app.export_queue("out", guarded, key_codec="str", value_codec="int64")
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     env.start_workers(1)
     try:
         counts.export_to(eq)
@@ -424,7 +427,7 @@ def export_to_while_workers_run(path):
     emit(error=error, nothing=nothing, sink=live(sink), idle=result["idle"])
 
 
-def export_to_from_aborted_runs(path):
+def export_to_from_aborted_runs(backend, path):
     failing = threading.Event()
     failing.set()
     app = percolite.App()
@@ -437,7 +440,7 @@ def export_to_from_aborted_runs(path):
         if failing.is_set():
             raise ValueError("observer says no")
 
-    env = percolite.open(path, app=app, sync="none")
+    env = open_store(backend, path, app=app, sync="none")
     with env.transaction() as tx:
         counts.add(tx, {"a": 1, "b": 2, "c": 3})
     env.start_workers(2, retry_initial=0.01, retry_max=0.1)
@@ -467,3 +470,83 @@ def export_to_from_aborted_runs(path):
         delivered=sorted(k for c in calls for k, _v, _s in c),
         depth=depth(env, eq),
     )
+
+
+def sqlite_sink(backend, path, sink_file):
+    """Three adder threads commit entries (values and deletions of 50 keys)
+    while two worker threads export them into table "kv" of the SQLite file
+    ``sink_file`` through percolite.exporters.SQLite; a quarter of the calls
+    fail after SQLite committed the batch, so it is delivered again. Each
+    adder also leaves entries in aborted and in conflicting transactions,
+    which must never reach the file. Emits every committed transaction's
+    [commit_ts, [[key, value], ...]] and the queue's state after the wait."""
+    exporter = SQLite(sink_file, "kv", key="k", columns="v")
+    rng = random.Random(11)
+    failed = [0]
+
+    def export(entries):
+        exporter(entries)
+        with lock:
+            fail = rng.random() < 0.25
+        if fail:
+            failed[0] += 1
+            raise OSError("the sink's acknowledgement was lost")
+
+    app = percolite.App()
+    eq = app.export_queue("kv", export, buckets=4, batch_size=20, value_codec="int64")
+    env = open_store(backend, path, app=app, sync="none")
+    env.start_workers(threads=2)
+    committed, errors = [], []
+
+    def adder(t):
+        r = random.Random(200 + t)
+        try:
+            for i in range(150):
+                items = {
+                    f"k{r.randrange(50):02d}": None if r.random() < 0.15 else t * 1000 + i
+                    for _ in range(r.randint(1, 4))
+                }
+
+                def body(tx, items=items):
+                    for key, value in items.items():
+                        eq.add(tx, key, value)
+                    return tx
+
+                tx = env.run(body)
+                with lock:
+                    committed.append([tx.commit_ts, list(items.items())])
+                if i % 15 == 0:
+                    aborted = env.transaction()
+                    eq.add(aborted, f"aborted-{t}-{i}", i)
+                    aborted.abort()
+                    winner, loser = env.transaction(), env.transaction()
+                    for tx, name in ((winner, "winner"), (loser, "loser")):
+                        tx.set(f"race-{t}", ("f", "q"), name)
+                    eq.add(loser, f"conflicted-{t}-{i}", i)
+                    winner.commit()
+                    try:
+                        loser.commit()
+                        errors.append("the second writer of one cell committed")
+                    except percolite.CommitConflict:
+                        pass
+        except BaseException as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=adder, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    idle = env.wait(timeout=60)
+    env.stop_workers()
+    emit(
+        committed=committed,
+        errors=errors,
+        idle=idle,
+        failed=failed[0],
+        failures=observer(env, "export queue kv")["failures"],
+        depth=depth(env, eq),
+        pending=env.status()["pending"],
+    )
+    env.close()
+    exporter.close()

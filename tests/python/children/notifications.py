@@ -17,6 +17,8 @@ import uuid
 
 import percolite
 
+from children import open_store
+
 CONTENT = ("doc", "content")
 RUNS = ("obs", "runs")
 
@@ -58,7 +60,7 @@ def observer_stats(env):
     return {o["name"]: o for o in env.status()["observers"]}
 
 
-def strong_once(db, n, when):
+def strong_once(backend, db, n, when):
     """``n`` rows, strongly notified before the workers start (processed with
     env.process) or while 8 worker threads run."""
     app = percolite.App()
@@ -68,7 +70,7 @@ def strong_once(db, n, when):
         tx.get(row, column)
         record_run(tx, row)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     rows = [f"doc:{i:04}" for i in range(n)]
 
     def load():
@@ -100,7 +102,7 @@ def strong_once(db, n, when):
     env.close()
 
 
-def strong_sets_collapse(db):
+def strong_sets_collapse(backend, db):
     """Five commits set one observed cell before any run."""
     app = percolite.App()
 
@@ -108,7 +110,7 @@ def strong_sets_collapse(db):
     def index(tx, row, column):
         record_run(tx, row, seen=tx.get(row, column).decode())
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     for i in range(5):
         with env.transaction() as tx:
             tx.set("doc:1", CONTENT, f"version {i}")
@@ -128,7 +130,7 @@ def strong_sets_collapse(db):
     env.close()
 
 
-def strong_set_during_a_run(db):
+def strong_set_during_a_run(backend, db):
     """The observed cell is set again while its observer runs (blocked)."""
     app = percolite.App()
     started, release = threading.Event(), threading.Event()
@@ -142,7 +144,7 @@ def strong_set_during_a_run(db):
             assert release.wait(20), "the test never released the observer"
         record_run(tx, row, seen=value, first=first)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", CONTENT, "old")
     env.start_workers(2)
@@ -170,7 +172,7 @@ def strong_set_during_a_run(db):
     env.close()
 
 
-def delete_does_not_notify(db):
+def delete_does_not_notify(backend, db):
     """Set, delete, set again an observed cell, processing after each."""
     app = percolite.App()
 
@@ -178,7 +180,7 @@ def delete_does_not_notify(db):
     def index(tx, row, column):
         record_run(tx, row, value=None if tx.get(row, column) is None else "set")
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", CONTENT, "hello")
     first = env.process(threads=2, timeout=20)
@@ -217,7 +219,7 @@ def run_stored_notifications(db):
     env.close()
 
 
-def long_rows(db):
+def long_rows(backend, db):
     """Rows of 700 to 900 bytes, notified before and while workers run."""
     app = percolite.App()
     BUCKET = ("q", "bucket")
@@ -230,7 +232,7 @@ def long_rows(db):
     def drain(tx, row, column):
         record_run(tx, row, length=len(row))
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     rows = ["long:" + str(i) * 700 for i in range(4)] + ["long:weak:" + "w" * 900]
     with env.transaction() as tx:  # found by the scanner
         tx.set(rows[0], CONTENT, "x")
@@ -257,7 +259,7 @@ def long_rows(db):
     env.close()
 
 
-def weak_at_least_once(db, n):
+def weak_at_least_once(backend, db, n):
     """``n`` rows weakly notified, half before the workers start."""
     app = percolite.App()
     BUCKET = ("q", "bucket")
@@ -266,7 +268,7 @@ def weak_at_least_once(db, n):
     def drain(tx, row, column):
         record_run(tx, row)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     rows = [f"bucket:{i:03}" for i in range(n)]
     # Half notified before the workers start, half while they run; some
     # transactions carry writes, some only the notification.
@@ -297,7 +299,7 @@ def weak_at_least_once(db, n):
     env.close()
 
 
-def weak_coalesce(db):
+def weak_coalesce(backend, db):
     """Four commits weakly notify one cell before any run."""
     app = percolite.App()
     BUCKET = ("q", "bucket")
@@ -306,7 +308,7 @@ def weak_coalesce(db):
     def drain(tx, row, column):
         record_run(tx, row)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     for _ in range(4):
         with env.transaction() as tx:
             tx.set_weak_notification("bucket:1", BUCKET)
@@ -325,7 +327,7 @@ def weak_coalesce(db):
     env.close()
 
 
-def weak_never_collides(db):
+def weak_never_collides(backend, db):
     """Weak notifications of a cell committed during and after its
     observer's run."""
     app = percolite.App()
@@ -342,7 +344,7 @@ def weak_never_collides(db):
             assert release.wait(20), "the test never released the observer"
         record_run(tx, row)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set_weak_notification("bucket:1", BUCKET)
     env.start_workers(2)
@@ -388,7 +390,7 @@ def weak_never_collides(db):
     env.close()
 
 
-def weak_renotifies_itself(db):
+def weak_renotifies_itself(backend, db):
     """An observer draining 95 items 10 per run, re-notifying itself."""
     app = percolite.App()
     BUCKET = ("q", "bucket")
@@ -407,7 +409,7 @@ def weak_renotifies_itself(db):
         if len(batch) == 10:
             tx.set_weak_notification(row, column)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         for i in range(95):
             tx.set(f"item:{i:03}", ("item", "value"), str(i))
@@ -430,7 +432,7 @@ def weak_renotifies_itself(db):
     env.close()
 
 
-def chain_wait(db, n):
+def chain_wait(backend, db, n):
     """Two chained observers; reads every row right after env.wait()."""
     app = percolite.App()
     UPPER, LENGTH = ("doc", "upper"), ("doc", "length")
@@ -444,7 +446,7 @@ def chain_wait(db, n):
         time.sleep(0.002)  # the downstream step is the slow one
         tx.set(row, LENGTH, str(len(tx.get(row, column))))
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(4)
     expected = {}
     for i in range(n):
@@ -473,7 +475,7 @@ def chain_wait(db, n):
     env.close()
 
 
-def failing_observer(db):
+def failing_observer(backend, db):
     """An observer that raises until told to stop."""
     app = percolite.App()
     failing = threading.Event()
@@ -486,7 +488,7 @@ def failing_observer(db):
             raise RuntimeError("fragile-observer-boom")
         record_run(tx, row)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", CONTENT, "x")
         tx.set("doc:2", CONTENT, "y")
@@ -527,7 +529,7 @@ def failing_observer(db):
     env.close()
 
 
-def fair_scheduling(db, n):
+def fair_scheduling(backend, db, n):
     """``n`` runs of ``slow`` (each blocks until released) and one of
     ``quick``, committed in one transaction, on two worker threads."""
     app = percolite.App()
@@ -554,7 +556,7 @@ def fair_scheduling(db, n):
         quick_saw_release.append(release.is_set())
         record_run(tx, row)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(2)
     with env.transaction() as tx:
         for i in range(n):

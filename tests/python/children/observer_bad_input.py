@@ -8,8 +8,10 @@ import time
 
 import percolite
 
+from children import open_store
 
-def register_while_workers_run(db):
+
+def register_while_workers_run(backend, db):
     """Registers an observer while workers run (refused), then after they
     stopped (accepted, and it runs); prints what happened."""
     app = percolite.App()
@@ -18,7 +20,7 @@ def register_while_workers_run(db):
     def first(tx, row, column):
         tx.set(row, ("doc", "first"), "1")
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(2)
     try:
 
@@ -57,12 +59,12 @@ def register_while_workers_run(db):
     env.close()
 
 
-def start_workers_twice(db):
+def start_workers_twice(backend, db):
     """Starts workers twice; prints the second call's error and whether the
     first workers still run."""
     app = percolite.App()
     app.add_observer(("doc", "content"), lambda tx, row, column: None)
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(1)
     try:
         env.start_workers(1)
@@ -83,7 +85,7 @@ MISUSES = {
 }
 
 
-def misusing_observer(db, misuse):
+def misusing_observer(backend, db, misuse):
     """An observer that does ``MISUSES[misuse]`` to its transaction until
     told to stop: prints its failures while misbehaving and what happens
     once it behaves."""
@@ -98,7 +100,7 @@ def misusing_observer(db, misuse):
         if misbehave.is_set():
             misuse(tx)
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", ("doc", "content"), "three little words")
     env.start_workers(2, retry_initial=0.01, retry_max=0.2)

@@ -11,12 +11,14 @@ import time
 
 import percolite
 
+from children import open_store
 
-def exact_totals_threads(path):
+
+def exact_totals_threads(backend, path):
     """8 threads x 500 transactions, each adding k + 1 and logging a cell;
     one in five aborted after its add. Prints the value, the shard cells,
     the log count, aborts per thread and errors."""
-    env = percolite.open(path, sync="none")
+    env = open_store(backend, path, sync="none")
     hits = percolite.ShardedCounter("hits", 16)
     aborted = [0] * 8
     errors = []
@@ -135,9 +137,9 @@ def _retries(env, shards, n_threads=8, n=200):
     return env.stats()["conflicts"] - before
 
 
-def shard_collisions(path):
+def shard_collisions(backend, path):
     """Conflicts with 1 and 16 shards, in rounds and with retries."""
-    env = percolite.open(path, sync="none")
+    env = open_store(backend, path, sync="none")
     print(
         json.dumps(
             {
@@ -149,11 +151,11 @@ def shard_collisions(path):
     env.close()
 
 
-def cached_threads(path):
+def cached_threads(backend, path):
     """8 threads x 500 increments of a cached counter, for p = 0.05 and 1.0;
     prints per p whether the returned totals were 1..4000, the value, and
     what is persisted before and after flush."""
-    env = percolite.open(path, sync="none")
+    env = open_store(backend, path, sync="none")
     results = {}
     for p in (0.05, 1.0):
         results[p] = _cached_run(env, p)

@@ -12,6 +12,8 @@ import uuid
 
 import percolite
 
+from children import open_store
+
 # State of the observer of busy_app: how many runs are in progress, and
 # whether one has started.
 busy_lock = threading.Lock()
@@ -64,7 +66,7 @@ def runs(env):
     return out
 
 
-def observers_on_worker_threads(db):
+def observers_on_worker_threads(backend, db):
     app = percolite.App()
     lock = threading.Lock()
     idents, running, most = set(), [0], [0]
@@ -80,7 +82,7 @@ def observers_on_worker_threads(db):
             running[0] -= 1
         tx.set(row, ("doc", "done"), "1")
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         for i in range(40):
             tx.set(f"doc:{i:02}", ("doc", "content"), "x")
@@ -108,9 +110,9 @@ def observers_on_worker_threads(db):
     env.close()
 
 
-def busy_wait(db, sleep):
+def busy_wait(backend, db, sleep):
     app = busy_app(sleep)
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(4)
     load(env, 300)
     idle = env.wait()
@@ -129,9 +131,9 @@ def busy_wait(db, sleep):
     env.close()
 
 
-def busy_stop_workers(db, sleep):
+def busy_stop_workers(backend, db, sleep):
     app = busy_app(sleep)
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     load(env, 200)
     env.start_workers(4)
     assert started.wait(20)
@@ -191,9 +193,9 @@ def busy_close(db, sleep):
     env.close()
 
 
-def busy_close_from_another_thread(db, sleep):
+def busy_close_from_another_thread(backend, db, sleep):
     app = busy_app(sleep)
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     load(env, 200)
     env.start_workers(2)
     assert started.wait(20)
@@ -250,14 +252,14 @@ def busy_finish_after_exit(db, sleep):
     env.close()
 
 
-def wait_interruptible(db):
+def wait_interruptible(backend, db):
     app = percolite.App()
 
     @app.observer(("doc", "content"))
     def never(tx, row, column):
         raise RuntimeError("never succeeds")
 
-    env = percolite.open(db, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", ("doc", "content"), "x")
     env.start_workers(2, retry_initial=0.01, retry_max=0.05)
@@ -273,7 +275,7 @@ def wait_interruptible(db):
     print(json.dumps({"outcome": outcome, "elapsed": elapsed}))
 
 
-def stop_or_close_inside_observer(db, call):
+def stop_or_close_inside_observer(backend, db, call):
     app = percolite.App()
     holder, outcomes = {}, []
 
@@ -291,7 +293,7 @@ def stop_or_close_inside_observer(db, call):
                 raise
         tx.set(row, ("doc", "done"), "1")
 
-    env = holder["env"] = percolite.open(db, app=app, sync="none")
+    env = holder["env"] = open_store(backend, db, app=app, sync="none")
     with env.transaction() as tx:
         tx.set("doc:1", ("doc", "content"), "x")
     env.start_workers(2, retry_initial=0.01, retry_max=0.05)

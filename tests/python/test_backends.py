@@ -1,0 +1,166 @@
+"""Choosing a backend: ``percolite.open``'s target and ``backend`` argument,
+and what is particular to the memory backend (a private store per handle,
+gone when the handle closes, refused in a forked child). The engine's
+contracts themselves are tested on every backend by the tests that take the
+``env`` or ``backend`` fixture."""
+
+from __future__ import annotations
+
+import os
+
+import percolite
+import pytest
+from _isolated import run_child
+from conftest import BACKENDS, COL, committed_cells, open_store
+
+
+def test_every_backend_is_tested():
+    assert BACKENDS == tuple(percolite._core.BACKENDS)
+    assert {"lmdb", "memory"} <= set(BACKENDS)
+
+
+def test_a_store_names_its_backend(backend, store_path):
+    with open_store(backend, store_path, sync="none") as env:
+        assert env.backend == backend
+        assert env.capabilities["name"] == backend
+
+
+def test_memory_store_path_backend_and_capabilities():
+    with percolite.open(":memory:") as env:
+        assert env.path == ":memory:"
+        assert env.backend == "memory"
+        capabilities = env.capabilities
+    assert capabilities["persistent"] is False
+    assert capabilities["cross_process"] is False
+    assert capabilities["durable"] is False
+    with percolite.open(":memory:", backend="memory") as env:
+        assert (env.path, env.backend) == (":memory:", "memory")
+
+
+def test_lmdb_store_by_path_and_by_lmdb_url(tmp_path):
+    with percolite.open(tmp_path / "plain") as env:
+        assert env.backend == "lmdb"
+        assert env.path == os.path.realpath(tmp_path / "plain")
+        assert env.capabilities["persistent"] is True
+    with percolite.open(f"lmdb://{tmp_path / 'url'}") as env:
+        assert env.backend == "lmdb"
+        assert env.path == os.path.realpath(tmp_path / "url")
+    assert (tmp_path / "url").is_dir()
+
+
+def test_each_open_of_memory_is_a_private_store():
+    first = percolite.open(":memory:", sync="none")
+    second = percolite.open(":memory:", sync="none")
+    try:
+        with first.transaction() as tx:
+            tx.set("r", COL, "first")
+        assert committed_cells(second) == []
+        with second.transaction() as tx:
+            tx.set("r", COL, "second")
+        # The same cell in two stores: no conflict between them.
+        t1, t2 = first.transaction(), second.transaction()
+        t1.set("x", COL, "1")
+        t2.set("x", COL, "2")
+        t1.commit()
+        t2.commit()
+        assert committed_cells(first) == [
+            (b"r", (b"f", b"q"), b"first"),
+            (b"x", (b"f", b"q"), b"1"),
+        ]
+        assert committed_cells(second) == [
+            (b"r", (b"f", b"q"), b"second"),
+            (b"x", (b"f", b"q"), b"2"),
+        ]
+        first.close()
+        assert committed_cells(second)[0] == (b"r", (b"f", b"q"), b"second")
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_memory_store_is_gone_after_close():
+    env = percolite.open(":memory:", sync="none")
+    with env.transaction() as tx:
+        tx.set("r", COL, "v")
+    assert committed_cells(env) == [(b"r", (b"f", b"q"), b"v")]
+    env.close()
+    with percolite.open(":memory:", sync="none") as again:
+        assert committed_cells(again) == []
+        with again.transaction() as tx:
+            assert tx.get("r", COL) is None
+
+
+def test_a_closed_memory_store_raises_closed_error():
+    env = percolite.open(":memory:", sync="none")
+    with env.transaction() as tx:
+        tx.set("r", COL, "v")
+    reader = env.transaction()
+    writer = env.transaction()
+    writer.set("w", COL, "v")
+    env.close()
+    assert env.closed
+    assert writer.state == "closed"
+    for use in (
+        env.transaction,
+        env.stats,
+        env.status,
+        lambda: env.run(lambda tx: None),
+        lambda: reader.get("r", COL),
+        lambda: list(reader.scan()),
+        writer.commit,
+    ):
+        with pytest.raises(percolite.ClosedError, match="closed"):
+            use()
+    reader.abort()  # never raises
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["postgresql://h/db", "redis://localhost:6379/0", "s3://bucket/store"],
+)
+def test_an_unknown_scheme_is_a_value_error_naming_it(target):
+    scheme = target.split("://")[0]
+    with pytest.raises(ValueError, match=f"'{scheme}://'"):
+        percolite.open(target)
+
+
+@pytest.mark.parametrize("name", ["nope", "LMDB", "Memory", "sqlite"])
+def test_an_unknown_backend_name_is_a_value_error_naming_it(name, store_path):
+    with pytest.raises(ValueError, match=f"unknown backend '{name}'"):
+        percolite.open(":memory:", backend=name)
+    with pytest.raises(ValueError, match=f"unknown backend '{name}'"):
+        percolite.open(store_path, backend=name)
+    assert not store_path.exists()
+
+
+@pytest.mark.parametrize("name", [5, b"memory", ["lmdb"], True], ids=repr)
+def test_a_backend_that_is_not_a_str_is_a_type_error(name, store_path):
+    with pytest.raises(
+        TypeError, match=f"backend must be a str or None, not {type(name).__name__}"
+    ):
+        percolite.open(":memory:", backend=name)
+    with pytest.raises(TypeError, match="backend must be a str or None"):
+        percolite.open(store_path, backend=name)
+    assert not store_path.exists()
+
+
+def test_create_false_with_memory_is_a_value_error():
+    with pytest.raises(ValueError, match="create=False"):
+        percolite.open(":memory:", create=False)
+    with pytest.raises(ValueError, match="create=False"):
+        percolite.open(":memory:", backend="memory", create=False)
+
+
+def test_a_target_and_a_backend_that_disagree_are_a_value_error():
+    with pytest.raises(ValueError, match="names the memory backend, but backend='lmdb'"):
+        percolite.open(":memory:", backend="lmdb")
+
+
+def test_a_memory_store_used_in_a_forked_child_raises_error():
+    """The child gets percolite.Error naming fork from the parent's memory
+    store (handle, open transaction, commit, stats), never a crash, and can
+    open a memory store of its own; the parent's store still works."""
+    out = run_child("children.backends:fork_with_a_memory_store", timeout=30)
+    lines = out.split()
+    assert "child-exit" in lines and lines[lines.index("child-exit") + 1] == "0", out
+    assert "parent-ok" in lines
