@@ -23,7 +23,7 @@ SYNC_MODES: tuple = _core.SYNC_MODES
 
 
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
-    path: str | os.PathLike,
+    path: str | os.PathLike | None = None,
     *,
     sync: str = "full",
     create: bool = True,
@@ -41,8 +41,9 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     own, gone when the handle closes, seen by no other handle or process (for
     tests and simulations; nothing is written to disk, so ``sync`` changes
     nothing). ``backend`` (``"lmdb"`` or ``"memory"``) names the backend
-    instead of the path's form. An unknown scheme or backend name raises
-    ``ValueError``, as does ``create=False`` with ``":memory:"``.
+    instead of the path's form; ``open(backend="memory")`` needs no path. An
+    unknown scheme or backend name raises ``ValueError``, as do a path with
+    ``backend="memory"`` and ``create=False`` with ``":memory:"``.
 
     ``sync`` chooses durability: ``"full"`` (default) makes every commit
     durable; ``"meta"`` may lose the last commits on an OS crash but never
@@ -64,6 +65,10 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     """
     if sync not in SYNC_MODES:
         raise ValueError(f"sync must be one of {', '.join(map(repr, SYNC_MODES))}, not {sync!r}")
+    if path is None:
+        if backend != "memory":
+            raise TypeError("open() needs a path (or backend='memory' for an in-memory store)")
+        path = ":memory:"
     try:
         fspath = os.fspath(path)
     except TypeError:

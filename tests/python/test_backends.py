@@ -164,3 +164,22 @@ def test_a_memory_store_used_in_a_forked_child_raises_error():
     lines = out.split()
     assert "child-exit" in lines and lines[lines.index("child-exit") + 1] == "0", out
     assert "parent-ok" in lines
+
+
+def test_open_with_backend_memory_needs_no_path():
+    with percolite.open(backend="memory", sync="none") as env:
+        assert env.backend == "memory" and env.path == ":memory:"
+        env.run(lambda tx: tx.set("r", ("f", "q"), b"v"))
+
+
+def test_open_without_a_path_needs_backend_memory():
+    with pytest.raises(TypeError, match="needs a path"):
+        percolite.open()
+    with pytest.raises(TypeError, match="needs a path"):
+        percolite.open(backend="lmdb")
+
+
+def test_a_path_with_backend_memory_is_a_value_error(store_path):
+    with pytest.raises(ValueError, match="a memory store has no path"):
+        percolite.open(store_path, backend="memory")
+    assert not store_path.exists()
