@@ -1,4 +1,4 @@
-// Rows longer than LMDB's key limit (design.md section 2): they are stored
+// Rows longer than LMDB's key limit: they are stored
 // under hashed keys, yet Get, Scan order, read-your-writes and conflicts are
 // exact for rows sharing long prefixes.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Snapshot-isolation transactions (percolite/transaction.h, design.md section 3):
+// Snapshot-isolation transactions (percolite/transaction.h):
 // write-write conflicts, atomicity, commit timestamps, snapshots, read-your-writes,
 // states and closing.
 #include <algorithm>

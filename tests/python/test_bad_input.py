@@ -1,5 +1,5 @@
 """Misuse and bad input: each raises one specific exception whose message names
-what was wrong, and nothing is written (design.md sections 8 and 9)."""
+what was wrong, and nothing is written."""
 
 from __future__ import annotations
 

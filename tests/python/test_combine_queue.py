@@ -1,4 +1,4 @@
-"""The combine queue (design.md section 5; seeds 000-002; contract in
+"""The combine queue (Fluo Recipes' Combine Queue; contract in
 cpp/include/percolite/combine_queue.h).
 
 Anything that runs workers runs in a child interpreter with a timeout
@@ -255,7 +255,7 @@ def test_bytes_keys_that_prefix_each_other_with_a_one_update_buffer(backend, tmp
 
 
 def test_change_observer_feeding_a_second_queue_ends_exact(backend, tmp_path):
-    """Word counts -> histogram of counts (the seeds' count -> index example):
+    """Word counts -> histogram of counts (the Fluo Recipes count -> index example):
     the first queue's change observer adds -1 for the old count and +1 for the
     new count to the second queue, in the processing transaction."""
     r = child("two_level", backend, db=tmp_path / "db")

@@ -1,4 +1,4 @@
-"""The export queue (design.md section 6; seed 003; contract in
+"""The export queue (Fluo Recipes' Export Queue; contract in
 cpp/include/percolite/export_queue.h).
 
 Anything that runs workers runs in a child interpreter with a timeout

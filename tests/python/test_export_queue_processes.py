@@ -1,6 +1,6 @@
 """The export queue across processes, into a real SQLite file: a worker killed
 with SIGKILL in the middle of exporting, two worker processes with an exporter
-failing on 30% of its calls, and the seed's inverted index (old and new count
+failing on 30% of its calls, and the Export Queue recipe's inverted index (old and new count
 rows) built under concurrency. Each ends with the sink equal to the
 reference: at least once, duplicates absorbed by the seq guard. The workers
 run children/exports_app.py. lmdb only: processes share the store.

@@ -1,7 +1,7 @@
 """The built-in exporters (percolite.exporters): SQLite, PostgreSQL, JSON Lines.
 
 The export queue delivers at least once, possibly out of order and from
-several threads and processes at once (design.md section 6); every exporter
+several threads and processes at once; every exporter
 must end in the state "per key, the entry with the highest seq". The exporters
 are called directly here with lists of SequencedExport. PostgreSQL tests run
 against a real temporary server (``_postgres.py``), never a mock.

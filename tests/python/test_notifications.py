@@ -1,4 +1,4 @@
-"""Notifications and observers: the delivery contract of design.md section 4.
+"""Notifications and observers: the delivery contract (percolite/notifications.h).
 
 Every test but one runs on every backend (``backend``). Everything that
 starts workers runs in a child interpreter with a timeout

@@ -1,5 +1,5 @@
 """Bad input around observers and workers: the errors users get, and that
-nothing is lost or left broken after them (design.md sections 4 and 9)."""
+nothing is lost or left broken after them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several processes on one store, and fork() (design.md sections 3 and 8).
+"""Several processes on one store, and fork().
 Each test drives its processes from a child interpreter with a timeout; their
 code is in children/processes.py. lmdb only: a store that other processes
 share (test_backends has the memory store in a forked child)."""

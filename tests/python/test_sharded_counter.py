@@ -1,4 +1,4 @@
-"""Sharded counters (design.md section 7; seed 004; docs/sharded_counters.md).
+"""Sharded counters (docs/sharded_counters.md).
 
 Exact mode: totals stay exact under real threads and processes, increments
 commit or abort with their transaction, and more shards mean fewer collisions.

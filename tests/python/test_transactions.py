@@ -1,4 +1,4 @@
-"""Snapshot-isolation semantics of one store in one process (design.md section 3).
+"""Snapshot-isolation semantics of one store in one process.
 
 Tests taking ``env`` or ``backend`` run on every backend; the ones at the end
 reopen a store, which only a persistent backend can."""

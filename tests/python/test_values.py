@@ -1,4 +1,4 @@
-"""Byte strings of any length and content round-trip exactly (design.md section 2):
+"""Byte strings of any length and content round-trip exactly:
 rows beyond LMDB's 511-byte key limit, every byte value, empty and large values."""
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def test_values_come_back_as_bytes(env):
 
 
 def test_store_grows_past_its_initial_map_size(store_path):
-    """The map grows by itself: no MapFull for users (design.md section 3).
+    """The map grows by itself: no MapFull for users.
     lmdb only: a memory store has no map."""
     env = percolite.open(store_path, sync="none", map_size=1 << 20)
     value = os.urandom(256 * 1024)

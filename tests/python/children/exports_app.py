@@ -1,6 +1,6 @@
 """The application the worker processes of test_export_queue_processes.py run
 (``percolite worker children.exports_app:app``): an export queue into a real
-SQLite file, and the seed's inverted index.
+SQLite file, and the Export Queue recipe's inverted index.
 
 From the environment, read when imported: SINK (the SQLite file, required),
 EXPORT_SLEEP (seconds each kv export waits after applying its batch) and
