@@ -79,3 +79,18 @@ def test_operations_memory_example_prints_what_its_comment_says(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "memory False"
+
+
+def relative_links(path: Path) -> list[str]:
+    """The targets of the Markdown links in ``path`` that point into the repository."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", path.read_text())
+    return [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:", t) and t.split("#")[0]]
+
+
+@pytest.mark.parametrize(
+    "document", ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+)
+def test_links_point_at_files_that_exist(document):
+    path = ROOT / document
+    missing = [t for t in relative_links(path) if not (path.parent / t).exists()]
+    assert missing == [], f"{document} links to files that do not exist"
