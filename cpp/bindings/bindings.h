@@ -46,6 +46,7 @@ struct PyEnv {
 void BindEnv(py::module_& m);
 void BindCombineQueue(py::module_& m);
 void BindExportQueue(py::module_& m);
+void BindLoader(py::module_& m);
 void BindTransaction(py::module_& m);
 
 }  // namespace percolite::bindings

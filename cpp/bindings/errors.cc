@@ -27,14 +27,20 @@ const char* ErrorClassName(ErrorCode code) {
   return "Error";
 }
 
+namespace {
+py::object ClassFor(ErrorCode code) {
+  const char* name = ErrorClassName(code);
+  if (name == nullptr) return py::reinterpret_borrow<py::object>(PyExc_ValueError);
+  return py::module_::import("percolite.errors").attr(name);
+}
+}  // namespace
+
 void TranslateError(const percolite::Error& e) {
-  const char* name = ErrorClassName(e.code());
-  if (name == nullptr) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-    return;
-  }
-  py::object cls = py::module_::import("percolite.errors").attr(name);
-  PyErr_SetString(cls.ptr(), e.what());
+  PyErr_SetString(ClassFor(e.code()).ptr(), e.what());
+}
+
+py::object ExceptionFor(const percolite::Status& status) {
+  return ClassFor(status.code())(status.message());
 }
 
 }  // namespace percolite::bindings

@@ -41,6 +41,7 @@ PYBIND11_MODULE(_core, m) {
   pb::BindCombineQueue(m);
   pb::BindExportQueue(m);
   pb::BindTransaction(m);
+  pb::BindLoader(m);
 
   // ---- Constants: limits, layout facts and defaults of the core, which the
   // Python package reads from here instead of repeating them.

@@ -19,6 +19,8 @@ void BindTransaction(py::module_& m) {
                                switch (self.state()) {
                                  case Tx::State::kActive:
                                    return "active";
+                                 case Tx::State::kCommitting:
+                                   return "committing";
                                  case Tx::State::kCommitted:
                                    return "committed";
                                  case Tx::State::kAborted:

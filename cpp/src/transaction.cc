@@ -56,6 +56,9 @@ void Transaction::CheckActive() const {
   if (state_ == State::kAborted) {
     throw Error(ErrorCode::kWrongState, "the transaction was already aborted");
   }
+  if (state_ == State::kCommitting) {
+    throw Error(ErrorCode::kWrongState, "the transaction's commit was already submitted");
+  }
 }
 
 void Transaction::ReleaseLocked(State s) {
@@ -343,19 +346,13 @@ size_t Transaction::Count(const ScanRange& range, const std::string* resume_afte
   return counted;
 }
 
-void Transaction::Commit() {
-  std::lock_guard<std::mutex> lock(mu_);
-  CheckActive();
-  const bool has_extras = extras_.trigger || !extras_.weak_notifications.empty();
-  if (writes_.empty() && stamped_.empty() && purged_.empty() && !has_extras) {
-    ReleaseLocked(State::kCommitted);
-    return;
-  }
-  std::shared_ptr<TransactionSource> source = source_.lock();
-  if (!source) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
-  std::shared_ptr<Backend> backend = source->backend();
-  // The writes move into the mutations (keys and values are not copied), so
-  // from here on the transaction ends aborted unless the commit succeeds.
+bool Transaction::HasWritesLocked() const {
+  return !writes_.empty() || !stamped_.empty() || !purged_.empty() || extras_.trigger ||
+         !extras_.weak_notifications.empty();
+}
+
+std::vector<Mutation> Transaction::TakeMutationsLocked() {
+  // The writes move into the mutations (keys and values are not copied).
   std::vector<Mutation> mutations;
   mutations.reserve(purged_.size() + writes_.size() + stamped_.size());
   for (auto& [from, end] : purged_) {  // first: the other writes win over a purge
@@ -376,10 +373,27 @@ void Transaction::Commit() {
     mutations.push_back(std::move(m));
   }
   for (Mutation& m : stamped_) mutations.push_back(std::move(m));
+  return mutations;
+}
+
+std::shared_ptr<Backend> Transaction::BackendLocked() const {
+  std::shared_ptr<TransactionSource> source = source_.lock();
+  if (!source) throw Error(ErrorCode::kClosed, "the transaction's store was closed");
+  return source->backend();
+}
+
+void Transaction::Commit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  if (!HasWritesLocked()) {
+    ReleaseLocked(State::kCommitted);
+    return;
+  }
+  std::shared_ptr<Backend> backend = BackendLocked();
+  // From here on the transaction ends aborted unless the commit succeeds.
   CommitResult result;
   try {
-    result = backend->Commit(start_ts_, std::move(mutations),
-                             has_extras ? std::move(extras_) : CommitExtras());
+    result = backend->Commit(start_ts_, TakeMutationsLocked(), std::move(extras_));
   } catch (...) {
     ReleaseLocked(State::kAborted);
     throw;
@@ -390,6 +404,44 @@ void Transaction::Commit() {
   }
   commit_ts_ = result.commit_ts;
   ReleaseLocked(State::kCommitted);
+}
+
+void Transaction::CommitAsync(CommitCallback done) {
+  std::shared_ptr<Backend> backend;
+  std::vector<Mutation> mutations;
+  CommitExtras extras;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CheckActive();
+    if (!HasWritesLocked()) {
+      ReleaseLocked(State::kCommitted);
+    } else {
+      backend = BackendLocked();
+      mutations = TakeMutationsLocked();
+      extras = std::move(extras_);
+      ReleaseLocked(State::kCommitting);
+    }
+  }
+  if (!backend) {  // nothing to write: committed without touching the store
+    done(CommitResult{});
+    return;
+  }
+  std::shared_ptr<Transaction> self = shared_from_this();
+  auto finish = [self, done = std::move(done)](const CommitResult& result) {
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (result.status.ok()) self->commit_ts_ = result.commit_ts;
+      self->state_ = result.status.ok() ? State::kCommitted : State::kAborted;
+    }
+    done(result);
+  };
+  try {
+    backend->CommitAsync(start_ts_, std::move(mutations), std::move(extras), std::move(finish));
+  } catch (...) {  // refused before it was queued: nothing was written
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = State::kAborted;
+    throw;
+  }
 }
 
 void Transaction::Abort() {

@@ -19,6 +19,7 @@ from ._combine import Change, CombineQueue
 from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
 from ._export import ExportQueue, SequencedExport
+from ._loader import Loader
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._transaction import Transaction
 from ._workers import run_workers
@@ -48,6 +49,7 @@ __all__ = [
     "codecs",
     "exporters",
     "Env",
+    "Loader",
     "Transaction",
     "Column",
     "Cell",

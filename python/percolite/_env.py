@@ -11,9 +11,10 @@ from typing import Any, Callable, TypeVar
 
 from . import _core
 from ._app import App
+from ._loader import Loader
 from ._progress import Progress
 from ._transaction import Transaction
-from .errors import CommitConflict
+from .errors import ClosedError, CommitConflict
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
@@ -127,6 +128,7 @@ class Env:
         self._sync = sync
         self._app: App | None = None
         self._workers_running = False
+        self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
         _open_envs.add(self)
 
     def _bind(self, app: App) -> None:
@@ -210,6 +212,42 @@ class Env:
                 time.sleep(random.uniform(0, min(max_backoff, backoff * 2 ** min(attempt, 30))))
             finally:
                 tx.abort()
+
+    def loader(
+        self,
+        max_in_flight: int = 256,
+        *,
+        max_retries: int | None = 1000,
+        backoff: float = 0.001,
+        max_backoff: float = 0.1,
+    ) -> Loader:
+        """A :class:`percolite.Loader` on this store: one thread keeps up to
+        ``max_in_flight`` transactions in flight, each future resolving once
+        its transaction is durable. Use it as a context manager::
+
+            with env.loader() as loader:
+                for doc in docs:
+                    loader.submit(index, doc)   # index(tx, doc) runs in a transaction
+
+        Conflicts re-run the function after a random back-off from
+        ``backoff`` up to ``max_backoff`` seconds, at most ``max_retries``
+        times (``None``: until it commits). Closing the store flushes and
+        closes its loaders first.
+        """
+        if self.closed:
+            raise ClosedError(f"store {self.path!r} is closed")
+        loader = Loader(
+            self,
+            max_in_flight,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+        self._loaders.add(loader)
+        return loader
+
+    def _forget_loader(self, loader: Loader) -> None:
+        self._loaders.discard(loader)
 
     # -- workers ------------------------------------------------------------
     @property
@@ -359,8 +397,10 @@ class Env:
         return self._core.stats()
 
     def close(self) -> None:
-        """Stop this handle's workers (letting running observers finish), then
-        close it; idempotent."""
+        """Flush and close this handle's loaders, stop its workers (letting
+        running observers finish), then close it; idempotent."""
+        for loader in list(self._loaders):
+            loader.close()
         self._core.close()
         self._workers_running = False
 

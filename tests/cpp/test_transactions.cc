@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -628,4 +631,50 @@ TEST_CASE("Empty rows and families are refused while empty qualifiers and binary
   REQUIRE(items.size() == 1);
   CHECK(percolite_test::SameCell(items[0].cell, binary));
   CHECK(items[0].value == value);
+}
+
+TEST_CASE("CommitAsync reports once; the transaction is committing, then committed or aborted",
+          "[transactions][conformance]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  const Cell cell{"r", "f", "q"};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<percolite::CommitResult> results;
+  auto record = [&](const percolite::CommitResult& result) {
+    std::lock_guard<std::mutex> lock(mu);
+    results.push_back(result);
+    cv.notify_all();
+  };
+  auto wait_for = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return results.size() >= n; });
+  };
+  auto first = env->Begin(), second = env->Begin();
+  first->Set(Ref(cell), "first");
+  second->Set(Ref(cell), "second");
+  first->CommitAsync(record);
+  // Submitted: nothing more may be done with it until the result is in.
+  CHECK(ErrorCodeOf([&] { first->Set(Ref(cell), "x"); }) == ErrorCode::kWrongState);
+  CHECK(ErrorCodeOf([&] { first->Commit(); }) == ErrorCode::kWrongState);
+  REQUIRE(wait_for(1));
+  CHECK(results[0].status.ok());
+  CHECK(first->state() == Transaction::State::kCommitted);
+  CHECK(first->commit_ts() == results[0].commit_ts);
+  CHECK(ReadCommitted(*env, cell) == "first");
+
+  second->CommitAsync(record);  // its snapshot predates the first commit
+  REQUIRE(wait_for(2));
+  CHECK(results[1].status.code() == ErrorCode::kConflict);
+  CHECK(second->state() == Transaction::State::kAborted);
+  CHECK(second->commit_ts() == std::nullopt);
+  CHECK(ReadCommitted(*env, cell) == "first");
+
+  auto empty = env->Begin();  // wrote nothing: committed at once, no commit_ts
+  empty->CommitAsync(record);
+  REQUIRE(wait_for(3));
+  CHECK(results[2].status.ok());
+  CHECK(results[2].commit_ts == 0);
+  CHECK(empty->state() == Transaction::State::kCommitted);
+  env->Close();
 }

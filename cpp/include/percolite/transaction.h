@@ -66,10 +66,11 @@ struct ScanChunk {
   bool done = false;         // the range is exhausted
 };
 
-class Transaction {
+class Transaction : public std::enable_shared_from_this<Transaction> {
  public:
   // kClosed: aborted because its Env was closed (Commit then throws kClosed).
-  enum class State { kActive, kCommitted, kAborted, kClosed };
+  // kCommitting: submitted by CommitAsync, its result not reported yet.
+  enum class State { kActive, kCommitting, kCommitted, kAborted, kClosed };
 
   ~Transaction();
   Transaction(const Transaction&) = delete;
@@ -137,6 +138,16 @@ class Transaction {
 
   // Commits; throws kConflict (and the transaction is aborted) on a write-write conflict.
   void Commit();
+  // Submits the commit without waiting for it (Backend::CommitAsync): the
+  // transaction leaves kActive at once (kCommitting; every later call but
+  // Abort throws kWrongState) and `done` gets the result once the backend
+  // reports it (with sync="full": once it is durable), on a backend thread or
+  // on this one before CommitAsync returns; state() and commit_ts() show the
+  // outcome from then on. A transaction that wrote nothing commits at once
+  // (a result with commit_ts 0). Throws, without calling `done`, what Commit
+  // throws for a transaction that cannot be submitted (finished, closed).
+  // `done` must not block; it may begin and submit other transactions.
+  void CommitAsync(CommitCallback done);
   // Discards the buffered writes and releases the snapshot. Idempotent.
   void Abort();
 
@@ -149,8 +160,11 @@ class Transaction {
   };
 
   Transaction(std::shared_ptr<TransactionSource> source, std::unique_ptr<Snapshot> snapshot);
-  void CheckActive() const;     // REQUIRES(mu_)
-  void ReleaseLocked(State s);  // REQUIRES(mu_)
+  void CheckActive() const;                        // REQUIRES(mu_)
+  void ReleaseLocked(State s);                     // REQUIRES(mu_)
+  bool HasWritesLocked() const;                    // REQUIRES(mu_)
+  std::vector<Mutation> TakeMutationsLocked();     // REQUIRES(mu_)
+  std::shared_ptr<Backend> BackendLocked() const;  // REQUIRES(mu_)
   void AbortFromClose();
   static void ValidateCell(const CellRef& cell);
 

@@ -1,0 +1,139 @@
+// _core.Loader: what a Python loader thread needs to keep hundreds of
+// commits in flight. Commits are submitted with Transaction::CommitAsync; the
+// backend's callback only appends the result to a queue here (no GIL, so the
+// group-commit writer never waits for Python). The loader thread takes jobs
+// posted by submitters and finished commits from the same queue (`next`,
+// GIL released while it waits), and completes Python futures itself.
+// `acquire` bounds the commits in flight: it blocks, GIL released, while
+// `max_in_flight` are outstanding.
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "bindings.h"
+#include "errors.h"
+
+namespace percolite::bindings {
+namespace {
+
+class Loader : public std::enable_shared_from_this<Loader> {
+ public:
+  explicit Loader(size_t max_in_flight) : max_in_flight_(max_in_flight) {}
+
+  // Takes a slot for one more job; false when `timeout` seconds (< 0: no
+  // limit) passed or the loader closed first.
+  bool Acquire(double timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] { return closed_ || in_flight_ < max_in_flight_; };
+    if (timeout < 0) {
+      slots_cv_.wait(lock, ready);
+    } else if (!slots_cv_.wait_for(lock, std::chrono::duration<double>(timeout), ready)) {
+      return false;
+    }
+    if (closed_) return false;
+    ++in_flight_;
+    return true;
+  }
+
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (in_flight_ > 0) --in_flight_;
+    }
+    slots_cv_.notify_one();
+    events_cv_.notify_all();  // a flush may be waiting for the last one
+  }
+
+  // A job for the loader thread.
+  void Post(uint64_t token) { Push(Event{token, false, CommitResult{}}); }
+
+  // Submits `transaction`'s commit; its result reaches `Next` under `token`.
+  void Commit(const std::shared_ptr<Transaction>& transaction, uint64_t token) {
+    std::weak_ptr<Loader> self = weak_from_this();
+    transaction->CommitAsync([self, token](const CommitResult& result) {
+      if (auto loader = self.lock()) loader->Push(Event{token, true, result});
+    });
+  }
+
+  // Up to `limit` events, waiting up to `timeout` seconds for the first:
+  // (token, is_commit, exception or None, commit_ts).
+  py::list Next(double timeout, size_t limit) {
+    std::deque<Event> taken;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu_);
+      events_cv_.wait_for(lock, std::chrono::duration<double>(timeout),
+                          [&] { return !events_.empty() || closed_; });
+      while (!events_.empty() && taken.size() < limit) {
+        taken.push_back(std::move(events_.front()));
+        events_.pop_front();
+      }
+    }
+    py::list out;
+    for (const Event& e : taken) {
+      py::object error = e.result.status.ok() ? py::none() : ExceptionFor(e.result.status);
+      out.append(py::make_tuple(e.token, e.commit, error, e.result.commit_ts));
+    }
+    return out;
+  }
+
+  size_t in_flight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_flight_;
+  }
+
+  // Wakes every waiter; Acquire refuses from now on.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    slots_cv_.notify_all();
+    events_cv_.notify_all();
+  }
+
+ private:
+  struct Event {
+    uint64_t token;
+    bool commit;
+    CommitResult result;
+  };
+
+  void Push(Event event) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(event));
+    }
+    events_cv_.notify_one();
+  }
+
+  const size_t max_in_flight_;
+  std::mutex mu_;
+  std::condition_variable slots_cv_, events_cv_;
+  std::deque<Event> events_;  // GUARDED_BY(mu_)
+  size_t in_flight_ = 0;      // GUARDED_BY(mu_)
+  bool closed_ = false;       // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+void BindLoader(py::module_& m) {
+  py::class_<Loader, std::shared_ptr<Loader>>(m, "Loader")
+      .def(py::init<size_t>(), py::arg("max_in_flight"))
+      .def("acquire", &Loader::Acquire, py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("release", &Loader::Release)
+      .def("post", &Loader::Post, py::arg("token"))
+      .def("commit", &Loader::Commit, py::arg("transaction"), py::arg("token"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("next", &Loader::Next, py::arg("timeout"), py::arg("limit"))
+      .def_property_readonly("in_flight", &Loader::in_flight)
+      .def("close", &Loader::Close, py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace percolite::bindings
