@@ -33,6 +33,14 @@ PYBIND11_MODULE(_core, m) {
     for (const std::string& name : percolite::BackendNames()) names[i++] = name;
     m.attr("BACKENDS") = names;  // what percolite.open(..., backend=) accepts
   }
+  m.def(
+      "parse_target",
+      [](const std::string& target, const std::string& backend) {
+        const percolite::BackendTarget parsed = percolite::ParseTarget(target, backend);
+        return py::make_tuple(parsed.backend, parsed.location);
+      },
+      py::arg("target"), py::arg("backend") = "",
+      "(backend name, location) of a percolite.open target; ValueError naming what is wrong");
 
   // Order matters: a signature names a class bound earlier by its Python name
   // and a later one by its C++ name (Env.begin returns "percolite::Transaction"),

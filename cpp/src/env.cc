@@ -105,6 +105,17 @@ bool Env::WaitIdle(double timeout_seconds) {
     workers = workers_;
   }
   if (workers) return workers->WaitIdle(timeout_seconds);
+  if (!capabilities_.cross_process) {
+    // No other process can open this store: no one else will ever run its work.
+    const uint64_t pending = store->PendingNotifications();
+    if (pending == 0) return true;
+    throw Error(ErrorCode::kWrongState,
+                "wait(): " + std::to_string(pending) + " notification" +
+                    (pending == 1 ? " is" : "s are") + " pending and no workers run on this " +
+                    capabilities_.name +
+                    " store, which no other process can open: start workers on this handle "
+                    "(start_workers, or process() to run them until idle)");
+  }
   // No workers here: others (other processes) do the work; poll the store,
   // and keep telling their pools that someone waits, so that they hurry
   // (workers.h) instead of lingering.

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import percolite
 
 from . import _core
+from ._env import store_directory
 from ._workers import load_app, run_worker_processes
 
 
@@ -59,6 +60,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _open_existing(path: str) -> percolite.Env:
+    store_directory(path)  # a memory target: no other process's store to look at
     return percolite.open(path, create=False)
 
 

@@ -30,6 +30,8 @@ DEFAULT_BUFFER_SIZE: int
 DEFAULT_BATCH_SIZE: int
 BACKENDS: tuple[str, ...]
 
+def parse_target(target: str, backend: str = "") -> tuple[str, str]: ...
+
 class Env:
     @staticmethod
     def open(

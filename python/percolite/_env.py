@@ -66,10 +66,12 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     """
     if sync not in SYNC_MODES:
         raise ValueError(f"sync must be one of {', '.join(map(repr, SYNC_MODES))}, not {sync!r}")
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(f"backend must be a str or None, not {type(backend).__name__}")
     if path is None:
-        if backend != "memory":
+        if backend is None or backend == "lmdb":
             raise TypeError("open() needs a path (or backend='memory' for an in-memory store)")
-        path = ":memory:"
+        path = ":memory:"  # the core names an unknown backend
     try:
         fspath = os.fspath(path)
     except TypeError:
@@ -85,8 +87,6 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at least 1 MiB, not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
-    if backend is not None and not isinstance(backend, str):
-        raise TypeError(f"backend must be a str or None, not {type(backend).__name__}")
     if app is not None and not isinstance(app, App):
         raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers, backend or "")
@@ -98,6 +98,19 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
             env.close()
             raise
     return env
+
+
+def store_directory(target: str | os.PathLike) -> str:
+    """The directory of the on-disk store ``target`` names (a path or
+    ``lmdb://PATH``), for tools that share a store between processes;
+    ``ValueError`` for an in-memory target, which no other process can open."""
+    backend, location = _core.parse_target(os.fsdecode(os.fspath(target)))
+    if backend == "memory":
+        raise ValueError(
+            f"{os.fsdecode(os.fspath(target))!r} is an in-memory store, private to the process "
+            "that opens it: give the directory of a store"
+        )
+    return location
 
 
 _open_envs: weakref.WeakSet = weakref.WeakSet()
@@ -309,8 +322,11 @@ class Env:
         nothing else to run, lingering queues (the ``linger`` of
         :meth:`App.combine_queue` and :meth:`App.export_queue`) process what
         they hold instead of waiting for more. Without workers here, the
-        wait hurries other processes' workers instead, through the store
-        directory's ``waiting`` file.
+        wait hurries other processes' workers instead (an lmdb store signals
+        them through its directory's ``waiting`` file). A ``":memory:"``
+        store has no other processes: waiting on one without workers while
+        work is pending raises :class:`percolite.Error` at once instead of
+        hanging (start workers, or call :meth:`process`).
         """
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, not {timeout}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from . import _core
 from ._app import App
 from ._env import open as open_env
+from ._env import store_directory
 
 __all__ = ["load_app", "run_workers", "run_worker_processes"]
 
@@ -98,7 +99,7 @@ def run_worker_processes(
         raise ValueError(f"processes must be at least 1, not {processes}")
     if threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
-    if not Path(db).is_dir():
+    if not Path(store_directory(db)).is_dir():
         raise ValueError(f"no percolite store at {db!r}")
     if worker_index is not None or processes == 1:
         return _run_in_this_process(

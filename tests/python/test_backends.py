@@ -7,6 +7,8 @@ contracts themselves are tested on every backend by the tests that take the
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import percolite
 import pytest
@@ -183,3 +185,109 @@ def test_a_path_with_backend_memory_is_a_value_error(store_path):
     with pytest.raises(ValueError, match="a memory store has no path"):
         percolite.open(store_path, backend="memory")
     assert not store_path.exists()
+
+
+# -- targets and names, as the core reads them ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "target, backend, expected",
+    [
+        (":memory:", "", ("memory", "")),
+        ("memory:", "", ("memory", "")),
+        ("memory://", "", ("memory", "")),
+        ("MEMORY://", "", ("memory", "")),
+        ("lmdb://some/dir", "", ("lmdb", "some/dir")),
+        ("LMDB://some/dir", "", ("lmdb", "some/dir")),
+        ("lmdb:rel", "", ("lmdb", "rel")),
+        ("data:2024", "", ("lmdb", "data:2024")),  # a relative path with a colon
+        ("plain/dir", "lmdb", ("lmdb", "plain/dir")),
+        (":memory:", "memory", ("memory", "")),
+    ],
+)
+def test_targets_name_a_backend_and_a_location(target, backend, expected):
+    assert percolite._core.parse_target(target, backend) == expected
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"backend": "sqlite"}, ValueError, "unknown backend 'sqlite'"),
+        ({"backend": "Memory"}, ValueError, "unknown backend 'Memory'"),
+        ({"backend": b"memory"}, TypeError, "backend must be a str or None, not bytes"),
+        ({"path": "", "backend": "memory"}, ValueError, "the path is empty"),
+        ({"path": ""}, ValueError, "the path is empty"),
+        ({"path": "lmdb://"}, ValueError, "names no directory"),
+    ],
+)
+def test_bad_targets_and_names_raise_before_anything_is_created(tmp_path, kwargs, error, match):
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(error, match=match):
+        percolite.open(**kwargs)
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_waiting_on_a_memory_store_without_workers_raises_at_once():
+    app = percolite.App()
+
+    @app.observer(COL)
+    def observe(tx, row, column):
+        pass
+
+    with percolite.open(":memory:", app=app) as env:
+        assert env.wait(timeout=5)  # nothing pending: idle
+        env.run(lambda tx: tx.set("r", COL, b"v"))
+        with pytest.raises(percolite.Error, match="1 notification is pending and no workers run"):
+            env.wait()  # would never end: no other process can run the work
+        env.process()
+        assert env.wait(timeout=5)
+
+
+# -- the command line needs a store other processes can open --------------------
+
+
+def cli(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "percolite", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("command", ["status", "scan", "wait"])
+def test_cli_refuses_a_memory_store_with_one_line(tmp_path, command):
+    result = cli(command, ":memory:", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "percolite: ':memory:' is an in-memory store, private to the process that opens it: "
+        "give the directory of a store"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_worker_and_phrasecount_take_lmdb_urls(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.py").write_text('"""The quick brown fox jumps over the lazy dog."""\n')
+    result = cli("phrasecount", "corpus", "--db", "lmdb://pc.db", "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # The sink is named after the store's directory, not after the URL.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "pc.db", "pc.db.phrases.sqlite"]
+    worker = cli(
+        "worker",
+        "percolite.phrasecount.app:app",
+        "--db",
+        "lmdb://pc.db",
+        "--until-idle",
+        cwd=tmp_path,
+    )
+    assert worker.returncode == 0, worker.stderr
+
+
+def test_cli_phrasecount_refuses_a_memory_store(tmp_path):
+    result = cli("phrasecount", "--db", ":memory:", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "in-memory store, private to the process" in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -22,10 +22,10 @@ def _kind(node: ast.FunctionDef) -> str:
     return "method"
 
 
-def _stub_parameters(node: ast.FunctionDef) -> int:
+def _stub_parameters(node: ast.FunctionDef, in_class: bool) -> int:
     args = node.args
     count = len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs)
-    return count - (_kind(node) == "method")  # self
+    return count - (in_class and _kind(node) == "method")  # self
 
 
 def _declared(body: list, in_class: bool) -> dict:
@@ -34,7 +34,8 @@ def _declared(body: list, in_class: bool) -> dict:
     for node in body:
         if isinstance(node, ast.FunctionDef):
             kind = _kind(node) if in_class else "function"
-            found[node.name] = (kind, None if kind == "property" else _stub_parameters(node))
+            parameters = None if kind == "property" else _stub_parameters(node, in_class)
+            found[node.name] = (kind, parameters)
         elif isinstance(node, ast.ClassDef) and not in_class:
             found[node.name] = ("class", _declared(node.body, in_class=True))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

@@ -296,12 +296,26 @@ class Backend {
   virtual void Close() = 0;
 };
 
-// Opens the backend a target names:
-//   ":memory:" or "memory:"   a new private in-memory store
-//   "lmdb:PATH", "lmdb://PATH" or a plain PATH   the LMDB store in directory PATH
-// `backend` ("lmdb", "memory" or empty for "from the target") overrides the
-// choice. Unknown schemes or names throw kInvalidArgument naming them, as does
-// a memory store with options.create false (a new memory store is always empty).
+// What a target names: the backend, and where its store is (the directory
+// for lmdb; empty for memory).
+struct BackendTarget {
+  std::string backend;
+  std::string location;
+};
+
+// Reads a target:
+//   ":memory:", "memory:" or "memory://"       a new private in-memory store
+//   "lmdb:PATH", "lmdb://PATH" or a plain PATH  the LMDB store in directory PATH
+// Schemes are case-insensitive; a relative path with a colon ("data:2024")
+// stays a path. `backend` ("lmdb", "memory", or empty for "from the target")
+// names the backend instead. Throws kInvalidArgument naming what is wrong: an
+// empty target, an unknown scheme or name, a target and a name that disagree,
+// a path for memory, no path for lmdb.
+BackendTarget ParseTarget(const std::string& target, const std::string& backend);
+
+// Opens the backend ParseTarget reads from `target`; a memory store with
+// options.create false throws kInvalidArgument (a new memory store is always
+// empty).
 std::shared_ptr<Backend> OpenBackend(const std::string& target, const std::string& backend,
                                      const BackendOptions& options);
 // The names OpenBackend accepts for `backend`, and the schemes of targets.

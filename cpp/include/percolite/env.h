@@ -21,7 +21,9 @@
 // - StartWorkers runs a Workers pool (workers.h); StopWorkers stops it; Close
 //   stops it first. WaitIdle works with or without workers in this process:
 //   without them it polls the store and signals the other processes' pools
-//   that someone waits (Backend::SignalWaiting).
+//   that someone waits (Backend::SignalWaiting). On a store no other process
+//   can open (capabilities().cross_process false), waiting without workers
+//   for pending notifications throws kWrongState at once: it would never end.
 // - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
 //   throw kWrongState: a worker cannot wait for its own pool.
 #pragma once

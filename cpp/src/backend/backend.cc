@@ -130,12 +130,55 @@ CommitResult Backend::Commit(uint64_t start_ts, std::vector<Mutation> mutations,
   return result;
 }
 
-std::vector<std::string> BackendNames() { return {"lmdb", "memory"}; }
-
 namespace {
 
-// "scheme" of "scheme://rest" or "scheme:rest" when the target names one of
-// ours; a plain path (which may hold ':' anywhere but a known scheme) has none.
+// The backends, by name: a new one is one more entry (and its class).
+struct BackendEntry {
+  const char* name;
+  bool has_location;  // opens a path (lmdb) or nothing (memory)
+  std::shared_ptr<Backend> (*open)(const std::string& location, const BackendOptions& options);
+};
+
+const BackendEntry kBackends[] = {
+    {"lmdb", true,
+     [](const std::string& location, const BackendOptions& options) -> std::shared_ptr<Backend> {
+       return LmdbBackend::Acquire(location, options);
+     }},
+    {"memory", false,
+     [](const std::string&, const BackendOptions& options) -> std::shared_ptr<Backend> {
+       if (!options.create) {
+         throw Error(ErrorCode::kInvalidArgument,
+                     "a memory store is always new and private to its handle, so create=False "
+                     "cannot open an existing one");
+       }
+       return MemoryBackend::Open(options);
+     }},
+};
+
+const BackendEntry* FindBackend(std::string_view name) {
+  for (const BackendEntry& entry : kBackends) {
+    if (name == entry.name) return &entry;
+  }
+  return nullptr;
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string KnownNames() {
+  std::string out;
+  for (const BackendEntry& entry : kBackends) {
+    if (!out.empty()) out += ", ";
+    out += std::string("'") + entry.name + "'";
+  }
+  return out;
+}
+
+// "scheme" of "scheme://rest", or of "name:rest" for one of our names (so a
+// relative path such as "data:2024" stays a path). False for a plain path.
 bool SplitScheme(const std::string& target, std::string* scheme, std::string* rest) {
   const size_t colon = target.find(':');
   if (colon == std::string::npos || colon == 0) return false;
@@ -146,11 +189,8 @@ bool SplitScheme(const std::string& target, std::string* scheme, std::string* re
     if (!ok) return false;
   }
   const bool slashes = target.compare(colon + 1, 2, "//") == 0;
-  std::string name = target.substr(0, colon);
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  // "name:rest" without slashes is a scheme only for our own names, so that
-  // a relative path such as "data:2024" stays a path.
-  if (!slashes && name != "lmdb" && name != "memory") return false;
+  std::string name = Lower(std::string_view(target).substr(0, colon));
+  if (!slashes && FindBackend(name) == nullptr) return false;
   *scheme = name;
   *rest = target.substr(colon + 1 + (slashes ? 2 : 0));
   return true;
@@ -158,8 +198,20 @@ bool SplitScheme(const std::string& target, std::string* scheme, std::string* re
 
 }  // namespace
 
-std::shared_ptr<Backend> OpenBackend(const std::string& target, const std::string& backend,
-                                     const BackendOptions& options) {
+std::vector<std::string> BackendNames() {
+  std::vector<std::string> names;
+  for (const BackendEntry& entry : kBackends) names.emplace_back(entry.name);
+  return names;
+}
+
+BackendTarget ParseTarget(const std::string& target, const std::string& backend) {
+  if (target.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "opening a store: the path is empty");
+  }
+  if (!backend.empty() && FindBackend(backend) == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "unknown backend '" + backend + "': percolite has " + KnownNames());
+  }
   std::string scheme, rest = target;
   if (target == ":memory:") {
     scheme = "memory";
@@ -167,36 +219,34 @@ std::shared_ptr<Backend> OpenBackend(const std::string& target, const std::strin
   } else if (!SplitScheme(target, &scheme, &rest)) {
     scheme.clear();
   }
-  if (!backend.empty() && backend != "lmdb" && backend != "memory") {
-    throw Error(ErrorCode::kInvalidArgument,
-                "unknown backend '" + backend + "': percolite has 'lmdb' and 'memory'");
-  }
-  if (!scheme.empty() && scheme != "lmdb" && scheme != "memory") {
+  if (!scheme.empty() && FindBackend(scheme) == nullptr) {
     throw Error(ErrorCode::kInvalidArgument,
                 "unknown backend scheme '" + scheme + "://' in '" + target +
-                    "': percolite opens lmdb:// (or a plain path) and :memory:");
+                    "': percolite opens a directory path (or lmdb://PATH) and ':memory:'");
   }
   if (!backend.empty() && !scheme.empty() && backend != scheme) {
     throw Error(ErrorCode::kInvalidArgument, "the target '" + target + "' names the " + scheme +
                                                  " backend, but backend='" + backend + "'");
   }
-  const std::string& chosen = !backend.empty() ? backend : !scheme.empty() ? scheme : "lmdb";
-  if (chosen == "memory") {
-    if (!rest.empty()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "a memory store has no path: open ':memory:' (got '" + target + "')");
-    }
-    if (!options.create) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "a memory store is always new and private to its handle, so create=False "
-                  "cannot open an existing one");
-    }
-    return MemoryBackend::Open(options);
+  const BackendEntry& entry = *FindBackend(!backend.empty()  ? backend
+                                           : !scheme.empty() ? scheme
+                                                             : "lmdb");
+  if (!entry.has_location && !rest.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("a ") + entry.name +
+                                                 " store has no path: open ':memory:' (got '" +
+                                                 target + "')");
   }
-  if (rest.empty()) {
-    throw Error(ErrorCode::kInvalidArgument, "opening a store: the path is empty");
+  if (entry.has_location && rest.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "opening a store: '" + target + "' names no directory");
   }
-  return LmdbBackend::Acquire(rest, options);
+  return BackendTarget{entry.name, rest};
+}
+
+std::shared_ptr<Backend> OpenBackend(const std::string& target, const std::string& backend,
+                                     const BackendOptions& options) {
+  const BackendTarget parsed = ParseTarget(target, backend);
+  return FindBackend(parsed.backend)->open(parsed.location, options);
 }
 
 }  // namespace percolite

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import percolite
+from percolite._env import store_directory
 
 from .corpus import (
     Document,
@@ -138,12 +139,16 @@ def run(
     stream = stream or sys.stderr
     began = time.perf_counter()
     db = os.fspath(db)
-    if os.path.exists(db) and not os.path.isdir(db):
+    try:
+        directory = store_directory(db)  # its sink is named after it; worker processes share it
+    except ValueError as e:
+        raise ValueError(f"--db {db}: {e}") from None
+    if os.path.exists(directory) and not os.path.isdir(directory):
         raise ValueError(f"--db {db}: is a file, not a store directory")
     for name, value in (("threads", threads), ("processes", processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name} must be an int >= 1, not {value!r}")
-    target = export or default_export(db)
+    target = export or default_export(directory)
     sink = pc.set_export(target)
     check = getattr(sink, "check", None)
     if check is not None:
