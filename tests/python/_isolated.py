@@ -91,18 +91,25 @@ def _call_literal(args: tuple, kwargs: dict) -> tuple:
 
 
 def start_child(
-    target: str, *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any
+    target: str,
+    *args: Any,
+    timeout: float = 60,
+    cwd: Any = None,
+    environment: dict | None = None,
+    **kwargs: Any,
 ) -> subprocess.Popen:
     """Start ``target`` (``"children.<module>:<function>"``) in a fresh
     interpreter, in its own process group, called with ``args`` and
     ``kwargs`` (Python literals; paths become ``str``); pass the result to
-    :func:`finish_child`. Shortly before ``timeout`` the child dumps every
-    thread's stack, so a hang shows where it is stuck."""
+    :func:`finish_child`. ``environment`` adds variables to the child's
+    environment. Shortly before ``timeout`` the child dumps every thread's
+    stack, so a hang shows where it is stuck."""
     call, literal = _call_literal(args, kwargs)
     launcher = _LAUNCHER.format(dump_after=_dump_after(timeout), tests_dir=str(TESTS_DIR))
     proc = subprocess.Popen(
         [sys.executable, "-c", launcher, target, literal],
         cwd=None if cwd is None else os.fspath(cwd),
+        env=None if environment is None else {**os.environ, **environment},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -244,6 +244,19 @@ void LmdbBackend::CheckUsable() const {
                     "the store again itself (or use the 'spawn' or 'forkserver' start method)");
   }
   if (closed_.load()) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
+  if (failed_.load()) {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    throw Error(ErrorCode::kStorage, failure_);
+  }
+}
+
+void LmdbBackend::Fail(const std::string& cause) {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (failed_.load()) return;
+  failure_ = "store '" + path_ + "' is unusable after a failed write to disk (" + cause +
+             "): what that write held was never shown to any reader; close every handle of "
+             "the store in this process and open it again";
+  failed_ = true;
 }
 
 void LmdbBackend::OpenEnvironment() {
@@ -264,11 +277,13 @@ void LmdbBackend::OpenEnvironment() {
   if (!rc) rc = mdb_env_set_mapsize(env_, options_.initial_map_size);
   if (rc) fail(rc, "configuring LMDB");
   unsigned flags = MDB_NOTLS;
-  // sync="full" also runs LMDB with MDB_NOMETASYNC: data pages are always
-  // synced before the meta page is written (so a crash never corrupts), and
-  // the writer confirms a batch only after a later sync covered its meta page
-  // (see WriterLoop): one sync per batch under load instead of two.
-  if (options_.sync != SyncMode::kNone) flags |= MDB_NOMETASYNC;
+  // sync="full": LMDB syncs a commit's data pages, then writes its meta page
+  // through a descriptor opened with O_DSYNC, and only then publishes the
+  // commit to readers (the txnid in the lock file). So no reader in any
+  // process sees a commit before it is durable. "meta" skips the meta page's
+  // sync (a crash may lose the last commits, which readers may have seen);
+  // "none" leaves all flushing to the OS.
+  if (options_.sync == SyncMode::kMeta) flags |= MDB_NOMETASYNC;
   if (options_.sync == SyncMode::kNone) flags |= MDB_NOSYNC;
   rc = mdb_env_open(env_, path_.c_str(), flags, options_.file_mode);
   if (rc) fail(rc, "opening the LMDB environment");
@@ -537,7 +552,7 @@ CommitResult LmdbBackend::Commit(uint64_t start_ts, std::vector<Mutation> mutati
       store->leading_ = false;
       // The writer takes over what others queued meanwhile (and Close waits
       // for leadership to be free).
-      if (store->stopping_ || !store->queue_.empty() || !store->unconfirmed_.empty()) {
+      if (store->stopping_ || !store->queue_.empty()) {
         store->queue_cv_.notify_one();
       }
     }
@@ -585,18 +600,7 @@ void LmdbBackend::Wake(std::vector<PendingCommit*>& done) {
   for (const auto& p : asynchronous) p->callback(p->result);
 }
 
-// A batch of at least this many cells first confirms the previous batch
-// with a sync of its own (LeadOnce).
-constexpr size_t kEarlySyncCells = 256;
-
 bool LmdbBackend::LeadOnce(std::vector<PendingCommit*>& batch) {
-  // With sync="full", a committed batch is durable once its meta page is
-  // synced. The next batch's commit syncs the file (its data pages), which
-  // covers the previous meta page; when nothing else is queued, an explicit
-  // sync does it, as it does before a large batch (kEarlySyncCells). So
-  // committers of a batch are woken after the following sync, and a loaded
-  // leader pays about one sync per batch.
-  const bool deferred_meta_sync = options_.sync == SyncMode::kFull;
   batch.clear();
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -605,43 +609,9 @@ bool LmdbBackend::LeadOnce(std::vector<PendingCommit*>& batch) {
       queue_.pop_front();
     }
   }
-  auto sync_unconfirmed = [&] {
-    Status synced = SyncMeta();
-    for (PendingCommit* p : unconfirmed_) {
-      if (!synced.ok()) p->result = CommitResult{synced, 0};
-    }
-  };
-  auto confirm_now = [&] {  // an explicit sync, then wake them
-    if (!unconfirmed_.empty()) sync_unconfirmed();
-    Wake(unconfirmed_);
-  };
-  if (batch.empty()) {
-    confirm_now();
-    return false;
-  }
-  if (deferred_meta_sync && !unconfirmed_.empty()) {
-    // A large batch (an observer run adding a document's phrases, a queue
-    // run writing thousands of cells) takes long to write: sync now rather
-    // than keep the previous batch's committers waiting behind it.
-    size_t cells = 0;
-    for (const PendingCommit* p : batch) {
-      // A range purge (first, if any) deletes a run of queue entries: a large write.
-      const std::vector<Mutation>& m = *p->mutations;
-      cells += m.size() + (!m.empty() && !m.front().purge_end.empty() ? kEarlySyncCells : 0);
-    }
-    if (cells >= kEarlySyncCells) confirm_now();
-  }
-  const bool committed = ProcessBatch(batch);
-  // Nothing was committed, so nothing was synced: sync explicitly.
-  if (!committed && !unconfirmed_.empty()) sync_unconfirmed();
-  Wake(unconfirmed_);  // the file was synced after their meta pages were written
-  if (!deferred_meta_sync) {
-    Wake(batch);
-    return true;
-  }
-  std::vector<PendingCommit*> refused;  // nothing to make durable
-  for (PendingCommit* p : batch) (p->result.status.ok() ? unconfirmed_ : refused).push_back(p);
-  Wake(refused);
+  if (batch.empty()) return false;
+  ProcessBatch(batch);  // with sync="full", durable when it returns (OpenEnvironment)
+  Wake(batch);
   return true;
 }
 
@@ -651,11 +621,9 @@ void LmdbBackend::WriterLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] {
-        return !leading_ && (stopping_ || !queue_.empty() || !unconfirmed_.empty());
-      });
-      // Stopping, and everything queued was committed and confirmed.
-      if (queue_.empty() && unconfirmed_.empty()) return;
+      queue_cv_.wait(lock, [&] { return !leading_ && (stopping_ || !queue_.empty()); });
+      // Stopping, and everything queued was committed.
+      if (queue_.empty()) return;
       leading_ = true;
     }
     LeadOnce(batch);
@@ -668,9 +636,9 @@ Status LmdbBackend::SyncMeta() {
   MapLock::Shared lock(*map_lock_);
   int rc = mdb_env_sync(env_, 1);
   if (rc != MDB_SUCCESS) {
+    Fail(std::string("syncing committed data: ") + mdb_strerror(rc));
     return Status::Make(ErrorCode::kStorage,
-                        std::string("syncing committed data to disk: ") + mdb_strerror(rc) +
-                            " (the commit was applied but may not be durable)");
+                        std::string("syncing committed data to disk: ") + mdb_strerror(rc));
   }
   return Status::Ok();
 }
@@ -827,7 +795,13 @@ bool LmdbBackend::WriteBatch(std::vector<PendingCommit*>& batch,
   MDB_val ck = ToVal(kCounterKey), cv = ToVal(ts_bytes);
   CheckLmdb(mdb_put(txn, meta_dbi_, &ck, &cv, 0), "advancing the timestamp counter");
   aborter.txn = nullptr;  // mdb_txn_commit frees the transaction, even on failure
-  CheckLmdb(mdb_txn_commit(txn), "committing a group commit");
+  if (const int rc = mdb_txn_commit(txn); rc != MDB_SUCCESS) {
+    // Writing or syncing failed: whether any of it reached the disk is
+    // unknown, so, as PostgreSQL does after a failed fsync, the handle
+    // refuses all further work until the store is opened again.
+    if (rc != MDB_MAP_FULL) Fail(std::string("committing a group commit: ") + mdb_strerror(rc));
+    CheckLmdb(rc, "committing a group commit");
+  }
   commits_.fetch_add(committed);
   conflicts_.fetch_add(refused);
   batches_.fetch_add(1);

@@ -15,9 +15,13 @@
 //   LMDB once. A committer that finds no leader leads itself, on its own
 //   thread, until its commit is done (a lone commit costs no hand-off and no
 //   context switch); then the writer thread takes over whatever is still
-//   queued, as it does for every CommitAsync. With SyncMode::kFull, a commit
-//   is reported only once the batch is durable; under load, about one sync per
-//   batch achieves that (see LeadOnce).
+//   queued, as it does for every CommitAsync. With SyncMode::kFull a batch is
+//   durable before any reader in any process can see it: LMDB syncs its data
+//   pages, writes its meta page through an O_DSYNC descriptor, and only then
+//   publishes it (two syncs per batch, however many commits it holds).
+// - A failed write or sync of a batch makes the backend refuse every later
+//   call (kStorage, naming the cause) until the store is opened again: what
+//   reached the disk is unknown, and nothing of it was shown to readers.
 // - Tombstones carry their commit_ts and are collected once every reader in
 //   every process began after the write that made them.
 // - The memory map grows by itself; users never see MDB_MAP_FULL.
@@ -162,9 +166,8 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   void CloseEnvironment();
   void WriterLoop();
   // One step of the group-commit leader (the caller holds leadership, not
-  // queue_mu_): commits the queued requests as one batch, or syncs when only
-  // unconfirmed ones remain, and wakes the committers it finished. `batch` is
-  // scratch space. Returns true when it ran an LMDB write transaction.
+  // queue_mu_): commits the queued requests as one batch and wakes their
+  // committers. `batch` is scratch space. Returns false when nothing was queued.
   bool LeadOnce(std::vector<PendingCommit*>& batch);
   // Wakes these committers (their results are set) and clears `done`.
   void Wake(std::vector<PendingCommit*>& done);
@@ -176,6 +179,8 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   bool WriteBatch(std::vector<PendingCommit*>& batch, std::vector<Notification>* written);
   // Syncs the data file (making the last meta page durable).
   Status SyncMeta();
+  // Marks the backend unusable after a failed write or sync (CheckUsable).
+  void Fail(const std::string& cause);
   void RefreshObserved(MDB_txn* txn);
   // Hands notifications a batch wrote to this process's sink.
   void Deliver(const std::vector<Notification>& written);
@@ -211,12 +216,13 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   // Whether some thread (the writer or a committer) is the group-commit
   // leader; only the leader runs LMDB write transactions.
   bool leading_ = false;  // GUARDED_BY(queue_mu_)
-  // Committed, not yet durable (sync="full"): woken after the next sync.
-  // Touched by the leader, or under queue_mu_ while no one leads.
-  std::vector<PendingCommit*> unconfirmed_;
   std::unique_ptr<std::thread> writer_;
   std::atomic<bool> closed_{false};
-  int handles_ = 0;  // GUARDED_BY(registry mutex)
+  // After a failed write or sync: every call throws failure_ (Fail).
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mu_;
+  std::string failure_;  // GUARDED_BY(failure_mu_)
+  int handles_ = 0;      // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, inline_batches_{0},

@@ -1,0 +1,111 @@
+"""With sync="full", no reader in any process sees a commit before it is
+durable, and a failed write leaves nothing half-reported.
+
+A child process commits with its durable writes (fsync, fdatasync, writes
+through O_DSYNC descriptors) held or failed by a shim it loads with
+LD_PRELOAD (sync_gate/sync_gate.cc, built here with the C++ compiler the
+project builds with); the test process reads the same store meanwhile.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import percolite
+import pytest
+from _isolated import finish_child, start_child
+
+COL = ("f", "q")
+SHIM_SOURCE = Path(__file__).parent / "sync_gate" / "sync_gate.cc"
+
+
+@pytest.fixture(scope="module")
+def sync_gate(tmp_path_factory):
+    """The shim, built once for this module's tests."""
+    compiler = shutil.which("c++") or shutil.which("g++")
+    assert compiler, "a C++ compiler is needed (scripts/bootstrap.sh installs g++)"
+    library = tmp_path_factory.mktemp("sync_gate") / "sync_gate.so"
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(SHIM_SOURCE), "-ldl"],
+        check=True,
+        timeout=120,
+    )
+    return library
+
+
+def wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.005)
+
+
+def read_cell(env):
+    """The cell in a snapshot begun now (a read needs no lock a writer holds)."""
+    tx = env.transaction()
+    try:
+        return tx.get("r", COL)
+    finally:
+        tx.abort()
+
+
+def start_committer(tmp_path, sync_gate, **gates):
+    db = tmp_path / "db"
+    percolite.open(db, sync="full").close()  # created before any write is gated
+    environment = {"LD_PRELOAD": str(sync_gate)}
+    for name, value in gates.items():
+        environment[f"PERCOLITE_TEST_{name.upper()}"] = str(value)
+    opened, go = tmp_path / "opened", tmp_path / "go"
+    child = start_child(
+        "children.durability:commit_when_told", db, opened, go, timeout=60, environment=environment
+    )
+    wait_for(opened)
+    return db, go, child
+
+
+# A commit makes at least two durable writes (its data pages, then the page
+# that makes them current): hold the first, then let it pass and hold the next.
+@pytest.mark.parametrize("passed", [0, 1])
+def test_a_commit_is_invisible_to_other_processes_until_it_is_durable(
+    tmp_path, sync_gate, passed
+):
+    hold, held = tmp_path / "hold", tmp_path / "held"
+    db, go, child = start_committer(
+        tmp_path, sync_gate, hold_sync=hold, sync_pass=passed, sync_held=held
+    )
+    reader = percolite.open(db, sync="full")  # opened first: opening takes the writer's lock
+    try:
+        hold.touch()  # from now on the child's durable writes wait
+        go.touch()
+        wait_for(held)  # one of the commit's durable writes waits now
+        deadline = time.monotonic() + 1.0
+        reads = 0
+        while time.monotonic() < deadline:
+            assert read_cell(reader) is None, "a reader saw a commit that was not durable yet"
+            reads += 1
+    finally:
+        hold.unlink()
+    assert finish_child(child, timeout=60).splitlines() == ["committed"]
+    assert reads > 10
+    assert read_cell(reader) == b"durable"
+    reader.close()
+
+
+def test_a_failed_sync_shows_nothing_and_makes_the_handle_unusable(tmp_path, sync_gate):
+    fail = tmp_path / "fail"
+    db, go, child = start_committer(tmp_path, sync_gate, fail_sync=fail)
+    reader = percolite.open(db, sync="full")
+    fail.touch()  # from now on the child's durable writes fail with EIO
+    go.touch()
+    lines = finish_child(child, timeout=60).splitlines()
+    assert lines[0].startswith("commit failed: StorageError: ")
+    assert lines[1].startswith("then: StorageError: ")
+    assert "unusable after a failed write to disk" in lines[1]
+    assert "open it again" in lines[1]
+    assert read_cell(reader) is None  # nothing of the failed commit is visible
+    reader.run(lambda tx: tx.set("r", COL, b"after"))  # the store itself works
+    assert read_cell(reader) == b"after"
+    reader.close()
