@@ -52,7 +52,7 @@ def read_cell(env):
         tx.abort()
 
 
-def start_committer(tmp_path, sync_gate, **gates):
+def start_committer(tmp_path, sync_gate, function="commit_when_told", extra=(), **gates):
     db = tmp_path / "db"
     percolite.open(db, sync="full").close()  # created before any write is gated
     environment = {"LD_PRELOAD": str(sync_gate)}
@@ -60,7 +60,13 @@ def start_committer(tmp_path, sync_gate, **gates):
         environment[f"PERCOLITE_TEST_{name.upper()}"] = str(value)
     opened, go = tmp_path / "opened", tmp_path / "go"
     child = start_child(
-        "children.durability:commit_when_told", db, opened, go, timeout=60, environment=environment
+        f"children.durability:{function}",
+        db,
+        opened,
+        go,
+        *extra,
+        timeout=60,
+        environment=environment,
     )
     wait_for(opened)
     return db, go, child
@@ -69,9 +75,7 @@ def start_committer(tmp_path, sync_gate, **gates):
 # A commit makes at least two durable writes (its data pages, then the page
 # that makes them current): hold the first, then let it pass and hold the next.
 @pytest.mark.parametrize("passed", [0, 1])
-def test_a_commit_is_invisible_to_other_processes_until_it_is_durable(
-    tmp_path, sync_gate, passed
-):
+def test_a_commit_is_invisible_to_other_processes_until_it_is_durable(tmp_path, sync_gate, passed):
     hold, held = tmp_path / "hold", tmp_path / "held"
     db, go, child = start_committer(
         tmp_path, sync_gate, hold_sync=hold, sync_pass=passed, sync_held=held
@@ -109,3 +113,25 @@ def test_a_failed_sync_shows_nothing_and_makes_the_handle_unusable(tmp_path, syn
     reader.run(lambda tx: tx.set("r", COL, b"after"))  # the store itself works
     assert read_cell(reader) == b"after"
     reader.close()
+
+
+def test_a_loader_future_resolves_only_after_its_sync(tmp_path, sync_gate):
+    hold, held, checked = tmp_path / "hold", tmp_path / "held", tmp_path / "checked"
+    db, go, child = start_committer(
+        tmp_path,
+        sync_gate,
+        function="load_when_told",
+        extra=(held, checked),
+        hold_sync=hold,
+        sync_held=held,
+    )
+    hold.touch()
+    go.touch()
+    try:
+        wait_for(checked)
+    finally:
+        hold.unlink()
+    assert finish_child(child, timeout=60).splitlines() == [
+        "while held: done=False",
+        "then: done",
+    ]

@@ -29,3 +29,22 @@ def commit_when_told(db, opened, go):
         except percolite.Error as later:
             print(f"then: {type(later).__name__}: {later}")
     env.close()
+
+
+def load_when_told(db, opened, go, held, checked):
+    """Submit one transaction through a loader once ``go`` exists; while its
+    sync is held (``held`` exists), check that its future has not resolved,
+    then create ``checked`` and wait for the future."""
+    env = percolite.open(db, sync="full")
+    open(opened, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    with env.loader() as loader:
+        future = loader.submit(lambda tx: tx.set("r", COL, b"loaded") or "done")
+        while not os.path.exists(held):
+            time.sleep(0.005)
+        time.sleep(0.3)
+        print(f"while held: done={future.done()}")
+        open(checked, "w").close()
+        print(f"then: {future.result(timeout=30)}")
+    env.close()
