@@ -33,10 +33,20 @@ using percolite_test::FastOptions;
 using percolite_test::Ref;
 using percolite_test::TempDir;
 
-std::shared_ptr<Backend> OpenBackendFor(const TempDir& dir, const std::string& backend) {
-  return percolite::OpenBackend(backend == "memory" ? ":memory:" : dir.path(), backend,
-                                FastOptions());
-}
+// The two lowest layers for a test: a backend of `name` and a source of
+// transactions on it, closed in order at the end of the test.
+struct Layers {
+  Layers(const TempDir& dir, const std::string& name)
+      : backend(percolite::OpenBackend(name == "memory" ? ":memory:" : dir.path(), name,
+                                       FastOptions())),
+        source(std::make_shared<TransactionSource>(backend)) {}
+  ~Layers() {
+    source->Close();
+    backend->ReleaseHandle();
+  }
+  std::shared_ptr<Backend> backend;
+  std::shared_ptr<TransactionSource> source;
+};
 
 void Set(TransactionSource& source, const Cell& cell, const std::string& value) {
   auto tx = source.Begin();
@@ -66,8 +76,9 @@ const ObservedColumn kContent{"doc", "content", NotifyKind::kStrong, "count"};
 TEST_CASE("A worker pool runs every strong notification and commits each run once",
           "[workers][conformance]") {
   TempDir dir;
-  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
-  auto source = std::make_shared<TransactionSource>(backend);
+  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
   backend->SetObservedColumns({kContent});
   std::atomic<int> calls{0};
   Observer count{
@@ -96,15 +107,14 @@ TEST_CASE("A worker pool runs every strong notification and commits each run onc
   REQUIRE(stats.observers.size() == 1);
   CHECK(stats.observers[0].commits == kRows);
   CHECK(calls.load() >= kRows);
-  source->Close();
-  backend->ReleaseHandle();
 }
 
 TEST_CASE("Two runs of one notification conflict on its ack: only the first commits",
           "[notifications][conformance]") {
   TempDir dir;
-  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
-  auto source = std::make_shared<TransactionSource>(backend);
+  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
   backend->SetObservedColumns({kContent});
   const Cell cell{"r", "doc", "content"};
   Set(*source, cell, "v1");
@@ -120,15 +130,14 @@ TEST_CASE("Two runs of one notification conflict on its ack: only the first comm
   CHECK(ErrorCodeOf([&] { second->Commit(); }) == ErrorCode::kConflict);
   CHECK_FALSE(Pending(*source, cell));
   CHECK(backend->PendingNotifications() == 0);
-  source->Close();
-  backend->ReleaseHandle();
 }
 
 TEST_CASE("A notification set again after a run began survives the run, and a delete makes none",
           "[notifications][conformance]") {
   TempDir dir;
-  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
-  auto source = std::make_shared<TransactionSource>(backend);
+  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
   backend->SetObservedColumns({kContent});
   const Cell cell{"r", "doc", "content"};
   const std::string key = percolite::EncodeCellKey(Ref(cell));
@@ -148,15 +157,14 @@ TEST_CASE("A notification set again after a run began survives the run, and a de
   remove->Delete(Ref(cell));
   remove->Commit();
   CHECK(backend->PendingNotifications() == 0);
-  source->Close();
-  backend->ReleaseHandle();
 }
 
 TEST_CASE("Weak notifications never conflict and collapse into one per cell",
           "[notifications][conformance]") {
   TempDir dir;
-  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
-  auto source = std::make_shared<TransactionSource>(backend);
+  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
   const Cell cell{"bucket", "q", "notify"};
   auto a = source->Begin(), b = source->Begin();
   a->SetWeakNotification(Ref(cell));
@@ -169,15 +177,14 @@ TEST_CASE("Weak notifications never conflict and collapse into one per cell",
   REQUIRE(found.size() == 1);
   CHECK(found[0].cell_key == percolite::EncodeCellKey(Ref(cell)));
   CHECK(found[0].stamp == b->commit_ts().value());  // the newest stamp
-  source->Close();
-  backend->ReleaseHandle();
 }
 
 TEST_CASE("A failing observer is retried until it succeeds, its failures counted",
           "[workers][conformance]") {
   TempDir dir;
-  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
-  auto source = std::make_shared<TransactionSource>(backend);
+  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
   backend->SetObservedColumns({kContent});
   std::atomic<int> calls{0};
   Observer flaky{kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
@@ -198,15 +205,14 @@ TEST_CASE("A failing observer is retried until it succeeds, its failures counted
   CHECK(stats.failures == 2);
   CHECK(stats.commits == 1);
   CHECK(stats.last_error == "not yet");
-  source->Close();
-  backend->ReleaseHandle();
 }
 
 TEST_CASE("A work watch wakes on a commit, on a waiter's signal and on Interrupt",
           "[workers][conformance]") {
   TempDir dir;
-  auto backend = OpenBackendFor(dir, PERCOLITE_EACH_BACKEND());
-  auto source = std::make_shared<TransactionSource>(backend);
+  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
   auto watch = backend->WatchForWork();
   using Clock = std::chrono::steady_clock;
   // Waits until `events` shows up (a wait may return early or spuriously).
@@ -228,6 +234,4 @@ TEST_CASE("A work watch wakes on a commit, on a waiter's signal and on Interrupt
   CHECK(wait_for(WorkWatch::kInterrupted));
   interrupter.join();
   watch.reset();
-  source->Close();
-  backend->ReleaseHandle();
 }
