@@ -23,6 +23,8 @@ def python_blocks(path: Path) -> list[str]:
         ("docs/quickstart.md", 0),
         ("docs/notifications.md", 0),
         ("docs/transactions.md", 0),
+        ("docs/transactions.md", 1),
+        ("docs/transactions.md", 2),
         ("docs/combine_queue.md", 0),
         ("docs/combine_queue.md", 1),
         ("docs/sharded_counters.md", 0),
@@ -70,6 +72,21 @@ def test_combine_queue_export_to_example_prints_what_it_says(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "{'be': 1}"
+
+
+def test_transactions_loader_examples_print_what_their_comments_say(tmp_path):
+    """The loading section's two examples: a loader (durable futures, exact
+    counts) and the same from asyncio."""
+    blocks = python_blocks(ROOT / "docs" / "transactions.md")
+    printed = []
+    for code in blocks[1:3]:
+        assert "loader" in code
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        printed.append(result.stdout.splitlines())
+    assert printed == [["16000", "4000 2000"], ["500 k0 stored", "last"]]
 
 
 def test_operations_memory_example_prints_what_its_comment_says(tmp_path):

@@ -158,6 +158,63 @@ def test_builtin_corpus(tmp_path):
     assert f"{len(documents):,} read" in summary_numbers(result.stdout)
 
 
+# -- loading: one loader, many transactions in flight --------------------------
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """``cli.run`` in this process; the sink it names for its workers
+    (an environment variable) is unset again afterwards."""
+    from percolite.phrasecount import app as pc
+    from percolite.phrasecount import cli
+
+    monkeypatch.setenv(pc.EXPORT_VARIABLE, "unset")
+    monkeypatch.delenv(pc.EXPORT_VARIABLE)
+    return cli, pc
+
+
+def test_a_document_that_fails_to_load_fails_the_run_with_its_error(
+    tmp_path, in_process, monkeypatch
+):
+    cli, pc = in_process
+    root = tmp_path / "corpus"
+    write_corpus(root, n=40, seed=31)
+    real_load = pc.load
+
+    def load(tx, location, content, content_id):
+        if location.endswith("doc0007.txt"):
+            raise RuntimeError("cannot load doc0007")
+        return real_load(tx, location, content, content_id)
+
+    monkeypatch.setattr(pc, "load", load)
+    with pytest.raises(RuntimeError, match="cannot load doc0007"):
+        cli.run([str(root)], tmp_path / "db", progress=False)
+
+
+def test_documents_larger_than_the_text_allowed_in_flight_load_one_at_a_time(
+    tmp_path, in_process, monkeypatch
+):
+    """Every document is larger than the text allowed in flight: each waits
+    for the one before to commit (its transaction sees every earlier
+    location), and the counts are still exact."""
+    cli, pc = in_process
+    monkeypatch.setattr(cli, "LOADER_IN_FLIGHT_CHARS", 1)
+    real_load, locations_seen = pc.load, []
+
+    def load(tx, location, content, content_id):
+        locations_seen.append(len(pc.locations(tx)))
+        return real_load(tx, location, content, content_id)
+
+    monkeypatch.setattr(pc, "load", load)
+    root = tmp_path / "corpus"
+    write_corpus(root, n=30, seed=37)
+    sink = tmp_path / "out.sqlite"
+    summary = cli.run([str(root)], tmp_path / "db", export=f"sqlite:{sink}", progress=False)
+    assert (summary.documents, summary.loaded) == (30, 30)
+    assert locations_seen == list(range(30))
+    assert exported_sqlite(sink) == reference_for(root)
+
+
 # -- bad input -----------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ document gains its first reference or loses its last.
 
 Data flow::
 
-    load(location, content)          one transaction per location (loader threads)
+    load(location, content)          one transaction per location (through env.loader)
       loc:<location>  loc:hash       the content id the location points to
       doc:<id>        doc:refs       reference count of the unique document
                       doc:text       its text, while referenced

@@ -1,16 +1,18 @@
 """``percolite phrasecount [PATH ...] --db DIR [--export TARGET]``.
 
 Loads documents (files and directories, or, with no PATH, the docstrings of
-the Python standard library), lets the workers fold phrase counts through the
-combine queue and export them, then prints a summary with the top phrases
-read back from the sink. Running it again only processes what changed.
+the Python standard library) from one thread through a loader
+(:meth:`percolite.Env.loader`), lets the workers fold phrase counts through
+the combine queue and export them, then prints a summary with the top
+phrases read back from the sink. Running it again only processes what
+changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import queue
 import resource
 import signal
 import subprocess
@@ -18,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
@@ -53,12 +56,25 @@ class Summary(NamedTuple):
     peak_rss_mib: float
 
 
-# Loader and worker threads. Most of them wait for a group commit most of the
-# time, so more threads than cores make fuller batches: 20,000 synthetic
-# documents on 2 cores, alternating runs: 4 threads 23.9-25.6 s, 8 threads
-# 19.9-20.7 s, 12 threads 20.0 s, 16 threads 21.0 s (built-in corpus: the same
-# time).
+# Worker threads (in each worker process). Most of them wait for a group
+# commit most of the time, so more threads than cores make fuller batches.
+# Measured when the same number of loader threads ran beside them (20,000
+# synthetic documents on 2 cores, alternating runs: 4 threads 23.9-25.6 s, 8
+# threads 19.9-20.7 s, 12 threads 20.0 s, 16 threads 21.0 s; built-in corpus:
+# the same time). With the loader, on a busy 2-core machine, 8, 12 and 16
+# worker threads were within the runs' noise of each other (19.6-24.9 s).
 DEFAULT_THREADS = 8
+
+# The documents are loaded from one thread through a loader. It has at most
+# LOADER_IN_FLIGHT transactions in flight, and at most LOADER_IN_FLIGHT_CHARS
+# characters of document text (a larger document waits until it is alone):
+# memory stays bounded whatever the files' sizes. Loading 20,000 synthetic
+# documents with no workers running took 0.9 s at 256 or 512 in flight, 1.1 s
+# at 32 (8 threads calling env.run: 2.7 s). The whole job still ends when the
+# workers have indexed, folded and exported the last document: loading faster
+# leaves them a larger backlog, not less work.
+LOADER_IN_FLIGHT = 256
+LOADER_IN_FLIGHT_CHARS = 32 * 1024 * 1024
 
 
 def default_export(db: str | os.PathLike) -> str:
@@ -75,13 +91,14 @@ class _Line:
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.last = 0.0
 
+    def due(self) -> bool:
+        """Whether ``show`` would draw now (to skip computing its text)."""
+        return self.enabled and time.monotonic() - self.last >= (0.2 if self.tty else 2.0)
+
     def show(self, text: str, force: bool = False) -> None:
-        if not self.enabled:
+        if not (force and self.enabled) and not self.due():
             return
-        now = time.monotonic()
-        if not force and now - self.last < (0.2 if self.tty else 2.0):
-            return
-        self.last = now
+        self.last = time.monotonic()
         self.stream.write(("\r" + text + "\033[K") if self.tty else text + "\n")
         self.stream.flush()
 
@@ -132,7 +149,9 @@ def run(
     stream: TextIO | None = None,
 ) -> Summary:
     """Index ``paths`` (or the standard library's docstrings) into ``db`` and
-    export the counts; see the module docstring. Raises ValueError for bad
+    export the counts; see the module docstring. ``threads`` worker threads
+    run the observers (in each of ``processes`` worker processes); the
+    documents are loaded from the calling thread. Raises ValueError for bad
     arguments before touching anything."""
     from . import app as pc  # imported on use: `percolite --help` stays light
 
@@ -169,15 +188,16 @@ def run(
             worker_proc = _start_worker_processes(db, processes, threads)
         else:
             env.start_workers(threads)
-        seen, loaded, new_unique = _load(env, documents, threads, line)
+        seen, loaded, new_unique = _load(env, documents, line)
         removed = _remove_missing(env, _scope(paths), seen)
         while not env.wait(timeout=0.2):
             if worker_proc is not None and worker_proc.poll() is not None:
                 raise percolite.Error(
                     f"the worker processes exited early (status {worker_proc.returncode})"
                 )
-            pending = env.status(queues=False)["pending"]
-            line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: {pending:,}")
+            if line.due():  # counting the pending notifications takes a scan of them
+                pending = env.status(queues=False)["pending"]
+                line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: {pending:,}")
         line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: 0", force=True)
         line.done()
         _raise_failures(env)
@@ -215,70 +235,71 @@ def _files(paths: Sequence[str]) -> tuple[Iterable[Document], list, list]:
     return documents, problems, missing
 
 
-def _load(env: percolite.Env, documents: Iterable[Document], threads: int, line: _Line):
-    """Loads documents with ``threads`` loader threads, one transaction each."""
+def _load(env: percolite.Env, documents: Iterable[Document], line: _Line):
+    """Loads documents through one loader (:meth:`percolite.Env.loader`), one
+    transaction per new location, with at most ``LOADER_IN_FLIGHT`` of them
+    and ``LOADER_IN_FLIGHT_CHARS`` characters of text in flight."""
     from . import app as pc
 
-    work: queue.Queue = queue.Queue(maxsize=4 * threads)
     seen: set[str] = set()
     counts = {"loaded": 0}
     new_unique: set[str] = set()  # content ids that became unique documents
-    lock = threading.Lock()
-    errors: list[BaseException] = []
+    failed = threading.Event()
+    # Guards the counts and the text in flight: a callback runs on the
+    # loader's thread, or on this one when its future is already done.
+    room = threading.Condition()
+    chars_in_flight = [0]
 
-    def loader() -> None:
-        while True:
-            doc = work.get()
-            if doc is None:
-                return
-            try:
-                cid = content_id(doc.content)
-                outcome = env.run(lambda tx, d=doc, c=cid: pc.load(tx, d.location, d.content, c))
-                if outcome != pc.UNCHANGED:
-                    with lock:
-                        counts["loaded"] += 1
-                        if outcome == pc.FIRST_REFERENCE:
-                            new_unique.add(cid)
-            except BaseException as e:  # reported once the feeder stops
-                with lock:
-                    errors.append(e)
+    def finished(cid: str, chars: int, future: Future) -> None:
+        outcome = None if future.exception() is not None else future.result()
+        with room:
+            chars_in_flight[0] -= chars
+            room.notify()
+            if outcome is None:
+                failed.set()  # leaving the loader's with block raises the first failure
+            elif outcome != pc.UNCHANGED:
+                counts["loaded"] += 1
+                if outcome == pc.FIRST_REFERENCE:
+                    new_unique.add(cid)
 
-    workers = [threading.Thread(target=loader, daemon=True) for _ in range(threads)]
-    for t in workers:
-        t.start()
-    try:
+    with env.loader(max_in_flight=LOADER_IN_FLIGHT) as loader:
         for doc in documents:
-            if errors:
+            if failed.is_set():
                 break
             if doc.location in seen:
                 continue
             seen.add(doc.location)
-            work.put(doc)
+            cid = content_id(doc.content)
+            chars = len(doc.content)
+            with room:  # a big document waits until the text in flight leaves room for it
+                while chars_in_flight[0] and chars_in_flight[0] + chars > LOADER_IN_FLIGHT_CHARS:
+                    room.wait()
+                chars_in_flight[0] += chars
+            future = loader.submit(pc.load, doc.location, doc.content, cid)
+            future.add_done_callback(functools.partial(finished, cid, chars))
             line.show(f"documents: {len(seen):,} read, {counts['loaded']:,} loaded")
-    finally:
-        for _ in workers:
-            work.put(None)
-        for t in workers:
-            t.join()
-    if errors:
-        raise errors[0]
     return seen, counts["loaded"], new_unique
 
 
 def _remove_missing(env: percolite.Env, scope: list[tuple[str, bool]], seen: set[str]) -> int:
+    """Unloads the locations in ``scope`` that this run did not read, through
+    a loader as well; returns how many there were."""
     from . import app as pc
 
-    removed = 0
+    gone = []
     for location_or_prefix, is_prefix in scope:
         with env.transaction() as tx:
             if is_prefix:
                 known = pc.locations(tx, location_or_prefix)
             else:
                 known = [location_or_prefix] if pc.is_loaded(tx, location_or_prefix) else []
-        for location in known:
-            if location not in seen and env.run(lambda tx, loc=location: pc.unload(tx, loc)):
-                removed += 1
-    return removed
+        gone += [location for location in known if location not in seen]
+    gone = list(dict.fromkeys(gone))  # scopes may overlap (a file under a PATH directory)
+    if not gone:
+        return 0
+    with env.loader(max_in_flight=LOADER_IN_FLIGHT) as loader:
+        futures = [loader.submit(pc.unload, location) for location in gone]
+    return sum(future.result() for future in futures)
 
 
 def _raise_failures(env: percolite.Env) -> None:
@@ -302,7 +323,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=DEFAULT_THREADS,
-        help=f"loader and worker threads (default: {DEFAULT_THREADS})",
+        help=f"worker threads, per worker process (default: {DEFAULT_THREADS}); documents "
+        f"are loaded from one thread, up to {LOADER_IN_FLIGHT} transactions in flight",
     )
     parser.add_argument("--processes", type=int, default=1, help="worker processes")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
