@@ -30,6 +30,7 @@ import bench_commit
 import bench_export
 import bench_growth
 import bench_hotkeys
+import bench_loader
 import bench_notify
 import bench_phrasecount
 import bench_storage
@@ -41,6 +42,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_notify,
     bench_hotkeys,
     bench_storage,
+    bench_loader,
     bench_export,
     bench_phrasecount,
     bench_growth,
