@@ -19,7 +19,28 @@ Env::Env(std::shared_ptr<Backend> backend)
       capabilities_(backend->capabilities()),
       transactions_(std::make_shared<TransactionSource>(std::move(backend))) {}
 
-Env::~Env() { Close(); }
+Env::~Env() {
+  if (!Workers::OnWorkerThread()) {
+    Close();
+    return;
+  }
+  // Destroyed on a worker thread: its last reference was dropped inside an
+  // observer, or Python's garbage collector freed it there. That thread
+  // cannot wait for a worker pool (it may belong to this one), so a thread of
+  // its own stops the pool and closes the handle.
+  std::shared_ptr<Workers> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers = std::move(workers_);
+  }
+  if (workers && workers->ForkedAway()) {
+    new std::shared_ptr<Workers>(std::move(workers));  // the parent's threads: never join them
+  }
+  std::thread([workers = std::move(workers), transactions = transactions_] {
+    if (workers) workers->Stop();
+    if (std::shared_ptr<Backend> backend = transactions->Close()) backend->ReleaseHandle();
+  }).detach();
+}
 
 bool Env::closed() const { return transactions_->closed(); }
 

@@ -175,12 +175,14 @@ def check_report_files(out: Path) -> None:
         "notify",
         "hotkeys",
         "storage",
+        "loader",
         "export",
         "phrasecount",
         "growth",
     ]
     names = [target["name"] for target in summary["targets"]]
-    owners = ["commit", "hot keys", "storage", "storage", "phrase count", "phrase count"]
+    owners = ["commit", "hot keys", "storage", "storage", "loader", "loader", "loader"]
+    owners += ["phrase count", "phrase count"]
     assert [name.split(":")[0] for name in names] == owners + ["growth", "growth"], names
     for target in summary["targets"]:
         assert set(target) == {"name", "measured_ratio", "target_ratio", "met"}

@@ -42,7 +42,16 @@ def run_script(script: str, *options: str) -> subprocess.CompletedProcess:
 
 def test_every_benchmark_is_registered_in_order(bench: ModuleType) -> None:
     names = [module.NAME for module in bench.BENCHMARKS]
-    assert names == ["commit", "notify", "hotkeys", "storage", "export", "phrasecount", "growth"]
+    assert names == [
+        "commit",
+        "notify",
+        "hotkeys",
+        "storage",
+        "loader",
+        "export",
+        "phrasecount",
+        "growth",
+    ]
     for module in bench.BENCHMARKS:
         for function in ("add_arguments", "run", "format_report"):
             assert callable(getattr(module, function)), (module.NAME, function)

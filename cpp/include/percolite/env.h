@@ -25,7 +25,9 @@
 //   can open (capabilities().cross_process false), waiting without workers
 //   for pending notifications throws kWrongState at once: it would never end.
 // - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
-//   throw kWrongState: a worker cannot wait for its own pool.
+//   throw kWrongState: a worker cannot wait for its own pool. An Env
+//   destroyed on a worker thread (its last reference dropped there) is closed
+//   by a thread of its own instead, after the destructor returns.
 #pragma once
 
 #include <map>
