@@ -8,6 +8,7 @@ import threading
 
 import percolite
 import pytest
+from _isolated import run_child
 from conftest import COL, open_store
 
 
@@ -223,3 +224,15 @@ def test_flush_from_inside_a_submitted_function_is_refused(env):
     with pytest.raises(percolite.Error, match="flush"):
         future.result(timeout=30)
     loader.close()  # close() alone does not raise the failures; leaving a with block does
+
+
+def test_back_pressure_keeps_memory_steady_over_many_submissions():
+    # 1,000,000 submissions from one thread: the loader holds at most 256 at
+    # a time, so memory after 200,000 and after 1,000,000 is the same.
+    out = run_child(
+        "children.loader:rss_over_submissions", 1_000_000, [200_000, 1_000_000], timeout=240
+    )
+    lines = out.splitlines()
+    (_, early), (_, late) = (map(int, line.split()) for line in lines[:2])
+    assert late - early < 8 * 1024, f"RSS grew from {early} KiB to {late} KiB"
+    assert lines[2].startswith("last")
