@@ -33,10 +33,10 @@ using percolite_test::FastOptions;
 using percolite_test::Ref;
 using percolite_test::TempDir;
 
-// The two lowest layers for a test: a backend of `name` and a source of
-// transactions on it, closed in order at the end of the test.
+// The two lowest layers for a test: a backend of `name` (in a directory of
+// its own) and a source of transactions on it, closed in order at the end.
 struct Layers {
-  Layers(const TempDir& dir, const std::string& name)
+  explicit Layers(const std::string& name)
       : backend(percolite::OpenBackend(name == "memory" ? ":memory:" : dir.path(), name,
                                        FastOptions())),
         source(std::make_shared<TransactionSource>(backend)) {}
@@ -44,6 +44,7 @@ struct Layers {
     source->Close();
     backend->ReleaseHandle();
   }
+  TempDir dir;  // first: the store closes before its directory goes
   std::shared_ptr<Backend> backend;
   std::shared_ptr<TransactionSource> source;
 };
@@ -75,8 +76,7 @@ const ObservedColumn kContent{"doc", "content", NotifyKind::kStrong, "count"};
 
 TEST_CASE("A worker pool runs every strong notification and commits each run once",
           "[workers][conformance]") {
-  TempDir dir;
-  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  Layers layers(PERCOLITE_EACH_BACKEND());
   auto& backend = layers.backend;
   auto& source = layers.source;
   backend->SetObservedColumns({kContent});
@@ -111,8 +111,7 @@ TEST_CASE("A worker pool runs every strong notification and commits each run onc
 
 TEST_CASE("Two runs of one notification conflict on its ack: only the first commits",
           "[notifications][conformance]") {
-  TempDir dir;
-  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  Layers layers(PERCOLITE_EACH_BACKEND());
   auto& backend = layers.backend;
   auto& source = layers.source;
   backend->SetObservedColumns({kContent});
@@ -134,8 +133,7 @@ TEST_CASE("Two runs of one notification conflict on its ack: only the first comm
 
 TEST_CASE("A notification set again after a run began survives the run, and a delete makes none",
           "[notifications][conformance]") {
-  TempDir dir;
-  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  Layers layers(PERCOLITE_EACH_BACKEND());
   auto& backend = layers.backend;
   auto& source = layers.source;
   backend->SetObservedColumns({kContent});
@@ -161,8 +159,7 @@ TEST_CASE("A notification set again after a run began survives the run, and a de
 
 TEST_CASE("Weak notifications never conflict and collapse into one per cell",
           "[notifications][conformance]") {
-  TempDir dir;
-  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  Layers layers(PERCOLITE_EACH_BACKEND());
   auto& backend = layers.backend;
   auto& source = layers.source;
   const Cell cell{"bucket", "q", "notify"};
@@ -181,8 +178,7 @@ TEST_CASE("Weak notifications never conflict and collapse into one per cell",
 
 TEST_CASE("A failing observer is retried until it succeeds, its failures counted",
           "[workers][conformance]") {
-  TempDir dir;
-  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  Layers layers(PERCOLITE_EACH_BACKEND());
   auto& backend = layers.backend;
   auto& source = layers.source;
   backend->SetObservedColumns({kContent});
@@ -209,8 +205,7 @@ TEST_CASE("A failing observer is retried until it succeeds, its failures counted
 
 TEST_CASE("A work watch wakes on a commit, on a waiter's signal and on Interrupt",
           "[workers][conformance]") {
-  TempDir dir;
-  Layers layers(dir, PERCOLITE_EACH_BACKEND());
+  Layers layers(PERCOLITE_EACH_BACKEND());
   auto& backend = layers.backend;
   auto& source = layers.source;
   auto watch = backend->WatchForWork();
