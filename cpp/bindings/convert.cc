@@ -94,11 +94,76 @@ py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
   d["conflicts"] = s.conflicts;
   d["failures"] = s.failures;
   d["deferrals"] = s.deferrals;
+  d["parked"] = s.parked;
+  d["skipped_parked"] = s.skipped_parked;
   d["running"] = s.running;
   d["last_error"] =
       s.last_error.empty() ? py::object(py::none()) : py::object(py::str(s.last_error));
   d["last_failure_unix"] = s.last_failure_unix > 0 ? py::object(py::float_(s.last_failure_unix))
                                                    : py::object(py::none());
+  return d;
+}
+
+namespace {
+
+py::object UnixTime(double seconds) {
+  return seconds > 0 ? py::object(py::float_(seconds)) : py::object(py::none());
+}
+
+// Text from the store: UTF-8, any malformed bytes replaced.
+py::str Text(const std::string& bytes) {
+  PyObject* text = PyUnicode_DecodeUTF8(bytes.data(), bytes.size(), "replace");
+  if (text == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
+py::dict ErrorDetailToDict(const percolite::ErrorDetail& e) {
+  py::dict d;
+  d["type"] = Text(e.type);
+  d["message"] = Text(e.message);
+  d["traceback"] = Text(e.traceback);
+  return d;
+}
+
+// row, family and qualifier of an encoded cell key (None each when malformed).
+void PutCell(py::dict& d, const std::string& cell_key) {
+  percolite::Cell cell;
+  if (percolite::DecodeCellKey(cell_key, &cell)) {
+    d["row"] = py::bytes(cell.row);
+    d["family"] = py::bytes(cell.family);
+    d["qualifier"] = py::bytes(cell.qualifier);
+  } else {
+    d["row"] = py::none();
+    d["family"] = py::none();
+    d["qualifier"] = py::none();
+  }
+}
+
+}  // namespace
+
+py::dict WorkRecordToDict(const percolite::WorkRecord& r) {
+  py::dict d;
+  d["observer"] = Text(r.observer);
+  PutCell(d, r.cell_key);
+  d["attempts"] = r.attempts;
+  d["parked"] = r.parked;
+  d["first_failure_unix"] = UnixTime(r.first_failure_unix);
+  d["last_failure_unix"] = UnixTime(r.last_failure_unix);
+  d["error"] = ErrorDetailToDict(r.error);
+  return d;
+}
+
+py::dict FailureSummaryToDict(const percolite::FailureSummary& s) {
+  py::dict d;
+  d["observer"] = Text(s.observer);
+  d["failures"] = s.failures;
+  d["parked"] = s.parked;
+  d["first_failure_unix"] = UnixTime(s.first_failure_unix);
+  d["last_failure_unix"] = UnixTime(s.last_failure_unix);
+  py::dict where;
+  PutCell(where, s.last_cell_key);
+  d["last_cell"] = where;
+  d["last_error"] = ErrorDetailToDict(s.last_error);
   return d;
 }
 

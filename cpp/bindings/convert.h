@@ -11,6 +11,7 @@
 #include "percolite/backend.h"
 #include "percolite/combine_queue.h"
 #include "percolite/encoding.h"
+#include "percolite/failures.h"
 #include "percolite/workers.h"
 
 namespace py = pybind11;
@@ -40,5 +41,11 @@ percolite::NativeCombiner ParseCombiner(const std::string& name);
 percolite::ValueType ParseValueType(const std::string& name);
 
 py::dict ObserverStatsToDict(const percolite::ObserverStats& s);
+// {"observer", "row", "family", "qualifier", "attempts", "parked",
+//  "first_failure_unix", "last_failure_unix", "error": {"type", "message", "traceback"}}
+py::dict WorkRecordToDict(const percolite::WorkRecord& r);
+// {"observer", "failures", "parked", "first_failure_unix", "last_failure_unix",
+//  "last_cell": {"row", "family", "qualifier"}, "last_error": {...}}
+py::dict FailureSummaryToDict(const percolite::FailureSummary& s);
 
 }  // namespace percolite::bindings

@@ -1,7 +1,9 @@
 #include "percolite/env.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,19 +50,23 @@ void BindEnv(py::module_& m) {
            })
       .def("set_observers",
            [](PyEnv& self, py::list specs) {
-             // specs: [(family, qualifier, kind, name, runner), ...]
+             // specs: [(family, qualifier, kind, name, runner[, max_attempts]), ...];
+             // a queue's processor (runner a CombineQueue or ExportQueue) retries forever.
              std::vector<percolite::Observer> observers;
              for (py::handle spec : specs) {
                auto t = spec.cast<py::tuple>();
                percolite::Observer o;
+               if (t.size() > 5) o.max_attempts = t[5].cast<uint32_t>();
                o.column.family = ToBytes(t[0], "column family");
                o.column.qualifier = ToBytes(t[1], "column qualifier");
                o.column.kind = static_cast<percolite::NotifyKind>(t[2].cast<int>());
                o.column.observer = t[3].cast<std::string>();
                if (py::isinstance<percolite::CombineQueue>(t[4])) {
                  o.fn = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->Processor();
+                 o.max_attempts = 0;
                } else if (py::isinstance<percolite::ExportQueue>(t[4])) {
                  o.fn = t[4].cast<std::shared_ptr<percolite::ExportQueue>>()->Processor();
+                 o.max_attempts = 0;
                } else {
                  o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
                }
@@ -72,8 +78,19 @@ void BindEnv(py::module_& m) {
       .def(
           "start_workers",
           [](PyEnv& self, int threads, int worker_index, int worker_count, double retry_initial,
-             double retry_max) {
+             double retry_max, py::object on_failure) {
             percolite::WorkerOptions options;
+            if (!on_failure.is_none()) {
+              // on_failure(record dict): called with the GIL, on the worker thread.
+              auto holder = std::make_shared<PyCallable>(std::move(on_failure));
+              options.on_failure = [holder](const percolite::ObservedColumn&,
+                                            const percolite::WorkRecord& record) {
+                CallPython([&] {
+                  holder->fn(WorkRecordToDict(record));
+                  return percolite::Status::Ok();
+                });
+              };
+            }
             options.threads = threads;
             options.worker_index = worker_index;
             options.worker_count = worker_count;
@@ -83,7 +100,7 @@ void BindEnv(py::module_& m) {
             self.env->StartWorkers(options);
           },
           py::arg("threads"), py::arg("worker_index"), py::arg("worker_count"),
-          py::arg("retry_initial"), py::arg("retry_max"))
+          py::arg("retry_initial"), py::arg("retry_max"), py::arg("on_failure") = py::none())
       .def("stop_workers",
            [](PyEnv& self) {
              py::gil_scoped_release release;
@@ -112,6 +129,40 @@ void BindEnv(py::module_& m) {
              d["observers"] = observers;
              return d;
            })
+      .def(
+          "work_records",
+          [](PyEnv& self, bool parked_only) {
+            std::vector<percolite::WorkRecord> records;
+            {
+              py::gil_scoped_release release;
+              records = self.env->WorkRecords(parked_only);
+            }
+            py::list out;
+            for (const auto& r : records) out.append(WorkRecordToDict(r));
+            return out;
+          },
+          py::arg("parked_only"))
+      .def("failure_summaries",
+           [](PyEnv& self) {
+             std::vector<percolite::FailureSummary> summaries;
+             {
+               py::gil_scoped_release release;
+               summaries = self.env->FailureSummaries();
+             }
+             py::list out;
+             for (const auto& s : summaries) out.append(FailureSummaryToDict(s));
+             return out;
+           })
+      .def(
+          "retry_parked",
+          [](PyEnv& self, std::optional<std::vector<std::string>> observers) {
+            py::gil_scoped_release release;
+            return self.env->RetryParked([&](const percolite::WorkRecord& r) {
+              return !observers || std::find(observers->begin(), observers->end(), r.observer) !=
+                                       observers->end();
+            });
+          },
+          py::arg("observers") = py::none())
       .def("observed_columns",
            [](PyEnv& self) {
              std::vector<percolite::ObservedColumn> columns;

@@ -10,6 +10,7 @@
 #include "percolite/backend.h"
 #include "percolite/combine_queue.h"
 #include "percolite/export_queue.h"
+#include "percolite/failures.h"
 #include "percolite/queue_limits.h"
 #include "percolite/workers.h"
 
@@ -68,6 +69,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEFAULT_THREADS") = workers.threads;
   m.attr("DEFAULT_RETRY_INITIAL") = workers.retry_initial_seconds;
   m.attr("DEFAULT_RETRY_MAX") = workers.retry_max_seconds;
+  m.attr("DEFAULT_MAX_ATTEMPTS") = percolite::kDefaultMaxAttempts;
+  m.attr("SYSTEM_ROW_PREFIX") = py::bytes(percolite::kSystemRowPrefix);
+  m.attr("MAX_ATTEMPTS_LIMIT") = percolite::kMaxAttemptsLimit;
   const percolite::CombineQueueOptions combine;
   m.attr("DEFAULT_COMBINE_BUCKETS") = combine.buckets;
   m.attr("DEFAULT_BUFFER_SIZE") = combine.buffer_size;

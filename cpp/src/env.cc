@@ -171,6 +171,24 @@ WorkerStats Env::GetWorkerStats() const {
   return stats;
 }
 
+std::vector<WorkRecord> Env::WorkRecords(bool parked_only) {
+  std::shared_ptr<Transaction> transaction = Begin();
+  std::vector<WorkRecord> records = ListWorkRecords(*transaction, parked_only);
+  transaction->Abort();
+  return records;
+}
+
+std::vector<FailureSummary> Env::FailureSummaries() {
+  std::shared_ptr<Transaction> transaction = Begin();
+  std::vector<FailureSummary> summaries = ListFailureSummaries(*transaction);
+  transaction->Abort();
+  return summaries;
+}
+
+size_t Env::RetryParked(const std::function<bool(const WorkRecord&)>& match) {
+  return percolite::RetryParked(*transactions_, match);
+}
+
 void Env::Close() {
   RefuseOnWorkerThread("close()");
   StopWorkers();

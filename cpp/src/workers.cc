@@ -152,11 +152,10 @@ const Observer* Workers::Find(const Cell& cell, size_t* index) const {
 }
 
 Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
-                                 size_t* observer_index, std::string* error,
-                                 double* deferred_seconds) {
+                                 RunReport* report) {
   Cell cell;
   if (!DecodeCellKey(notification.cell_key, &cell)) return Outcome::kNoObserver;
-  const Observer* observer = Find(cell, observer_index);
+  const Observer* observer = Find(cell, &report->observer_index);
   if (observer == nullptr) return Outcome::kNoObserver;
   std::shared_ptr<TransactionSource> source = source_.lock();
   if (!source) return Outcome::kGone;
@@ -168,11 +167,16 @@ Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
       return Outcome::kGone;
     }
     transaction->SetTrigger(notification.cell_key);
+    const std::optional<WorkRecord> record = ReadWorkRecord(*transaction, notification.cell_key);
+    if (record && record->parked) {
+      transaction->Commit();  // consumes the notification; the work stays parked
+      return Outcome::kSkippedParked;
+    }
     if (hurried) transaction->SetHurried();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++stats_[*observer_index].runs;
-      ++stats_[*observer_index].running;
+      ++stats_[report->observer_index].runs;
+      ++stats_[report->observer_index].running;
     }
     Status status;
     try {
@@ -182,27 +186,46 @@ Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      --stats_[*observer_index].running;
+      --stats_[report->observer_index].running;
     }
     if (!status.ok()) {
       transaction->Abort();
-      *error = status.message();
-      return Outcome::kFailed;
+      report->error = status.message();
+      return RecordFailed(*source, notification, *observer, report);
     }
     if (const double seconds = transaction->DeferredSeconds(); seconds > 0) {
       transaction->Abort();
-      *deferred_seconds = seconds;
+      report->deferred_seconds = seconds;
       return Outcome::kDeferred;
     }
+    if (record) ForgetWorkRecord(*transaction, notification.cell_key);
     transaction->Commit();
     return Outcome::kCommitted;
   } catch (const Error& e) {
     if (transaction) transaction->Abort();
     if (e.code() == ErrorCode::kConflict) return Outcome::kConflict;
     if (e.code() == ErrorCode::kClosed) return Outcome::kGone;
-    *error = e.what();
+    report->error = e.what();
+    return RecordFailed(*source, notification, *observer, report);
+  }
+}
+
+Workers::Outcome Workers::RecordFailed(TransactionSource& source, const Notification& notification,
+                                       const Observer& observer, RunReport* report) {
+  WorkRecord record;
+  try {
+    record = RecordFailure(source, observer.column.observer, notification.cell_key,
+                           DescribeFailure(report->error), observer.max_attempts, UnixNow());
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kClosed) return Outcome::kGone;
+    // The record could not be written (the store failed): retry the run as
+    // if it were the first failure.
+    report->attempts = 1;
     return Outcome::kFailed;
   }
+  report->attempts = record.attempts;
+  if (options_.on_failure) options_.on_failure(observer.column, record);
+  return record.parked ? Outcome::kParked : Outcome::kFailed;
 }
 
 bool Workers::OnWorkerThread() { return t_on_worker_thread; }
@@ -249,11 +272,9 @@ void Workers::WorkerLoop() {
     ++active_;
     lock.unlock();
 
-    size_t observer_index = SIZE_MAX;
-    std::string error;
-    double deferred_seconds = 0;
-    const Outcome outcome =
-        RunOne(notification, hurried, &observer_index, &error, &deferred_seconds);
+    RunReport report;
+    const Outcome outcome = RunOne(notification, hurried, &report);
+    const size_t observer_index = report.observer_index;
 
     lock.lock();
     --active_;
@@ -265,7 +286,17 @@ void Workers::WorkerLoop() {
       switch (outcome) {
         case Outcome::kCommitted:
         case Outcome::kGone:
+        case Outcome::kParked:
+        case Outcome::kSkippedParked:
           if (outcome == Outcome::kCommitted) ++stats_[observer_index].commits;
+          if (outcome == Outcome::kSkippedParked) ++stats_[observer_index].skipped_parked;
+          if (outcome == Outcome::kParked) {
+            ObserverStats& s = stats_[observer_index];
+            ++s.failures;
+            ++s.parked;
+            s.last_error = report.error;
+            s.last_failure_unix = UnixNow();
+          }
           if (entry.again && !stopping_) {
             entry.attempts = 0;
             entry.hurried = false;
@@ -283,9 +314,10 @@ void Workers::WorkerLoop() {
           entry.attempts = 0;
           entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
           if (entry.deferred) ++deferred_count_;
-          delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(deferred_seconds)),
-                           key);
+          delayed_.emplace(
+              Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(report.deferred_seconds)),
+              key);
           break;
         case Outcome::kConflict: {
           ++stats_[observer_index].conflicts;
@@ -299,9 +331,9 @@ void Workers::WorkerLoop() {
         case Outcome::kFailed: {
           ObserverStats& s = stats_[observer_index == SIZE_MAX ? 0 : observer_index];
           ++s.failures;
-          s.last_error = error;
+          s.last_error = report.error;
           s.last_failure_unix = UnixNow();
-          ++entry.attempts;
+          entry.attempts = std::max(entry.attempts + 1, static_cast<int>(report.attempts));
           double delay = std::min(
               options_.retry_max_seconds,
               options_.retry_initial_seconds * std::pow(2.0, std::min(entry.attempts - 1, 30)));

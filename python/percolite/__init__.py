@@ -30,6 +30,7 @@ from .errors import (
     CorruptionError,
     Error,
     StorageError,
+    WorkParked,
 )
 
 __version__ = "0.1.0"
@@ -61,4 +62,5 @@ __all__ = [
     "CorruptionError",
     "StorageError",
     "CallbackError",
+    "WorkParked",
 ]

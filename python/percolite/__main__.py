@@ -1,13 +1,18 @@
 """The percolite command line: ``percolite`` or ``python -m percolite``.
 
 Commands: ``phrasecount [PATH ...] --db DB``, ``demo``, ``status DB``,
-``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``.
+``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``, ``retry DB``.
+
+Exit statuses: 0 done; 1 an error; 2 bad arguments (usage); 3 (``worker
+--until-idle`` and ``wait``) nothing left to run but parked work.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -17,7 +22,8 @@ import percolite
 
 from . import _core
 from ._env import store_directory
-from ._workers import load_app, run_worker_processes
+from ._log import describe_cell
+from ._workers import EXIT_DONE, EXIT_ERROR, EXIT_PARKED, EXIT_USAGE, load_app, run_worker_processes
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -69,18 +75,65 @@ def _printable(value: bytes) -> str:
     return text if text.isprintable() else repr(value)
 
 
+def _when(unix: float | None) -> str:
+    if unix is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(unix).isoformat(sep=" ", timespec="seconds")
+
+
 def _status(args: argparse.Namespace) -> int:
     with _open_existing(args.db) as env:
         status = env.status()
     if args.json:
         print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
-        return 0
+        return EXIT_DONE
     print(f"store:   {status['path']}")
     print(f"pending: {status['pending']} notifications")
+    print(f"parked:  {status['parked']} notifications")
     for o in status["observers"]:
         column = f"{_printable(o['family'])}:{_printable(o['qualifier'])}"
-        print(f"  {o['name']:<30} {column:<30} {o['notify']:<6} pending {o['pending']}")
-    return 0
+        print(
+            f"  {o['name']:<30} {column:<30} {o['notify']:<6} pending {o['pending']}"
+            f"  failures {o['failures']}  parked {o['parked']}"
+        )
+        if o["failures"]:
+            where = o["last_failed_cell"]
+            print(
+                f"    last failure {_when(o['last_failure_unix'])}"
+                + (f" on {describe_cell(where)}" if where and where["row"] is not None else "")
+                + f": {o['last_error_type']}: {o['last_error_message']}"
+            )
+    for record in status["parked_work"]:
+        error = record["error"]
+        print(
+            f"parked: observer {record['observer']!r} on {describe_cell(record)} after "
+            f"{record['attempts']} attempts, last at {_when(record['last_failure_unix'])}:"
+        )
+        print("    " + error["traceback"].rstrip("\n").replace("\n", "\n    "))
+    if status["parked"] > len(status["parked_work"]):
+        print(f"... and {status['parked'] - len(status['parked_work'])} more (see --json)")
+    return EXIT_DONE
+
+
+def _retry(args: argparse.Namespace) -> int:
+    with _open_existing(args.db) as env:
+        parked = env.parked()
+        if not parked:
+            print(f"percolite: nothing is parked in {env.path}", file=sys.stderr)
+            return EXIT_ERROR
+        names = args.observer or None
+        if names:
+            unknown = sorted(set(names) - {r["observer"] for r in parked})
+            if unknown:
+                print(
+                    f"percolite: no parked work of observer {', '.join(map(repr, unknown))} "
+                    f"in {env.path}",
+                    file=sys.stderr,
+                )
+                return EXIT_ERROR
+        retried = env.retry_parked(names)
+    print(f"retried {retried} parked notification{'s' if retried != 1 else ''}; run the workers")
+    return EXIT_DONE
 
 
 def _scan(args: argparse.Namespace) -> int:
@@ -111,11 +164,15 @@ def _scan(args: argparse.Namespace) -> int:
 
 def _wait(args: argparse.Namespace) -> int:
     with _open_existing(args.db) as env:
-        idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
+        try:
+            idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
+        except percolite.WorkParked as e:
+            print(f"percolite: {e}", file=sys.stderr)
+            return EXIT_PARKED
     if not idle:
         print(f"percolite: still busy after {args.timeout} s", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_ERROR
+    return EXIT_DONE
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -132,10 +189,37 @@ def _worker(args: argparse.Namespace) -> int:
     )
 
 
+def _configure_logging(args: argparse.Namespace) -> None:
+    """Records of the percolite loggers go to stderr, at the chosen level."""
+    if args.log_level:
+        level = getattr(logging, args.log_level)
+    else:
+        level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logger = logging.getLogger("percolite")
+    logger.setLevel(level)
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     summary = percolite.__doc__.splitlines()[0]
     parser = argparse.ArgumentParser(prog="percolite", description=summary)
     parser.add_argument("--version", action="version", version=percolite.__version__)
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log more (-v: INFO, -vv: DEBUG); the default shows WARNING and above",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        type=str.upper,
+        help="the level of the percolite loggers (overrides -v)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     phrasecount = commands.add_parser(
@@ -182,21 +266,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="exit once nothing is pending",
     )
     worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    worker.epilog = (
+        "exit status with --until-idle: 0 when all work is done, 3 when everything left "
+        "is parked (see `percolite status`, then `percolite retry`), 1 on an error"
+    )
     worker.add_argument("--worker-count", type=int, default=None, help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
 
+    retry = commands.add_parser("retry", help="put parked work back to run")
+    retry.add_argument("db")
+    retry.add_argument(
+        "--observer", action="append", help="only this observer's parked work (repeatable)"
+    )
+    retry.set_defaults(func=_retry)
+
     args = parser.parse_args(argv)
+    _configure_logging(args)
     try:
         return args.func(args)
     except percolite.Error as e:
         print(f"percolite: {e}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     except (ValueError, TypeError, ImportError) as e:
         print(f"percolite: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except OSError as e:  # a file or a server that cannot be reached
         print(f"percolite: {e}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 

@@ -17,7 +17,6 @@ the same registry::
 from __future__ import annotations
 
 import inspect
-import traceback
 import weakref
 from typing import Any, Callable, NamedTuple
 
@@ -25,6 +24,7 @@ from . import _core
 from ._cells import Column
 from ._combine import CombineQueue
 from ._export import ExportQueue
+from ._log import failure_text
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._queues import check_queue_options
 from .errors import Error
@@ -37,6 +37,26 @@ class _Observer(NamedTuple):
     fn: Callable[[Any, bytes, Column], Any]
     notify: NotificationType
     name: str
+    max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS
+
+
+def check_max_attempts(max_attempts: Any, what: str) -> int:
+    """The core's form of ``max_attempts`` (0 for None: retry forever);
+    TypeError or ValueError naming ``what`` for anything but None or an int
+    from 1 to the core's limit."""
+    if max_attempts is None:
+        return 0
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise TypeError(
+            f"{what}: max_attempts must be an int >= 1 or None (retry forever), "
+            f"not {type(max_attempts).__name__}"
+        )
+    if not 1 <= max_attempts <= _core.MAX_ATTEMPTS_LIMIT:
+        raise ValueError(
+            f"{what}: max_attempts must be between 1 and {_core.MAX_ATTEMPTS_LIMIT} "
+            f"(or None: retry forever), not {max_attempts}"
+        )
+    return max_attempts
 
 
 def _check_observer_signature(fn: Callable, name: str) -> None:
@@ -62,7 +82,7 @@ def _make_runner(fn: Callable) -> Callable:
         try:
             fn(ObserverTransaction(core_tx), row, make_column(family, qualifier))
         except BaseException:
-            return (False, traceback.format_exc())
+            return (False, failure_text())
         return (True, None)
 
     return runner
@@ -84,12 +104,25 @@ class App:
         return list(self._observers.values())
 
     def observer(
-        self, column: Any, notify: NotificationType = STRONG, *, name: str | None = None
+        self,
+        column: Any,
+        notify: NotificationType = STRONG,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
     ) -> Callable[[Callable], Callable]:
-        """Decorator registering ``fn(tx, row, column)`` as the observer of ``column``."""
+        """Decorator registering ``fn(tx, row, column)`` as the observer of ``column``.
+
+        A run that raises is retried with exponential backoff; after
+        ``max_attempts`` failed runs of one notification (default 10;
+        ``None`` retries forever) its work is *parked*: recorded in the store
+        with the traceback and no longer run until
+        :meth:`Env.retry_parked` (or ``percolite retry``) puts it back.
+        """
+        check_max_attempts(max_attempts, f"observer for {column!r}")
 
         def register(fn: Callable) -> Callable:
-            self.add_observer(column, fn, notify=notify, name=name)
+            self.add_observer(column, fn, notify=notify, name=name, max_attempts=max_attempts)
             return fn
 
         return register
@@ -101,6 +134,7 @@ class App:
         notify: NotificationType = STRONG,
         *,
         name: str | None = None,
+        max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         """Register ``fn(tx, row, column)`` for ``column``; see :meth:`observer`."""
         if not isinstance(column, tuple) or len(column) != 2:
@@ -117,6 +151,7 @@ class App:
                 f"notify must be percolite.STRONG or percolite.WEAK, not {notify!r}"
             ) from None
         label = name or getattr(fn, "__qualname__", None) or repr(fn)
+        check_max_attempts(max_attempts, f"observer {label}")
         _check_observer_signature(fn, label)
         if column in self._observers:
             raise ValueError(
@@ -124,7 +159,7 @@ class App:
                 "one column has at most one observer"
             )
         self._before_change(f"observer {label}")
-        self._observers[column] = _Observer(column, fn, notify, label)
+        self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
         self._rebind()
 
     def combine_queue(
@@ -247,7 +282,14 @@ class App:
 
     def _core_specs(self) -> list[tuple]:
         specs = [
-            (o.column.family, o.column.qualifier, int(o.notify), o.name, _make_runner(o.fn))
+            (
+                o.column.family,
+                o.column.qualifier,
+                int(o.notify),
+                o.name,
+                _make_runner(o.fn),
+                check_max_attempts(o.max_attempts, o.name),
+            )
             for o in self._observers.values()
         ]
         specs += [queue._core_spec() for queue in self._queues.values()]

@@ -19,13 +19,13 @@ CombineQueue). In short:
 from __future__ import annotations
 
 import heapq
-import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
 from ._export import ExportQueue
+from ._log import failure_text
 from ._observer import ObserverTransaction
 from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
@@ -166,7 +166,7 @@ class CombineQueue:
                     result = fn(kc.decode(key_bytes), [vc.decode(v) for v in values])
                     return (True, None if result is None else vc.encode(result))
                 except BaseException:
-                    return (False, traceback.format_exc())
+                    return (False, failure_text())
 
         on_change = None
         if self._on_change is not None:
@@ -185,7 +185,7 @@ class CombineQueue:
                     user_fn(ObserverTransaction(core_tx), changes)
                     return (True, None)
                 except BaseException:
-                    return (False, traceback.format_exc())
+                    return (False, failure_text())
 
         return _core.CombineQueue.create(
             self.id,

@@ -6,10 +6,12 @@ from typing import Any
 _Bytes = bytes | str | bytearray | memoryview
 _Column = tuple[_Bytes, _Bytes]
 # An observer spec for Env.set_observers: (family, qualifier, kind, name,
-# runner(core_tx, row, family, qualifier) -> (ok, traceback), or a queue).
-_ObserverSpec = tuple[
-    _Bytes, _Bytes, int, str, Callable[..., tuple[bool, Any]] | CombineQueue | ExportQueue
-]
+# runner(core_tx, row, family, qualifier) -> (ok, traceback), or a queue),
+# then for a runner its max_attempts (0: retry forever).
+_ObserverSpec = (
+    tuple[_Bytes, _Bytes, int, str, CombineQueue | ExportQueue]
+    | tuple[_Bytes, _Bytes, int, str, Callable[..., tuple[bool, Any]], int]
+)
 
 # Limits, layout facts and defaults of the core.
 SEQ_INDEX_BITS: int
@@ -25,6 +27,9 @@ DEFAULT_MAX_READERS: int
 DEFAULT_THREADS: int
 DEFAULT_RETRY_INITIAL: float
 DEFAULT_RETRY_MAX: float
+DEFAULT_MAX_ATTEMPTS: int
+SYSTEM_ROW_PREFIX: bytes
+MAX_ATTEMPTS_LIMIT: int
 DEFAULT_COMBINE_BUCKETS: int
 DEFAULT_BUFFER_SIZE: int
 DEFAULT_BATCH_SIZE: int
@@ -53,10 +58,14 @@ class Env:
         worker_count: int,
         retry_initial: float,
         retry_max: float,
+        on_failure: Callable[[dict[str, Any]], object] | None = None,
     ) -> None: ...
     def stop_workers(self) -> None: ...
     def wait_idle(self, timeout: float) -> bool: ...
     def worker_stats(self) -> dict[str, Any]: ...
+    def work_records(self, parked_only: bool) -> list[dict[str, Any]]: ...
+    def failure_summaries(self) -> list[dict[str, Any]]: ...
+    def retry_parked(self, observers: list[str] | None = None) -> int: ...
     def observed_columns(self) -> list[tuple[bytes, bytes, str, str]]: ...
     def pending_notifications(self) -> int: ...
     def pending_by_column(self) -> dict[tuple[bytes, bytes], int]: ...

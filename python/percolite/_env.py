@@ -7,14 +7,15 @@ import os
 import random
 import time
 import weakref
+from collections.abc import Iterable
 from typing import Any, Callable, TypeVar
 
-from . import _core
+from . import _core, _log
 from ._app import App
 from ._loader import Loader
 from ._progress import Progress
 from ._transaction import Transaction
-from .errors import ClosedError, CommitConflict
+from .errors import ClosedError, CommitConflict, WorkParked
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
@@ -284,7 +285,9 @@ class Env:
         ``worker_index`` in ``range(worker_count)``: it takes the notifications
         whose row hash is ``worker_index`` mod ``worker_count``. A failing
         observer is retried after ``retry_initial`` seconds, doubling up to
-        ``retry_max``.
+        ``retry_max``, until its ``max_attempts`` (:meth:`App.observer`);
+        each failure is recorded in the store and logged to the
+        ``percolite.observers`` logger.
         """
         for name, value in (
             ("threads", threads),
@@ -301,7 +304,9 @@ class Env:
             )
         if not 0 < retry_initial <= retry_max:
             raise ValueError("retry_initial must be > 0 and <= retry_max")
-        self._core.start_workers(threads, worker_index, worker_count, retry_initial, retry_max)
+        self._core.start_workers(
+            threads, worker_index, worker_count, retry_initial, retry_max, _log.report_failure
+        )
         self._workers_running = True
 
     def stop_workers(self) -> None:
@@ -312,9 +317,12 @@ class Env:
     def wait(self, timeout: float | None = None, progress: Any = False) -> bool:
         """Block until no notification is pending and no observer is running.
 
-        Returns ``True`` when idle, ``False`` if ``timeout`` seconds passed
-        first (a failing observer keeps its notification pending: see
-        :meth:`status`). Works whether the workers run in this process or in
+        Returns ``True`` when idle with nothing parked, ``False`` if
+        ``timeout`` seconds passed first (a failing observer keeps its
+        notification pending until its last attempt: see :meth:`status`).
+        Raises :class:`percolite.WorkParked` when what is left is parked
+        work (:meth:`parked`), instead of waiting for work that will not run
+        until retried. Works whether the workers run in this process or in
         others. ``progress=True`` shows the pending count on stderr. Ctrl-C
         interrupts it.
 
@@ -337,12 +345,30 @@ class Env:
                 chunk = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
                 if self._core.wait_idle(chunk):
                     bar.update(0)
+                    self._raise_if_parked()
                     return True
                 bar.update(self._core.pending_notifications())
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
         finally:
             bar.close()
+
+    def _raise_if_parked(self) -> None:
+        parked = self._core.work_records(True)
+        if not parked:
+            return
+        by_observer: dict[str, int] = {}
+        for record in parked:
+            by_observer[record["observer"]] = by_observer.get(record["observer"], 0) + 1
+        where = ", ".join(f"{n} of observer {name!r}" for name, n in sorted(by_observer.items()))
+        raise WorkParked(
+            f"nothing left to run but parked work: {len(parked)} notification"
+            f"{'s' if len(parked) != 1 else ''} ({where}) failed on every attempt; "
+            f"see env.parked() or `percolite status {self.path}`, fix the cause, then "
+            f"env.retry_parked() or `percolite retry {self.path}`",
+            parked=len(parked),
+            by_observer=by_observer,
+        )
 
     def process(
         self,
@@ -351,11 +377,18 @@ class Env:
         timeout: float | None = None,
         progress: Any = False,
     ) -> dict:
-        """Start workers, wait until idle, stop them; return what they did:
-        ``{"runs", "commits", "conflicts", "failures", "idle"}``."""
+        """Start workers, wait until nothing is left to run, stop them;
+        return what they did: ``{"runs", "commits", "conflicts",
+        "failures", "parked", "idle"}``. ``parked`` counts the parked
+        notifications in the store at the end (:meth:`parked`); ``idle`` is
+        ``False`` when ``timeout`` passed first. Parked work does not raise
+        here (it does in :meth:`wait`)."""
         self.start_workers(threads)
         try:
-            idle = self.wait(timeout=timeout, progress=progress)
+            try:
+                idle = self.wait(timeout=timeout, progress=progress)
+            except WorkParked:
+                idle = True
             stats = self._core.worker_stats()
         finally:
             self.stop_workers()
@@ -363,19 +396,78 @@ class Env:
             key: sum(o[key] for o in stats["observers"])
             for key in ("runs", "commits", "conflicts", "failures")
         }
+        totals["parked"] = len(self._core.work_records(True))
         totals["idle"] = idle
         return totals
 
+    # -- failures and parked work -------------------------------------------
+    def parked(self, observer: str | None = None) -> list[dict]:
+        """The parked work recorded in the store, from any process: one dict
+        per notification, ``{"observer", "row", "family", "qualifier",
+        "attempts", "parked", "first_failure_unix", "last_failure_unix",
+        "error": {"type", "message", "traceback"}}``, in cell order; only
+        ``observer``'s (by name) when given."""
+        records = self._core.work_records(True)
+        if observer is not None:
+            records = [r for r in records if r["observer"] == observer]
+        return records
+
+    def failures(self) -> dict[str, dict]:
+        """Each observer's failure history in the store, by observer name:
+        ``{"failures", "parked", "first_failure_unix", "last_failure_unix",
+        "last_cell": {"row", "family", "qualifier"}, "last_error": {"type",
+        "message", "traceback"}}``, totals of every process that worked the
+        store."""
+        return {s.pop("observer"): s for s in self._core.failure_summaries()}
+
+    def retry_parked(self, observer: str | Iterable[str] | None = None) -> int:
+        """Put parked work back to run (all of it, or that of the observers
+        named); returns how many notifications were retried (0 when nothing
+        matched). Each runs again with a fresh count of attempts."""
+        if observer is None:
+            names = None
+        elif isinstance(observer, str):
+            names = [observer]
+        else:
+            names = list(observer)
+            if not all(isinstance(n, str) for n in names):
+                raise TypeError("observer must be a name (str), an iterable of names, or None")
+        if names is not None and self._app is not None:
+            known = {o.name for o in self._app.observers} | {
+                r["observer"] for r in self._core.work_records(True)
+            }
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise ValueError(
+                    f"no observer named {', '.join(map(repr, unknown))} in app "
+                    f"{self._app.name!r} or among the parked work"
+                )
+        return self._core.retry_parked(names)
+
+    # How many parked records status() lists (parked() lists them all).
+    STATUS_PARKED_LIMIT = 100
+
     def status(self, *, queues: bool = True) -> dict:
-        """What the engine is doing: pending notifications per observed column,
-        observers' runs, commits, conflicts, failures (with the last
-        traceback), the entries queued in each queue of the bound app
-        (``queues``: ``{id: count}``, found by a scan; ``queues=False``
-        skips the scan, for frequent polling), and this process's commit
-        counters."""
+        """What the engine is doing, read from the store (so from any
+        process) where the store keeps it: pending notifications per observed
+        column; per observer, this process's runs, commits, conflicts and
+        deferrals, and the failures every process recorded (``failures``,
+        ``parked``, ``first_failure_unix``, ``last_failure_unix``,
+        ``last_error`` (the traceback), ``last_error_type``,
+        ``last_error_message``, ``last_failed_cell``); ``parked``, the number
+        of parked notifications, and ``parked_work``, the first
+        ``STATUS_PARKED_LIMIT`` of them (:meth:`parked` has them all); the
+        entries queued in each queue of the bound app (``queues``: ``{id:
+        count}``, found by a scan; ``queues=False`` skips the scan, for
+        frequent polling); and this process's commit counters."""
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()
+        summaries = self.failures()
+        parked = self._core.work_records(True)
+        parked_by: dict[str, int] = {}
+        for record in parked:
+            parked_by[record["observer"]] = parked_by.get(record["observer"], 0) + 1
         by_column = {(o["family"], o["qualifier"]): o for o in workers["observers"]}
         observers = []
         for family, qualifier, notify, name in observed:
@@ -391,6 +483,22 @@ class Env:
                 entry.setdefault(key, 0)
             entry.setdefault("last_error", None)
             entry.setdefault("last_failure_unix", None)
+            entry.pop("skipped_parked", None)
+            entry["parked"] = parked_by.get(name, 0)
+            summary = summaries.get(name)
+            entry.update(first_failure_unix=None, last_error_type=None, last_error_message=None)
+            entry["last_failed_cell"] = None
+            if summary is not None:
+                error = summary["last_error"]
+                entry.update(
+                    failures=max(entry["failures"], summary["failures"]),
+                    first_failure_unix=summary["first_failure_unix"],
+                    last_failure_unix=summary["last_failure_unix"],
+                    last_error=error["traceback"],
+                    last_error_type=error["type"],
+                    last_error_message=error["message"],
+                    last_failed_cell=summary["last_cell"],
+                )
             observers.append(entry)
         depths = {}
         if queues and self._app is not None and self._app._queues:
@@ -399,6 +507,8 @@ class Env:
         return {
             "path": self.path,
             "pending": sum(pending.values()),
+            "parked": len(parked),
+            "parked_work": parked[: self.STATUS_PARKED_LIMIT],
             "workers": {k: workers[k] for k in ("running", "threads", "queued", "active")},
             "observers": observers,
             "queues": depths,

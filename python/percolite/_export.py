@@ -17,10 +17,10 @@ ExportQueue). In short:
 
 from __future__ import annotations
 
-import traceback
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
+from ._log import failure_text
 from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
 
@@ -126,7 +126,7 @@ class ExportQueue:
                 exporter(entries)
                 return (True, None)
             except BaseException:
-                return (False, traceback.format_exc())
+                return (False, failure_text())
 
         return run
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from . import _core
 from ._cells import BytesLike, Cell, Column
 
 __all__ = ["Transaction"]
@@ -26,6 +27,37 @@ __all__ = ["Transaction"]
 ColumnLike = tuple[BytesLike, BytesLike]
 
 _SCAN_CHUNK = 512
+
+# percolite's own rows (failure records) begin with these bytes; scans skip
+# them unless asked for rows inside them.
+_SYSTEM = _core.SYSTEM_ROW_PREFIX
+_SYSTEM_END = _SYSTEM[:-1] + bytes([_SYSTEM[-1] + 1])
+
+
+def _as_bytes(value: BytesLike) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _user_ranges(prefix: Any, start: Any, end: Any) -> list[tuple[Any, Any, Any]]:
+    """The (prefix, start, end) scans that cover what was asked for, less
+    percolite's own rows, unless the request lies inside them."""
+    if prefix is not None:
+        if not isinstance(prefix, (str, bytes, bytearray, memoryview)):
+            return [(prefix, None, None)]  # the core names the bad type
+        wanted = _as_bytes(prefix)
+        if not _SYSTEM.startswith(wanted) or wanted == _SYSTEM:
+            return [(prefix, None, None)]  # disjoint from, or inside, the system rows
+        after = _SYSTEM_END if len(wanted) < len(_SYSTEM) else None
+        upper = wanted[:-1] + bytes([wanted[-1] + 1]) if wanted else None
+        return [(None, wanted or None, _SYSTEM), (None, after, upper)]
+    for bound in (start, end):
+        if bound is not None and not isinstance(bound, (str, bytes, bytearray, memoryview)):
+            return [(None, start, end)]
+    low = b"" if start is None else _as_bytes(start)
+    high = None if end is None else _as_bytes(end)
+    if low >= _SYSTEM or (high is not None and high <= _SYSTEM) or low >= _SYSTEM_END:
+        return [(None, start, end)]
+    return [(None, start, _SYSTEM), (None, _SYSTEM_END, end)]
 
 
 class Transaction:
@@ -76,7 +108,9 @@ class Transaction:
         the rows ``start <= row < end`` (either bound may be omitted).
         ``columns`` keeps only those columns. The scan sees this transaction's
         own writes, and reads the snapshot in chunks, so it can be stopped early
-        cheaply.
+        cheaply. percolite's own rows (failure records, whose names begin with
+        ``percolite._core.SYSTEM_ROW_PREFIX``) are left out unless the
+        prefix or start asked for lies among them.
         """
         if prefix is not None and (start is not None or end is not None):
             raise ValueError("scan takes either prefix or start/end, not both")
@@ -87,16 +121,19 @@ class Transaction:
                     f"not {type(columns).__name__}"
                 )
             columns = list(columns)  # each item is checked by the core
-        resume = None
         make_column = Column._from_bytes
-        while True:
-            items, resume, done = self._tx.scan_chunk(
-                prefix, start, end, columns, resume, _SCAN_CHUNK
-            )
-            for row, family, qualifier, value in items:
-                yield Cell(row, make_column(family, qualifier), value)
-            if done:
-                return
+        for part_prefix, part_start, part_end in _user_ranges(prefix, start, end):
+            if part_end is not None and part_start is not None and part_start >= part_end:
+                continue
+            resume = None
+            while True:
+                items, resume, done = self._tx.scan_chunk(
+                    part_prefix, part_start, part_end, columns, resume, _SCAN_CHUNK
+                )
+                for row, family, qualifier, value in items:
+                    yield Cell(row, make_column(family, qualifier), value)
+                if done:
+                    break
 
     # -- writes -----------------------------------------------------------
     def set(self, row: BytesLike, column: ColumnLike, value: BytesLike) -> None:

@@ -18,12 +18,27 @@ import sys
 import time
 from pathlib import Path
 
-from . import _core
+from . import _core, _log
 from ._app import App
 from ._env import open as open_env
 from ._env import store_directory
+from .errors import WorkParked
 
-__all__ = ["load_app", "run_workers", "run_worker_processes"]
+__all__ = [
+    "load_app",
+    "run_workers",
+    "run_worker_processes",
+    "EXIT_DONE",
+    "EXIT_ERROR",
+    "EXIT_USAGE",
+    "EXIT_PARKED",
+]
+
+# Exit statuses of `percolite worker --until-idle` (and run_workers).
+EXIT_DONE = 0  # nothing left to run, nothing parked
+EXIT_ERROR = 1  # an error stopped it
+EXIT_USAGE = 2  # bad arguments
+EXIT_PARKED = 3  # nothing left to run but parked work
 
 
 def load_app(spec: str) -> App:
@@ -72,16 +87,26 @@ def _run_in_this_process(
             try:
                 while not stop_requested[0]:
                     if until_idle and env.wait(timeout=0.5):
-                        break
+                        return EXIT_DONE
                     if not until_idle:
                         time.sleep(0.1)
+            except WorkParked as e:
+                _log.logger.error("%s", e)
+                return EXIT_PARKED
             except KeyboardInterrupt:
-                pass
-            status = env.status(queues=False)
-        failures = sum(o["failures"] for o in status["observers"])
-        return 0 if not until_idle or failures == 0 or status["pending"] == 0 else 1
+                return 130
+        return EXIT_DONE
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _group_status(codes: list[int]) -> int:
+    """One exit status for a group of worker processes: an error (or a
+    signal) of any first, then parked work, then done."""
+    errors = [c for c in codes if c not in (EXIT_DONE, EXIT_PARKED)]
+    if errors:
+        return errors[0] if errors[0] > 0 else 1
+    return EXIT_PARKED if EXIT_PARKED in codes else EXIT_DONE
 
 
 def run_worker_processes(
@@ -118,7 +143,7 @@ def run_worker_processes(
 
     previous = signal.signal(signal.SIGTERM, stop_children)
     try:
-        return max(child.wait() for child in children)
+        return _group_status([child.wait() for child in children])
     except KeyboardInterrupt:
         stop_children()
         for child in children:
@@ -139,7 +164,8 @@ def run_workers(
     """Run ``app`` (given as ``"module:attribute"``) on store ``db`` in
     ``processes`` worker processes of ``threads`` threads each; with
     ``until_idle`` (default) return once nothing is pending. Returns the exit
-    status (0 on success)."""
+    status: ``EXIT_DONE`` (0) when all work is done, ``EXIT_PARKED`` (3)
+    when everything left is parked work, ``EXIT_ERROR`` (1) on an error."""
     return run_worker_processes(
         app_spec=app,
         app=load_app(app),

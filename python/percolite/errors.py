@@ -15,6 +15,7 @@ __all__ = [
     "CorruptionError",
     "StorageError",
     "CallbackError",
+    "WorkParked",
 ]
 
 
@@ -48,3 +49,17 @@ class CallbackError(Error):
     def __init__(self, message: str, traceback: str = "") -> None:
         super().__init__(message)
         self.traceback = traceback
+
+
+class WorkParked(Error):
+    """Only parked work is left: work whose observer failed on its last
+    attempt (``max_attempts``) is recorded in the store and no longer run.
+    ``parked`` is how many notifications are parked, ``by_observer`` maps
+    each observer's name to its count. See them with ``Env.parked()`` or
+    ``percolite status``; run them again with ``Env.retry_parked()`` or
+    ``percolite retry`` once the cause is fixed."""
+
+    def __init__(self, message: str, parked: int = 0, by_observer: dict | None = None) -> None:
+        super().__init__(message)
+        self.parked = parked
+        self.by_observer = dict(by_observer or {})

@@ -206,7 +206,10 @@ CPP_LAYERS = [
     ("base", ["include/percolite/status.h", "include/percolite/encoding.h", "src/encoding.cc"]),
     ("backend", ["include/percolite/backend.h", "src/backend/*"]),
     ("transaction", ["include/percolite/transaction.h", "src/transaction.cc"]),
-    ("notifications", ["include/percolite/notifications.h"]),
+    (
+        "notifications",
+        ["include/percolite/notifications.h", "include/percolite/failures.h", "src/failures.cc"],
+    ),
     ("workers", ["include/percolite/workers.h", "src/workers.cc"]),
     (
         "queues",

@@ -25,11 +25,14 @@
 //   can open (capabilities().cross_process false), waiting without workers
 //   for pending notifications throws kWrongState at once: it would never end.
 // - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
-//   throw kWrongState: a worker cannot wait for its own pool. An Env
+//   throw kWrongState: a worker cannot wait for its own pool.
+// - WorkRecords, FailureSummaries and RetryParked read and change the
+//   failure records every process shares (failures.h). An Env
 //   destroyed on a worker thread (its last reference dropped there) is closed
 //   by a thread of its own instead, after the destructor returns.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "percolite/backend.h"
+#include "percolite/failures.h"
 #include "percolite/notifications.h"
 #include "percolite/transaction.h"
 #include "percolite/workers.h"
@@ -64,6 +68,12 @@ class Env : public std::enable_shared_from_this<Env> {
   bool WaitIdle(double timeout_seconds);
   WorkerStats GetWorkerStats() const;
   std::vector<ObservedColumn> ObservedColumns() const { return backend()->ObservedColumns(); }
+
+  // Failed and parked work recorded in the store (failures.h), read in a
+  // fresh snapshot; RetryParked puts the parked work `match` accepts back.
+  std::vector<WorkRecord> WorkRecords(bool parked_only);
+  std::vector<FailureSummary> FailureSummaries();
+  size_t RetryParked(const std::function<bool(const WorkRecord&)>& match);
 
   // The backend; throws kClosed once this handle is closed.
   std::shared_ptr<Backend> backend() const { return transactions_->backend(); }

@@ -31,6 +31,7 @@
 // commit; the worker layer (workers.h) finds notifications and runs observers.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -47,9 +48,15 @@ namespace percolite {
 using ObserverFn =
     std::function<Status(const std::shared_ptr<Transaction>& transaction, const Cell& cell)>;
 
+// Runs of one notification that may fail before its work is parked
+// (failures.h); 0 retries forever.
+constexpr uint32_t kDefaultMaxAttempts = 10;
+constexpr uint32_t kMaxAttemptsLimit = 1000000;
+
 struct Observer {
   ObservedColumn column;
   ObserverFn fn;
+  uint32_t max_attempts = kDefaultMaxAttempts;
 };
 
 }  // namespace percolite

@@ -24,9 +24,17 @@
 //   notification is still pending; a notification another run already
 //   removed is skipped, so a run never repeats work that committed.
 // - An observer that fails (returns a non-ok Status, e.g. a Python exception)
-//   has its transaction aborted; the notification stays and is retried with
-//   exponential backoff (retry_initial_seconds doubling to retry_max_seconds,
-//   jittered). Failures are counted per observer with the last error text.
+//   has its transaction aborted; the failure is recorded in the store
+//   (failures.h) and the notification stays and is retried with exponential
+//   backoff (retry_initial_seconds doubling to retry_max_seconds, jittered,
+//   from the attempts recorded in the store, so a restart does not reset
+//   them). Once a notification's runs have failed Observer::max_attempts
+//   times, its work is parked: the notification is consumed, the record
+//   kept, and a later notification of the same cell is consumed without
+//   running until the work is retried (RetryParked). A run that commits
+//   deletes its notification's record. Failures are also counted per
+//   observer in memory, with the last error text (Stats), and each recorded
+//   failure is reported to WorkerOptions::on_failure.
 // - A run that loses a write-write conflict is retried after a short jittered
 //   delay; it re-checks that the notification is still pending.
 // - Deferring: a run that calls Transaction::DeferTrigger(seconds) and
@@ -66,6 +74,7 @@
 #include <vector>
 
 #include "percolite/backend.h"
+#include "percolite/failures.h"
 #include "percolite/notifications.h"
 #include "percolite/status.h"
 #include "percolite/transaction.h"
@@ -79,15 +88,20 @@ struct WorkerOptions {
   double retry_initial_seconds = 0.05;
   double retry_max_seconds = 2.0;
   size_t queue_capacity = 20000;  // notifications held in memory at once
+  // Called on the worker thread after each failure is recorded (no lock
+  // held): the observer's column and the record as written (parked or not).
+  std::function<void(const ObservedColumn&, const WorkRecord&)> on_failure;
 };
 
 struct ObserverStats {
   ObservedColumn column;
-  uint64_t runs = 0;       // observer calls
-  uint64_t commits = 0;    // runs that committed
-  uint64_t conflicts = 0;  // runs that lost a write-write conflict
-  uint64_t failures = 0;   // runs that failed (raised)
-  uint64_t deferrals = 0;  // runs that deferred themselves (Transaction::DeferTrigger)
+  uint64_t runs = 0;            // observer calls
+  uint64_t commits = 0;         // runs that committed
+  uint64_t conflicts = 0;       // runs that lost a write-write conflict
+  uint64_t failures = 0;        // runs that failed (raised)
+  uint64_t deferrals = 0;       // runs that deferred themselves (Transaction::DeferTrigger)
+  uint64_t parked = 0;          // notifications parked here (after their last failed attempt)
+  uint64_t skipped_parked = 0;  // notifications of parked work consumed without a run
   int running = 0;
   std::string last_error;  // text of the last failure (the Python traceback)
   double last_failure_unix = 0;
@@ -126,7 +140,22 @@ class Workers final : public NotificationSink {
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class Outcome { kCommitted, kGone, kConflict, kFailed, kDeferred, kNoObserver };
+  enum class Outcome {
+    kCommitted,
+    kGone,
+    kConflict,
+    kFailed,
+    kParked,
+    kSkippedParked,
+    kDeferred,
+    kNoObserver
+  };
+  struct RunReport {
+    size_t observer_index = SIZE_MAX;
+    std::string error;      // kFailed, kParked: the failure's text
+    uint32_t attempts = 0;  // kFailed: failed runs recorded in the store
+    double deferred_seconds = 0;
+  };
   struct Entry {
     Notification notification;
     size_t lane = 0;  // its observer's index in observers_ (observers_.size(): none)
@@ -162,8 +191,11 @@ class Workers final : public NotificationSink {
   void WorkerLoop();
   void ScannerLoop();
   size_t ScanOnce(std::string* position);
-  Outcome RunOne(const Notification& notification, bool hurried, size_t* observer_index,
-                 std::string* error, double* deferred_seconds);
+  Outcome RunOne(const Notification& notification, bool hurried, RunReport* report);
+  // Records a failed run in the store (failures.h): kFailed, or kParked
+  // when it was the last attempt; kGone when the store closed meanwhile.
+  Outcome RecordFailed(TransactionSource& source, const Notification& notification,
+                       const Observer& observer, RunReport* report);
   // REQUIRES(mu_), while a thread waits: when nothing but hurried runs is
   // ready, deferred runs not hurried before become ready now.
   void HurryLocked();

@@ -255,7 +255,7 @@ def busy_finish_after_exit(db, sleep):
 def wait_interruptible(backend, db):
     app = percolite.App()
 
-    @app.observer(("doc", "content"))
+    @app.observer(("doc", "content"), max_attempts=None)  # retried forever: never parked
     def never(tx, row, column):
         raise RuntimeError("never succeeds")
 

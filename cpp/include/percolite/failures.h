@@ -1,0 +1,112 @@
+// percolite/failures.h: failed and parked work, recorded in the store.
+//
+// Thread safety: the functions here take a Transaction (used by one thread)
+// or a TransactionSource (any thread); they keep no state of their own.
+//
+// Contract
+// - What went wrong is kept in the store, in percolite's own rows (their
+//   names begin with kSystemRowPrefix, a 0x00 byte then "pc:"), written by
+//   ordinary transactions: every process (and every backend) reads the same
+//   records, and they survive restarts.
+// - A work record per notification that failed: the observer's name, the
+//   notification's cell, how many runs failed (attempts), the first and last
+//   failure times, the last error (type, message, traceback), and whether
+//   the work is parked. A run that commits deletes its notification's record
+//   in the same commit (the work is done).
+// - A failure summary per observer: failed runs, parkings, first and last
+//   failure times, the last error and the cell it was on. Summaries outlive
+//   the work records (they are history; work records are state).
+// - Parking: RecordFailure counts a failed run; when its attempts reach the
+//   observer's max_attempts (> 0), the record is marked parked and the same
+//   commit consumes the notification as a successful run would (its ack and
+//   its removal, notifications.h): parked work is no longer pending, so
+//   waiting for the workers ends. A notification of a parked cell set again
+//   later is consumed the same way when it comes to run (its run commits
+//   with nothing but the trigger) and the work stays parked: parked work
+//   runs again only when retried.
+// - Retry(filter) deletes the matching parked records and sets a weak
+//   notification on each of their cells, in one transaction per
+//   kRetryChunk records: the work runs again, with a fresh attempt count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "percolite/encoding.h"
+#include "percolite/status.h"
+#include "percolite/transaction.h"
+
+namespace percolite {
+
+// Rows percolite keeps for itself begin with these bytes.
+inline const std::string kSystemRowPrefix("\0pc:", 4);
+
+// An error as reported to a person: its type ("ValueError"), its message,
+// and the full traceback (or the text of a core error).
+struct ErrorDetail {
+  std::string type;
+  std::string message;
+  std::string traceback;
+};
+
+// Splits an observer's failure text (a Python traceback as
+// traceback.format_exc() writes it, or the message of a core error) into an
+// ErrorDetail. Text that is not a traceback gives type `fallback_type`.
+ErrorDetail DescribeFailure(std::string_view text, std::string_view fallback_type = "Error");
+
+// The failures of one notification's work.
+struct WorkRecord {
+  std::string observer;  // the observer's name
+  std::string cell_key;  // the notification's encoded cell key (encoding.h)
+  uint32_t attempts = 0;
+  bool parked = false;
+  double first_failure_unix = 0;
+  double last_failure_unix = 0;
+  ErrorDetail error;  // the last failure's
+};
+
+// The failure history of one observer.
+struct FailureSummary {
+  std::string observer;
+  uint64_t failures = 0;  // failed runs
+  uint64_t parked = 0;    // times work was parked
+  double first_failure_unix = 0;
+  double last_failure_unix = 0;
+  std::string last_cell_key;  // the cell of the last failure
+  ErrorDetail last_error;
+};
+
+// How many records one retry transaction handles.
+constexpr size_t kRetryChunk = 1000;
+
+// The work record of the notification of `cell_key`, in the transaction's snapshot.
+std::optional<WorkRecord> ReadWorkRecord(Transaction& transaction, std::string_view cell_key);
+
+// In a run that is about to commit: deletes its notification's work record.
+void ForgetWorkRecord(Transaction& transaction, std::string_view cell_key);
+
+// Records a failed run of `observer` on the notification of `cell_key`, in
+// transactions of its own begun from `source` (retried on conflicts); parks
+// the work when its attempts reach max_attempts (0: never). Returns the
+// record as written. Throws what the store throws (kClosed once it closes).
+WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
+                         const std::string& cell_key, const ErrorDetail& error,
+                         uint32_t max_attempts, double now_unix);
+
+// Every work record in the transaction's snapshot (parked ones only when
+// `parked_only`), in cell order.
+std::vector<WorkRecord> ListWorkRecords(Transaction& transaction, bool parked_only);
+
+// Every observer's failure summary in the transaction's snapshot.
+std::vector<FailureSummary> ListFailureSummaries(Transaction& transaction);
+
+// Puts the parked work for which `match` is true back to run; returns how
+// many records it retried.
+size_t RetryParked(TransactionSource& source, const std::function<bool(const WorkRecord&)>& match);
+
+}  // namespace percolite

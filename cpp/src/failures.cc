@@ -1,0 +1,336 @@
+#include "percolite/failures.h"
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+namespace percolite {
+namespace {
+
+// Rows and families of the records (failures.h).
+const std::string kWorkRow = kSystemRowPrefix + "work";
+const std::string kSummaryRow = kSystemRowPrefix + "failures";
+constexpr std::string_view kWorkFamily = "w";
+constexpr std::string_view kSummaryFamily = "f";
+
+constexpr char kWorkVersion = 1;
+constexpr char kSummaryVersion = 1;
+// Recording a failure retries its transaction this often on conflicts (runs
+// failing at once on other threads or processes write the same summary).
+constexpr int kRecordTries = 200;
+
+void PutDouble(std::string* out, double value) {
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  AppendUint64BE(out, bits);
+}
+
+void PutString(std::string* out, std::string_view value) {
+  AppendUint64BE(out, value.size());
+  out->append(value);
+}
+
+// Reads the fields PutDouble, AppendUint64BE and PutString wrote, in order;
+// any read past the end leaves ok() false.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  bool ok() const { return ok_; }
+  bool done() const { return pos_ == bytes_.size(); }
+  char Byte() {
+    if (!Need(1)) return 0;
+    return bytes_[pos_++];
+  }
+  uint64_t U64() {
+    if (!Need(8)) return 0;
+    const uint64_t value = ReadUint64BE(bytes_.substr(pos_, 8));
+    pos_ += 8;
+    return value;
+  }
+  double Double() {
+    const uint64_t bits = U64();
+    double value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+  }
+  std::string String() {
+    const uint64_t size = U64();
+    if (!Need(size)) return {};
+    std::string value(bytes_.substr(pos_, size));
+    pos_ += size;
+    return value;
+  }
+
+ private:
+  bool Need(uint64_t n) {
+    if (!ok_ || n > bytes_.size() - pos_) {
+      ok_ = false;
+      return false;
+    }
+    return true;
+  }
+  std::string_view bytes_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+void PutError(std::string* out, const ErrorDetail& error) {
+  PutString(out, error.type);
+  PutString(out, error.message);
+  PutString(out, error.traceback);
+}
+
+ErrorDetail ReadError(Reader* in) {
+  ErrorDetail error;
+  error.type = in->String();
+  error.message = in->String();
+  error.traceback = in->String();
+  return error;
+}
+
+std::string EncodeWork(const WorkRecord& r) {
+  std::string out(1, kWorkVersion);
+  out.push_back(r.parked ? 1 : 0);
+  AppendUint64BE(&out, r.attempts);
+  PutDouble(&out, r.first_failure_unix);
+  PutDouble(&out, r.last_failure_unix);
+  PutString(&out, r.observer);
+  PutError(&out, r.error);
+  return out;
+}
+
+Error Malformed(const char* what, std::string_view key) {
+  return Error(ErrorCode::kCorruption, std::string("malformed ") + what + " record in the store (" +
+                                           std::to_string(key.size()) +
+                                           "-byte key): it was not written by this version");
+}
+
+WorkRecord DecodeWork(std::string_view cell_key, std::string_view bytes) {
+  Reader in(bytes);
+  WorkRecord r;
+  r.cell_key = std::string(cell_key);
+  const char version = in.Byte();
+  r.parked = in.Byte() != 0;
+  r.attempts = static_cast<uint32_t>(in.U64());
+  r.first_failure_unix = in.Double();
+  r.last_failure_unix = in.Double();
+  r.observer = in.String();
+  r.error = ReadError(&in);
+  if (!in.ok() || !in.done() || version != kWorkVersion) throw Malformed("work", cell_key);
+  return r;
+}
+
+std::string EncodeSummary(const FailureSummary& s) {
+  std::string out(1, kSummaryVersion);
+  AppendUint64BE(&out, s.failures);
+  AppendUint64BE(&out, s.parked);
+  PutDouble(&out, s.first_failure_unix);
+  PutDouble(&out, s.last_failure_unix);
+  PutString(&out, s.last_cell_key);
+  PutError(&out, s.last_error);
+  return out;
+}
+
+FailureSummary DecodeSummary(std::string_view observer, std::string_view bytes) {
+  Reader in(bytes);
+  FailureSummary s;
+  s.observer = std::string(observer);
+  const char version = in.Byte();
+  s.failures = in.U64();
+  s.parked = in.U64();
+  s.first_failure_unix = in.Double();
+  s.last_failure_unix = in.Double();
+  s.last_cell_key = in.String();
+  s.last_error = ReadError(&in);
+  if (!in.ok() || !in.done() || version != kSummaryVersion) throw Malformed("failure", observer);
+  return s;
+}
+
+CellRef WorkCell(std::string_view cell_key) { return {kWorkRow, kWorkFamily, cell_key}; }
+CellRef SummaryCell(std::string_view observer) { return {kSummaryRow, kSummaryFamily, observer}; }
+
+// Every cell of (row, family) in the transaction's view: visit(qualifier, value).
+void VisitFamily(Transaction& transaction, const std::string& row, std::string_view family,
+                 const std::function<void(std::string_view, std::string_view)>& visit) {
+  ScanRange range;
+  AppendEscapedPart(&range.from, row);
+  AppendEscapedPart(&range.from, family);
+  range.end = PrefixSuccessor(range.from);
+  std::vector<std::pair<std::string, std::string>> found;
+  transaction.Visit(range, nullptr, [&](std::string_view key, std::string_view value) {
+    found.emplace_back(key, value);
+    return true;
+  });
+  Cell cell;
+  for (const auto& [key, value] : found) {
+    if (!DecodeCellKey(key, &cell)) throw Malformed("system", key);
+    visit(cell.qualifier, value);
+  }
+}
+
+void Backoff(int tries) {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  const double ms = std::uniform_real_distribution<double>(0.2, 1.0)(random) * std::min(tries, 20);
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
+
+}  // namespace
+
+ErrorDetail DescribeFailure(std::string_view text, std::string_view fallback_type) {
+  ErrorDetail detail;
+  detail.traceback = std::string(text);
+  // A Python traceback ends with the exception: the first line that is not
+  // indented after the last frame line ("  File ..."), "Type: message" (the
+  // message may run over several lines), or just "Type".
+  constexpr std::string_view kHeader = "Traceback (most recent call last):";
+  const size_t header = text.rfind(kHeader);
+  if (header != std::string_view::npos) {
+    size_t last_frame = text.rfind("\n  File ");
+    size_t pos = last_frame == std::string_view::npos || last_frame < header
+                     ? header + kHeader.size()
+                     : last_frame + 1;
+    // Skip the frame line and its indented source lines.
+    while (pos < text.size()) {
+      const size_t eol = text.find('\n', pos);
+      const size_t next = eol == std::string_view::npos ? text.size() : eol + 1;
+      if (text[pos] != ' ' && text[pos] != '\n') break;
+      pos = next;
+    }
+    std::string_view exception = text.substr(pos);
+    while (!exception.empty() && (exception.back() == '\n' || exception.back() == ' ')) {
+      exception.remove_suffix(1);
+    }
+    if (!exception.empty()) {
+      const size_t eol = exception.find('\n');
+      const std::string_view first = exception.substr(0, eol);
+      const size_t colon = first.find(": ");
+      if (colon == std::string_view::npos) {
+        detail.type = std::string(first);
+        if (eol != std::string_view::npos) detail.message = std::string(exception.substr(eol + 1));
+      } else {
+        detail.type = std::string(first.substr(0, colon));
+        detail.message = std::string(exception.substr(colon + 2));
+      }
+      // "module.Type" names the type by its last part, as Python prints it.
+      return detail;
+    }
+  }
+  detail.type = std::string(fallback_type);
+  std::string_view message = text;
+  while (!message.empty() && message.back() == '\n') message.remove_suffix(1);
+  detail.message = std::string(message);
+  return detail;
+}
+
+std::optional<WorkRecord> ReadWorkRecord(Transaction& transaction, std::string_view cell_key) {
+  std::optional<std::string> value = transaction.Get(WorkCell(cell_key));
+  if (!value) return std::nullopt;
+  return DecodeWork(cell_key, *value);
+}
+
+void ForgetWorkRecord(Transaction& transaction, std::string_view cell_key) {
+  transaction.Delete(WorkCell(cell_key));
+}
+
+WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
+                         const std::string& cell_key, const ErrorDetail& error,
+                         uint32_t max_attempts, double now_unix) {
+  for (int tries = 1;; ++tries) {
+    std::shared_ptr<Transaction> transaction = source.Begin();
+    try {
+      WorkRecord record;
+      bool parked_now = false;
+      // Only work still pending gets a record: a run elsewhere may have
+      // committed it since this one failed.
+      const bool pending = transaction->NotificationPending(cell_key);
+      if (pending) {
+        if (std::optional<WorkRecord> old = ReadWorkRecord(*transaction, cell_key)) {
+          record = std::move(*old);
+        } else {
+          record.cell_key = cell_key;
+          record.first_failure_unix = now_unix;
+        }
+        record.observer = observer;
+        ++record.attempts;
+        record.last_failure_unix = now_unix;
+        record.error = error;
+        if (!record.parked && max_attempts > 0 && record.attempts >= max_attempts) {
+          record.parked = parked_now = true;
+          transaction->SetTrigger(cell_key);  // consumed, as a run's commit would
+        }
+        transaction->Set(WorkCell(cell_key), EncodeWork(record));
+      }
+      FailureSummary summary;
+      if (std::optional<std::string> old = transaction->Get(SummaryCell(observer))) {
+        summary = DecodeSummary(observer, *old);
+      } else {
+        summary.first_failure_unix = now_unix;
+      }
+      ++summary.failures;
+      if (parked_now) ++summary.parked;
+      summary.last_failure_unix = now_unix;
+      summary.last_cell_key = cell_key;
+      summary.last_error = error;
+      transaction->Set(SummaryCell(observer), EncodeSummary(summary));
+      transaction->Commit();
+      return record;
+    } catch (const Error& e) {
+      transaction->Abort();
+      if (e.code() != ErrorCode::kConflict || tries >= kRecordTries) throw;
+      Backoff(tries);
+    }
+  }
+}
+
+std::vector<WorkRecord> ListWorkRecords(Transaction& transaction, bool parked_only) {
+  std::vector<WorkRecord> out;
+  VisitFamily(transaction, kWorkRow, kWorkFamily,
+              [&](std::string_view cell_key, std::string_view value) {
+                WorkRecord record = DecodeWork(cell_key, value);
+                if (!parked_only || record.parked) out.push_back(std::move(record));
+              });
+  return out;
+}
+
+std::vector<FailureSummary> ListFailureSummaries(Transaction& transaction) {
+  std::vector<FailureSummary> out;
+  VisitFamily(transaction, kSummaryRow, kSummaryFamily,
+              [&](std::string_view observer, std::string_view value) {
+                out.push_back(DecodeSummary(observer, value));
+              });
+  return out;
+}
+
+size_t RetryParked(TransactionSource& source, const std::function<bool(const WorkRecord&)>& match) {
+  size_t retried = 0;
+  for (int tries = 1;;) {
+    std::shared_ptr<Transaction> transaction = source.Begin();
+    try {
+      size_t chunk = 0;
+      bool more = false;
+      for (const WorkRecord& record : ListWorkRecords(*transaction, true)) {
+        if (!match(record)) continue;
+        if (chunk == kRetryChunk) {
+          more = true;
+          break;
+        }
+        Cell cell;
+        if (!DecodeCellKey(record.cell_key, &cell)) throw Malformed("work", record.cell_key);
+        ForgetWorkRecord(*transaction, record.cell_key);
+        transaction->SetWeakNotification({cell.row, cell.family, cell.qualifier});
+        ++chunk;
+      }
+      transaction->Commit();
+      retried += chunk;
+      if (!more) return retried;
+      tries = 1;
+    } catch (const Error& e) {
+      transaction->Abort();
+      if (e.code() != ErrorCode::kConflict || tries >= kRecordTries) throw;
+      Backoff(tries++);
+    }
+  }
+}
+
+}  // namespace percolite

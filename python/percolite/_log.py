@@ -1,0 +1,71 @@
+"""percolite's loggers, and what the workers report through them.
+
+Everything percolite reports goes through :mod:`logging`, under the
+``percolite`` logger (nothing is printed, except by the command line):
+
+* ``percolite.observers``: an observer's failure at WARNING, with its
+  traceback; work parked after its last attempt at ERROR.
+
+Configure them as any library's loggers, e.g.
+``logging.getLogger("percolite").setLevel(logging.ERROR)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any
+
+__all__ = ["logger", "observers", "describe_cell", "report_failure", "failure_text"]
+
+logger = logging.getLogger("percolite")
+observers = logging.getLogger("percolite.observers")
+
+
+def describe_cell(record: dict) -> str:
+    """``row 'r' column 'family:qualifier'`` for a record with row, family and qualifier."""
+
+    def text(value: Any) -> str:
+        if not isinstance(value, bytes):
+            return repr(value)
+        decoded = value.decode("utf-8", "backslashreplace")
+        return repr(decoded) if decoded.isprintable() else repr(value)
+
+    column = f"{text(record['family'])[1:-1]}:{text(record['qualifier'])[1:-1]}"
+    return f"row {text(record['row'])} column {column!r}"
+
+
+def report_failure(record: dict) -> None:
+    """Called by the workers after each failed run is recorded in the store
+    (``record`` as :meth:`percolite.Env.parked` lists them)."""
+    error = record["error"]
+    where = f"observer {record['observer']!r} on {describe_cell(record)}"
+    if record["parked"]:
+        observers.error(
+            "%s failed on its last attempt (%d) and is parked: %s: %s\n%s",
+            where,
+            record["attempts"],
+            error["type"],
+            error["message"],
+            error["traceback"].rstrip("\n"),
+        )
+    else:
+        observers.warning(
+            "%s failed (attempt %d), will retry: %s: %s\n%s",
+            where,
+            record["attempts"],
+            error["type"],
+            error["message"],
+            error["traceback"].rstrip("\n"),
+        )
+
+
+def failure_text() -> str:
+    """The traceback of the exception being handled, for a runner that
+    reports a user callback's failure: from the callback's frame on (the
+    runner's own frame, which called it, left out)."""
+    kind, value, tb = sys.exc_info()
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(kind, value, tb))
