@@ -20,8 +20,10 @@ void BindCombineQueue(py::module_& m) {
           "create",
           [](const std::string& id, uint32_t buckets, size_t buffer_size, py::object combiner,
              const std::string& value_type, size_t tuple_length, py::object on_change,
-             const std::vector<std::shared_ptr<percolite::ExportQueue>>& export_to, double linger) {
+             const std::vector<std::shared_ptr<percolite::ExportQueue>>& export_to, double linger,
+             uint32_t max_attempts) {
             percolite::CombineQueueOptions options;
+            options.max_attempts = max_attempts;
             options.id = id;
             options.buckets = buckets;
             options.buffer_size = buffer_size;
@@ -41,7 +43,7 @@ void BindCombineQueue(py::module_& m) {
           py::arg("id"), py::arg("buckets"), py::arg("buffer_size"), py::arg("combiner"),
           py::arg("value_type"), py::arg("tuple_length"), py::arg("on_change"),
           py::arg("export_to") = std::vector<std::shared_ptr<percolite::ExportQueue>>(),
-          py::arg("linger") = 0.0)
+          py::arg("linger") = 0.0, py::arg("max_attempts") = percolite::kDefaultMaxAttempts)
       .def("add",
            [](percolite::CombineQueue& self, Tx& tx, py::list updates) {
              std::vector<std::pair<std::string, std::string>> pairs;

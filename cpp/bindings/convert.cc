@@ -145,6 +145,7 @@ py::dict WorkRecordToDict(const percolite::WorkRecord& r) {
   py::dict d;
   d["observer"] = Text(r.observer);
   PutCell(d, r.cell_key);
+  d["key"] = r.key ? py::object(py::bytes(*r.key)) : py::object(py::none());
   d["attempts"] = r.attempts;
   d["parked"] = r.parked;
   d["first_failure_unix"] = UnixTime(r.first_failure_unix);

@@ -41,7 +41,7 @@ percolite::NativeCombiner ParseCombiner(const std::string& name);
 percolite::ValueType ParseValueType(const std::string& name);
 
 py::dict ObserverStatsToDict(const percolite::ObserverStats& s);
-// {"observer", "row", "family", "qualifier", "attempts", "parked",
+// {"observer", "row", "family", "qualifier", "key" (a queue key, or None), "attempts", "parked",
 //  "first_failure_unix", "last_failure_unix", "error": {"type", "message", "traceback"}}
 py::dict WorkRecordToDict(const percolite::WorkRecord& r);
 // {"observer", "failures", "parked", "first_failure_unix", "last_failure_unix",

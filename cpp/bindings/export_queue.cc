@@ -14,8 +14,10 @@ void BindExportQueue(py::module_& m) {
       .def_static(
           "create",
           [](const std::string& id, uint32_t buckets, size_t batch_size, py::object exporter,
-             py::object entry_type, py::object key_codec, py::object value_codec, double linger) {
+             py::object entry_type, py::object key_codec, py::object value_codec, double linger,
+             uint32_t max_attempts) {
             percolite::ExportQueueOptions options;
+            options.max_attempts = max_attempts;
             options.id = id;
             options.buckets = buckets;
             options.batch_size = batch_size;
@@ -26,7 +28,8 @@ void BindExportQueue(py::module_& m) {
           },
           py::arg("id"), py::arg("buckets"), py::arg("batch_size"), py::arg("exporter"),
           py::arg("entry_type") = py::none(), py::arg("key_codec") = py::none(),
-          py::arg("value_codec") = py::none(), py::arg("linger") = 0.0)
+          py::arg("value_codec") = py::none(), py::arg("linger") = 0.0,
+          py::arg("max_attempts") = percolite::kDefaultMaxAttempts)
       .def("add",
            [](percolite::ExportQueue& self, Tx& tx, py::bytes key, py::bytes value) {
              self.Add(tx, std::string(key), std::string(value));  // buffers only: keeps the GIL

@@ -11,7 +11,9 @@ namespace {
 // Rows and families of the records (failures.h).
 const std::string kWorkRow = kSystemRowPrefix + "work";
 const std::string kSummaryRow = kSystemRowPrefix + "failures";
+const std::string kKeyedRow = kSystemRowPrefix + "keys";
 constexpr std::string_view kWorkFamily = "w";
+constexpr std::string_view kKeyedFamily = "k";
 constexpr std::string_view kSummaryFamily = "f";
 
 constexpr char kWorkVersion = 1;
@@ -148,6 +150,27 @@ FailureSummary DecodeSummary(std::string_view observer, std::string_view bytes) 
 }
 
 CellRef WorkCell(std::string_view cell_key) { return {kWorkRow, kWorkFamily, cell_key}; }
+
+// Keyed work's qualifier: the notification's cell key, escaped and
+// terminated (encoding.h), then the key: a notification's keys share a prefix.
+std::string KeyedQualifier(std::string_view cell_key, std::string_view key) {
+  std::string qualifier;
+  AppendEscapedPart(&qualifier, cell_key);
+  qualifier.append(key);
+  return qualifier;
+}
+
+bool SplitKeyedQualifier(std::string_view qualifier, std::string* cell_key, std::string* key) {
+  size_t pos = 0;
+  if (!ReadEscapedPart(qualifier, &pos, cell_key)) return false;
+  key->assign(qualifier.substr(pos));
+  return true;
+}
+
+// Adds one failure (parking when `parked_now`) to the observer's summary, in `transaction`.
+void CountFailure(Transaction& transaction, const std::string& observer,
+                  const std::string& cell_key, const ErrorDetail& error, bool parked_now,
+                  double now_unix);
 CellRef SummaryCell(std::string_view observer) { return {kSummaryRow, kSummaryFamily, observer}; }
 
 // Every cell of (row, family) in the transaction's view: visit(qualifier, value).
@@ -261,18 +284,7 @@ WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
         }
         transaction->Set(WorkCell(cell_key), EncodeWork(record));
       }
-      FailureSummary summary;
-      if (std::optional<std::string> old = transaction->Get(SummaryCell(observer))) {
-        summary = DecodeSummary(observer, *old);
-      } else {
-        summary.first_failure_unix = now_unix;
-      }
-      ++summary.failures;
-      if (parked_now) ++summary.parked;
-      summary.last_failure_unix = now_unix;
-      summary.last_cell_key = cell_key;
-      summary.last_error = error;
-      transaction->Set(SummaryCell(observer), EncodeSummary(summary));
+      CountFailure(*transaction, observer, cell_key, error, parked_now, now_unix);
       transaction->Commit();
       return record;
     } catch (const Error& e) {
@@ -283,11 +295,87 @@ WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
   }
 }
 
+namespace {
+
+void CountFailure(Transaction& transaction, const std::string& observer,
+                  const std::string& cell_key, const ErrorDetail& error, bool parked_now,
+                  double now_unix) {
+  FailureSummary summary;
+  if (std::optional<std::string> old = transaction.Get(SummaryCell(observer))) {
+    summary = DecodeSummary(observer, *old);
+  } else {
+    summary.first_failure_unix = now_unix;
+  }
+  ++summary.failures;
+  if (parked_now) ++summary.parked;
+  summary.last_failure_unix = now_unix;
+  summary.last_cell_key = cell_key;
+  summary.last_error = error;
+  transaction.Set(SummaryCell(observer), EncodeSummary(summary));
+}
+
+}  // namespace
+
+void ParkKey(Transaction& transaction, const std::string& observer, const std::string& cell_key,
+             std::string_view key, const ErrorDetail& error, uint32_t attempts, double now_unix) {
+  WorkRecord record;
+  record.observer = observer;
+  record.cell_key = cell_key;
+  record.attempts = attempts;
+  record.parked = true;
+  record.first_failure_unix = record.last_failure_unix = now_unix;
+  record.error = error;
+  transaction.Set({kKeyedRow, kKeyedFamily, KeyedQualifier(cell_key, key)}, EncodeWork(record));
+  CountFailure(transaction, observer, cell_key, error, true, now_unix);
+}
+
+std::vector<std::string> ParkedKeys(Transaction& transaction, std::string_view cell_key) {
+  ScanRange range;
+  AppendEscapedPart(&range.from, kKeyedRow);
+  AppendEscapedPart(&range.from, kKeyedFamily);
+  // Every qualifier of this notification's keys starts with the escaped cell
+  // key, so their encoded cell keys share this prefix (the qualifier's own
+  // escaping keeps the order and the prefix).
+  std::string escaped;
+  AppendEscapedPart(&escaped, cell_key);
+  std::string qualifier_prefix;
+  AppendEscapedPart(&qualifier_prefix, escaped);
+  qualifier_prefix.resize(qualifier_prefix.size() - 2);  // drop the terminator
+  range.from.append(qualifier_prefix);
+  range.end = PrefixSuccessor(range.from);
+  std::vector<std::string> keys;
+  std::vector<std::string> cells;
+  transaction.Visit(range, nullptr, [&](std::string_view key, std::string_view) {
+    cells.emplace_back(key);
+    return true;
+  });
+  Cell cell;
+  std::string found_cell_key, found_key;
+  for (const std::string& encoded : cells) {
+    if (!DecodeCellKey(encoded, &cell) ||
+        !SplitKeyedQualifier(cell.qualifier, &found_cell_key, &found_key)) {
+      throw Malformed("keyed work", encoded);
+    }
+    if (found_cell_key == cell_key) keys.push_back(std::move(found_key));
+  }
+  return keys;
+}
+
 std::vector<WorkRecord> ListWorkRecords(Transaction& transaction, bool parked_only) {
   std::vector<WorkRecord> out;
   VisitFamily(transaction, kWorkRow, kWorkFamily,
               [&](std::string_view cell_key, std::string_view value) {
                 WorkRecord record = DecodeWork(cell_key, value);
+                if (!parked_only || record.parked) out.push_back(std::move(record));
+              });
+  std::string cell_key, key;
+  VisitFamily(transaction, kKeyedRow, kKeyedFamily,
+              [&](std::string_view qualifier, std::string_view value) {
+                if (!SplitKeyedQualifier(qualifier, &cell_key, &key)) {
+                  throw Malformed("keyed work", qualifier);
+                }
+                WorkRecord record = DecodeWork(cell_key, value);
+                record.key = key;
                 if (!parked_only || record.parked) out.push_back(std::move(record));
               });
   return out;
@@ -317,7 +405,12 @@ size_t RetryParked(TransactionSource& source, const std::function<bool(const Wor
         }
         Cell cell;
         if (!DecodeCellKey(record.cell_key, &cell)) throw Malformed("work", record.cell_key);
-        ForgetWorkRecord(*transaction, record.cell_key);
+        if (record.key) {
+          transaction->Delete(
+              {kKeyedRow, kKeyedFamily, KeyedQualifier(record.cell_key, *record.key)});
+        } else {
+          ForgetWorkRecord(*transaction, record.cell_key);
+        }
         transaction->SetWeakNotification({cell.row, cell.family, cell.qualifier});
         ++chunk;
       }

@@ -167,6 +167,40 @@ void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
   stamped_.push_back(std::move(m));
 }
 
+struct Transaction::Savepoint::State {
+  std::map<std::string, BufferedWrite> writes;
+  size_t stamped = 0;
+  std::vector<std::pair<std::string, std::string>> purged;
+  std::vector<std::string> weak_notifications;
+};
+
+Transaction::Savepoint Transaction::Save() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  auto state = std::make_shared<Savepoint::State>();
+  state->writes = writes_;
+  state->stamped = stamped_.size();
+  state->purged = purged_;
+  state->weak_notifications = extras_.weak_notifications;
+  Savepoint savepoint;
+  savepoint.state_ = std::move(state);
+  return savepoint;
+}
+
+void Transaction::RollbackTo(const Savepoint& savepoint) {
+  if (!savepoint.state_) throw Error(ErrorCode::kInvalidArgument, "an empty savepoint");
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  const Savepoint::State& state = *savepoint.state_;
+  if (state.stamped > stamped_.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "a savepoint of another transaction");
+  }
+  writes_ = state.writes;
+  stamped_.resize(state.stamped);
+  purged_ = state.purged;
+  extras_.weak_notifications = state.weak_notifications;
+}
+
 size_t Transaction::StampedCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stamped_.size();

@@ -105,9 +105,13 @@ def _status(args: argparse.Namespace) -> int:
             )
     for record in status["parked_work"]:
         error = record["error"]
+        if record["queue"] is not None:
+            what = f"{record['observer']} key {record['key']!r}"
+        else:
+            what = f"observer {record['observer']!r} on {describe_cell(record)}"
         print(
-            f"parked: observer {record['observer']!r} on {describe_cell(record)} after "
-            f"{record['attempts']} attempts, last at {_when(record['last_failure_unix'])}:"
+            f"parked: {what} after {record['attempts']} attempts, "
+            f"last at {_when(record['last_failure_unix'])}:"
         )
         print("    " + error["traceback"].rstrip("\n").replace("\n", "\n    "))
     if status["parked"] > len(status["parked_work"]):
@@ -121,18 +125,18 @@ def _retry(args: argparse.Namespace) -> int:
         if not parked:
             print(f"percolite: nothing is parked in {env.path}", file=sys.stderr)
             return EXIT_ERROR
-        names = args.observer or None
-        if names:
-            unknown = sorted(set(names) - {r["observer"] for r in parked})
-            if unknown:
-                print(
-                    f"percolite: no parked work of observer {', '.join(map(repr, unknown))} "
-                    f"in {env.path}",
-                    file=sys.stderr,
-                )
-                return EXIT_ERROR
-        retried = env.retry_parked(names)
-    print(f"retried {retried} parked notification{'s' if retried != 1 else ''}; run the workers")
+        names = args.observer or []
+        queues = args.queue or []
+        unknown = sorted(set(names) - {r["observer"] for r in parked})
+        unknown += sorted(set(queues) - {r["queue"] for r in parked if r["queue"] is not None})
+        if unknown:
+            print(
+                f"percolite: no parked work of {', '.join(map(repr, unknown))} in {env.path}",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
+        retried = env.retry_parked(names or None, queue=queues or None)
+    print(f"retried {retried} parked item{'s' if retried != 1 else ''}; run the workers")
     return EXIT_DONE
 
 
@@ -277,6 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     retry.add_argument("db")
     retry.add_argument(
         "--observer", action="append", help="only this observer's parked work (repeatable)"
+    )
+    retry.add_argument(
+        "--queue", action="append", help="only this queue's parked keys (repeatable)"
     )
     retry.set_defaults(func=_retry)
 

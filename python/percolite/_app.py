@@ -25,7 +25,7 @@ from ._cells import Column
 from ._combine import CombineQueue
 from ._export import ExportQueue
 from ._log import failure_text
-from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
+from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction, check_max_attempts
 from ._queues import check_queue_options
 from .errors import Error
 
@@ -38,25 +38,6 @@ class _Observer(NamedTuple):
     notify: NotificationType
     name: str
     max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS
-
-
-def check_max_attempts(max_attempts: Any, what: str) -> int:
-    """The core's form of ``max_attempts`` (0 for None: retry forever);
-    TypeError or ValueError naming ``what`` for anything but None or an int
-    from 1 to the core's limit."""
-    if max_attempts is None:
-        return 0
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise TypeError(
-            f"{what}: max_attempts must be an int >= 1 or None (retry forever), "
-            f"not {type(max_attempts).__name__}"
-        )
-    if not 1 <= max_attempts <= _core.MAX_ATTEMPTS_LIMIT:
-        raise ValueError(
-            f"{what}: max_attempts must be between 1 and {_core.MAX_ATTEMPTS_LIMIT} "
-            f"(or None: retry forever), not {max_attempts}"
-        )
-    return max_attempts
 
 
 def _check_observer_signature(fn: Callable, name: str) -> None:
@@ -172,6 +153,7 @@ class App:
         value_codec: Any = "int64",
         buffer_size: int = _core.DEFAULT_BUFFER_SIZE,
         linger: float = 0.0,
+        max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
     ):
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
 
@@ -185,7 +167,11 @@ class App:
         bucket with fewer than ``buffer_size`` updates wait up to that long
         for more while they keep arriving: fewer runs, each folding more
         updates of hot keys, for at most ``linger`` more latency. A linger
-        never idles :meth:`Env.wait`.
+        never idles :meth:`Env.wait`. After ``max_attempts`` failed runs of a
+        bucket (default 10; ``None`` retries forever) the keys it fails on
+        (the combiner, the change observer or an export raising) are found
+        by splitting the batch and parked, their updates kept queued until
+        :meth:`Env.retry_parked`; the other keys fold and go on.
         """
         return self._add_queue(
             "combine queue",
@@ -199,6 +185,7 @@ class App:
                 value_codec=value_codec,
                 buffer_size=buffer_size,
                 linger=linger,
+                max_attempts=max_attempts,
             ),
         )
 
@@ -212,6 +199,7 @@ class App:
         value_codec: Any = "json",
         batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
+        max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
         whose ``exporter(entries)`` receives lists of
@@ -231,7 +219,12 @@ class App:
         (seconds, 0 to 3600) lets a bucket with fewer than ``batch_size``
         entries wait up to that long for more before the exporter is called:
         fewer, fuller calls, for at most ``linger`` more latency. A linger
-        never idles :meth:`Env.wait`.
+        never idles :meth:`Env.wait`. After ``max_attempts`` failed runs of a
+        bucket (default 10; ``None`` retries forever) the keys the exporter
+        fails on are found by calling it with halves of the batch and parked,
+        their entries kept queued until :meth:`Env.retry_parked`; a sink that
+        is down through all the attempts parks every key it was sent, so
+        give a flaky sink ``None`` or longer retries.
         """
 
         def declare(fn: Any) -> ExportQueue:
@@ -247,6 +240,7 @@ class App:
                     value_codec=value_codec,
                     batch_size=batch_size,
                     linger=linger,
+                    max_attempts=max_attempts,
                 ),
             )
 
@@ -254,6 +248,7 @@ class App:
             return declare(exporter)
         # Check the options now, so a mistake is reported at the call, not at decoration.
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
+        check_max_attempts(max_attempts, f"export queue {queue_id!r}")
         return declare
 
     def _add_queue(self, kind: str, queue_id: str, make: Callable[[], Any]) -> Any:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from . import _core
 from ._export import ExportQueue
 from ._log import failure_text
-from ._observer import ObserverTransaction
+from ._observer import ObserverTransaction, check_max_attempts
 from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
 
@@ -71,9 +71,11 @@ class CombineQueue:
         value_codec: Any,
         buffer_size: int,
         linger: float = 0.0,
+        max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         check_queue_options("combine queue", queue_id, buckets, "buffer_size", buffer_size)
         linger = check_linger("combine queue", queue_id, linger)
+        check_max_attempts(max_attempts, f"combine queue {queue_id!r}")
         if isinstance(combiner, str):
             if combiner not in NATIVE_COMBINERS:
                 raise ValueError(
@@ -89,6 +91,7 @@ class CombineQueue:
         self.buckets = buckets
         self.buffer_size = buffer_size
         self.linger = linger
+        self.max_attempts = max_attempts
         self.combiner = combiner
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
@@ -197,6 +200,7 @@ class CombineQueue:
             on_change,
             [queue._core for queue in self._export_to],
             self.linger,
+            check_max_attempts(self.max_attempts, f"combine queue {self.id!r}"),
         )
 
     def _core_spec(self) -> tuple:

@@ -360,12 +360,18 @@ class Env:
         by_observer: dict[str, int] = {}
         for record in parked:
             by_observer[record["observer"]] = by_observer.get(record["observer"], 0) + 1
-        where = ", ".join(f"{n} of observer {name!r}" for name, n in sorted(by_observer.items()))
+        parts = []
+        for name, n in sorted(by_observer.items()):
+            kind, _, queue_id = name.partition(" queue ")
+            if queue_id and kind in ("combine", "export"):
+                parts.append(f"{n} key{'s' if n != 1 else ''} of {kind} queue {queue_id!r}")
+            else:
+                parts.append(f"{n} of observer {name!r}")
         raise WorkParked(
-            f"nothing left to run but parked work: {len(parked)} notification"
-            f"{'s' if len(parked) != 1 else ''} ({where}) failed on every attempt; "
-            f"see env.parked() or `percolite status {self.path}`, fix the cause, then "
-            f"env.retry_parked() or `percolite retry {self.path}`",
+            f"nothing left to run but parked work, {len(parked)} in all ({', '.join(parts)}), "
+            f"which failed on every attempt; see env.parked() or `percolite status "
+            f"{self.path}`, fix the cause, then env.retry_parked() or `percolite retry "
+            f"{self.path}`",
             parked=len(parked),
             by_observer=by_observer,
         )
@@ -403,14 +409,33 @@ class Env:
     # -- failures and parked work -------------------------------------------
     def parked(self, observer: str | None = None) -> list[dict]:
         """The parked work recorded in the store, from any process: one dict
-        per notification, ``{"observer", "row", "family", "qualifier",
-        "attempts", "parked", "first_failure_unix", "last_failure_unix",
-        "error": {"type", "message", "traceback"}}``, in cell order; only
-        ``observer``'s (by name) when given."""
+        per parked notification or queue key, ``{"observer", "row",
+        "family", "qualifier", "key", "queue", "attempts", "parked",
+        "first_failure_unix", "last_failure_unix", "error": {"type",
+        "message", "traceback"}}``, observers' work first (in cell order),
+        then queue keys. For a queue key, ``observer`` is the queue's
+        processor (``"combine queue <id>"``), ``queue`` its id, ``row`` the
+        bucket's row, and ``key`` the key (decoded with the queue's key codec
+        when the app declares the queue, else as stored); for an observer's
+        work both are None. Only ``observer``'s (by name) when given."""
         records = self._core.work_records(True)
         if observer is not None:
             records = [r for r in records if r["observer"] == observer]
-        return records
+        return [self._describe_record(r) for r in records]
+
+    def _describe_record(self, record: dict) -> dict:
+        record["queue"] = None
+        if record["key"] is None:
+            return record
+        kind, _, queue_id = record["observer"].partition(" queue ")
+        record["queue"] = queue_id
+        queue = self._app._queues.get(queue_id) if self._app is not None else None
+        if queue is not None:
+            try:
+                record["key"] = queue.key_codec.decode(record["key"])
+            except Exception:  # noqa: BLE001 - shown as stored rather than not at all
+                pass
+        return record
 
     def failures(self) -> dict[str, dict]:
         """Each observer's failure history in the store, by observer name:
@@ -420,29 +445,39 @@ class Env:
         store."""
         return {s.pop("observer"): s for s in self._core.failure_summaries()}
 
-    def retry_parked(self, observer: str | Iterable[str] | None = None) -> int:
-        """Put parked work back to run (all of it, or that of the observers
-        named); returns how many notifications were retried (0 when nothing
-        matched). Each runs again with a fresh count of attempts."""
-        if observer is None:
-            names = None
-        elif isinstance(observer, str):
-            names = [observer]
-        else:
-            names = list(observer)
-            if not all(isinstance(n, str) for n in names):
-                raise TypeError("observer must be a name (str), an iterable of names, or None")
-        if names is not None and self._app is not None:
-            known = {o.name for o in self._app.observers} | {
-                r["observer"] for r in self._core.work_records(True)
-            }
+    def retry_parked(
+        self,
+        observer: str | Iterable[str] | None = None,
+        *,
+        queue: str | Iterable[str] | None = None,
+    ) -> int:
+        """Put parked work back to run: all of it, or that of the observers
+        named (``observer``) and of the queues named (``queue``, by id);
+        returns how many notifications and queue keys were retried (0 when
+        nothing matched). Each runs again with a fresh count of attempts; a
+        queue key's queued updates (or entries) are processed in order with
+        the rest of its bucket."""
+        names = _names(observer, "observer")
+        queues = _names(queue, "queue")
+        if names is None and queues is None:
+            return self._core.retry_parked(None)
+        parked_names = {r["observer"] for r in self._core.work_records(True)}
+        if names and self._app is not None:
+            known = {o.name for o in self._app.observers} | parked_names
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise ValueError(
                     f"no observer named {', '.join(map(repr, unknown))} in app "
                     f"{self._app.name!r} or among the parked work"
                 )
-        return self._core.retry_parked(names)
+        wanted = list(names or [])
+        for queue_id in queues or []:
+            processors = [f"combine queue {queue_id}", f"export queue {queue_id}"]
+            declared = self._app is not None and queue_id in self._app._queues
+            if not declared and not parked_names.intersection(processors):
+                raise ValueError(f"no queue named {queue_id!r} in the app or among the parked work")
+            wanted += processors
+        return self._core.retry_parked(wanted)
 
     # How many parked records status() lists (parked() lists them all).
     STATUS_PARKED_LIMIT = 100
@@ -508,7 +543,7 @@ class Env:
             "path": self.path,
             "pending": sum(pending.values()),
             "parked": len(parked),
-            "parked_work": parked[: self.STATUS_PARKED_LIMIT],
+            "parked_work": [self._describe_record(r) for r in parked[: self.STATUS_PARKED_LIMIT]],
             "workers": {k: workers[k] for k in ("running", "threads", "queued", "active")},
             "observers": observers,
             "queues": depths,
@@ -539,3 +574,13 @@ class Env:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<percolite.Env {self.path!r} sync={self._sync!r} {state}>"
+
+
+def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
+    """None, or the names given as one str or an iterable of them."""
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else list(value)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{what} must be a name (str), an iterable of names, or None")
+    return names

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from . import _core
 from ._log import failure_text
+from ._observer import check_max_attempts
 from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
 from .codecs import Codec, get_codec, native_layout
 
@@ -59,8 +60,8 @@ class ExportQueue:
 
     Create it with :meth:`percolite.App.export_queue`; see
     ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
-    ``batch_size``, ``linger``, ``exporter``, ``key_codec``, ``value_codec`` (as
-    declared).
+    ``batch_size``, ``linger``, ``max_attempts``, ``exporter``, ``key_codec``,
+    ``value_codec`` (as declared).
     """
 
     def __init__(
@@ -74,9 +75,11 @@ class ExportQueue:
         value_codec: Any,
         batch_size: int,
         linger: float = 0.0,
+        max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
         linger = check_linger("export queue", queue_id, linger)
+        core_attempts = check_max_attempts(max_attempts, f"export queue {queue_id!r}")
         if not callable(exporter):
             raise TypeError(
                 f"export queue {queue_id!r}: the exporter must be callable, "
@@ -91,6 +94,7 @@ class ExportQueue:
         self.buckets = buckets
         self.batch_size = batch_size
         self.linger = linger
+        self.max_attempts = max_attempts
         self.exporter = exporter
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
@@ -105,6 +109,7 @@ class ExportQueue:
             kl if native else None,
             vl if native else None,
             self.linger,
+            core_attempts,
         )
 
     def _runner(self, decoded: bool) -> Callable:

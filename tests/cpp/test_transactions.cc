@@ -678,3 +678,33 @@ TEST_CASE("CommitAsync reports once; the transaction is committing, then committ
   CHECK(empty->state() == Transaction::State::kCommitted);
   env->Close();
 }
+
+TEST_CASE("RollbackTo drops what was buffered after Save, and only that", "[transactions]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  auto tx = env->Begin();
+  tx->Set({"r", "f", "kept"}, "1");
+  tx->AddStamped({"q", "e", "kept"}, "s1");
+  tx->SetWeakNotification({"w", "f", "kept"});
+  const percolite::Transaction::Savepoint savepoint = tx->Save();
+  tx->Set({"r", "f", "kept"}, "2");
+  tx->Set({"r", "f", "dropped"}, "x");
+  tx->Delete({"r", "f", "other"});
+  tx->AddStamped({"q", "e", "dropped"}, "s2");
+  tx->SetWeakNotification({"w", "f", "dropped"});
+  CHECK(tx->StampedCount() == 2);
+  tx->RollbackTo(savepoint);
+  CHECK(tx->StampedCount() == 1);
+  CHECK(tx->Get({"r", "f", "kept"}) == "1");
+  CHECK_FALSE(tx->Get({"r", "f", "dropped"}).has_value());
+  tx->Commit();
+  auto check = env->Begin();
+  CHECK(check->Get({"r", "f", "kept"}) == "1");
+  CHECK_FALSE(check->Get({"r", "f", "dropped"}).has_value());
+  auto chunk = check->Scan(percolite::ScanRange::RowPrefix("q"), nullptr, 10);
+  REQUIRE(chunk.items.size() == 1);
+  CHECK(chunk.items[0].value == "s1");
+  CHECK(check->NotificationPending(percolite::EncodeCellKey({"w", "f", "kept"})));
+  CHECK_FALSE(check->NotificationPending(percolite::EncodeCellKey({"w", "f", "dropped"})));
+  check->Abort();
+}

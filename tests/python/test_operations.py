@@ -106,7 +106,7 @@ def test_parked_work_is_reported_to_other_processes_and_retried_once_fixed(tmp_p
 
     retried = run_command(cli("retry", db), timeout=30)
     assert retried.returncode == 0, retried.stderr
-    assert "retried 5 parked notifications" in retried.stdout
+    assert "retried 5 parked items" in retried.stdout
     fixed = run_command(worker, timeout=60, cwd=TESTS_DIR, env={**os.environ, "FLAKY_FIXED": "1"})
     assert fixed.returncode == 0, fixed.stderr
     with percolite.open(db, create=False) as env:
@@ -127,7 +127,7 @@ def test_wait_command_exits_3_on_parked_work(tmp_path):
     assert run_command(worker, timeout=60, cwd=TESTS_DIR).returncode == 3
     waited = run_command(cli("wait", db, "--quiet"), timeout=30)
     assert waited.returncode == 3
-    assert "parked work: 1 notification (1 of observer 'index')" in waited.stderr
+    assert "parked work, 1 in all (1 of observer 'index')" in waited.stderr
 
 
 def test_retry_command_names_an_observer_with_no_parked_work(tmp_path):
@@ -136,9 +136,9 @@ def test_retry_command_names_an_observer_with_no_parked_work(tmp_path):
     worker = cli("worker", "children.flaky_app:app", "--db", db, "--until-idle")
     assert run_command(worker, timeout=60, cwd=TESTS_DIR).returncode == 3
     wrong = run_command(cli("retry", db, "--observer", "nosuch"), timeout=30)
-    assert wrong.returncode == 1 and "no parked work of observer 'nosuch'" in wrong.stderr
+    assert wrong.returncode == 1 and "no parked work of 'nosuch'" in wrong.stderr
     right = run_command(cli("retry", db, "--observer", "index"), timeout=30)
-    assert right.returncode == 0 and "retried 1 parked notification;" in right.stdout
+    assert right.returncode == 0 and "retried 1 parked item;" in right.stdout
 
 
 # -- in one process, on every backend -------------------------------------------
@@ -155,7 +155,7 @@ def test_wait_raises_work_parked_and_process_reports_it(backend, tmp_path):
         with pytest.raises(percolite.WorkParked) as raised:
             env.wait(timeout=30)
         assert raised.value.parked == 2 and raised.value.by_observer == {"toggle": 2}
-        assert "2 notifications (2 of observer 'toggle')" in str(raised.value)
+        assert "parked work, 2 in all (2 of observer 'toggle')" in str(raised.value)
         assert isinstance(raised.value, percolite.Error)
         env.stop_workers()
         assert observer.calls == 1 + 2 * 3
@@ -295,3 +295,99 @@ def test_retry_parked_refuses_unknown_observers_and_bad_types(backend, tmp_path)
             env.retry_parked([1])
         assert env.retry_parked("toggle") == 0
         assert env.retry_parked() == 0
+
+
+# -- poison keys in queues --------------------------------------------------------
+
+
+def test_a_poison_key_parks_only_itself_in_a_combine_queue(backend, tmp_path):
+    """A combiner that fails on one key: after max_attempts the last attempt
+    splits the batch until the key is alone and parks it; every other key
+    folds exactly; the parked key's updates, old and new, stay queued until
+    it is retried, then fold in order."""
+    app = percolite.App("cq")
+    poison = {"bad"}
+
+    def combiner(key, values):
+        if key in poison:
+            raise ValueError(f"cannot combine {key}")
+        return sum(values)
+
+    counts = app.combine_queue("counts", buckets=2, combiner=combiner, max_attempts=2)
+    keys = [f"k{i:02}" for i in range(40)] + ["bad"]
+    with open_store(backend, tmp_path / "db", app=app, sync="none") as env:
+        for _ in range(3):
+            with env.transaction() as tx:
+                counts.add(tx, {key: 1 for key in keys})
+        fast_retries(env)
+        with pytest.raises(percolite.WorkParked, match="1 key of combine queue 'counts'"):
+            env.wait(timeout=30)
+        env.stop_workers()
+        with env.transaction() as tx:
+            values = {key: counts.get(tx, key) for key in keys}
+        assert values == {**{key: 3 for key in keys[:-1]}, "bad": None}
+        (record,) = env.parked()
+        assert record["queue"] == "counts" and record["key"] == "bad"
+        assert record["observer"] == "combine queue counts" and record["attempts"] == 2
+        assert record["error"]["type"] == "ValueError"
+        assert record["error"]["message"] == "cannot combine bad"
+        assert "raise ValueError" in record["error"]["traceback"]
+        assert env.failures()["combine queue counts"]["parked"] == 1
+        # Later updates of the parked key wait with the others; other keys go on.
+        with env.transaction() as tx:
+            counts.add(tx, {"bad": 5, "k00": 1})
+        assert env.process(2)["parked"] == 1
+        with env.transaction() as tx:
+            assert counts.get(tx, "k00") == 4 and counts.get(tx, "bad") is None
+        poison.clear()
+        assert env.retry_parked(queue="counts") == 1
+        assert env.process(2)["parked"] == 0
+        with env.transaction() as tx:
+            assert counts.get(tx, "bad") == 8
+        with env.transaction() as tx:
+            assert counts.depth(tx) == 0
+
+
+def test_a_poison_key_parks_only_itself_in_an_export_queue(backend, tmp_path):
+    app = percolite.App("eq")
+    exported = []
+    calls = []
+
+    def exporter(entries):
+        calls.append(len(entries))
+        if any(e.key == "bad" for e in entries):
+            raise RuntimeError("the sink refuses 'bad'")
+        exported.extend((e.key, e.value) for e in entries)
+
+    out = app.export_queue("out", exporter, buckets=1, max_attempts=3)
+    keys = [f"k{i:03}" for i in range(100)] + ["bad"]
+    with open_store(backend, tmp_path / "db", app=app, sync="none") as env:
+        with env.transaction() as tx:
+            for n, key in enumerate(keys):
+                out.add(tx, key, n)
+        fast_retries(env)
+        with pytest.raises(percolite.WorkParked, match="1 key of export queue 'out'"):
+            env.wait(timeout=30)
+        env.stop_workers()
+        assert sorted(exported) == [(key, n) for n, key in enumerate(keys[:-1])]
+        # Two failed runs of all 101, then halving: about 2 calls per level.
+        assert len(calls) <= 2 + 2 * 8, calls
+        (record,) = env.parked()
+        assert record["key"] == "bad" and record["queue"] == "out"
+        assert record["error"]["message"] == "the sink refuses 'bad'"
+        with env.transaction() as tx:
+            assert out.depth(tx) == 1  # the parked entry stays queued
+
+
+def test_queue_max_attempts_is_checked(tmp_path):
+    app = percolite.App()
+    with pytest.raises(ValueError, match="combine queue 'c': max_attempts must be between 1"):
+        app.combine_queue("c", max_attempts=0)
+    with pytest.raises(TypeError, match="export queue 'e': max_attempts must be an int"):
+        app.export_queue("e", lambda entries: None, max_attempts="x")
+    with pytest.raises(TypeError, match="export queue 'd': max_attempts must be an int"):
+        app.export_queue("d", max_attempts=1.0)
+    assert app._queues == {}
+    with percolite.open(tmp_path / "db", app=app) as env:
+        with pytest.raises(ValueError, match="no queue named 'nosuch'"):
+            env.retry_parked(queue="nosuch")

@@ -26,6 +26,13 @@
 //   waits up to linger_seconds to fold more of them in one run (fewer runs,
 //   hot keys written once per run), so changes are reported up to about
 //   linger_seconds later; as there, a linger never idles a waiter.
+// - Poison keys: when a run fails (the combiner, on_change, or a forwarding
+//   raises or refuses a value) max_attempts times in a row, the last attempt
+//   splits its batch by key, in halves, until each failing key is alone;
+//   those keys are parked (failures.h) with the error, the other keys fold,
+//   and the parked keys' updates, the ones queued and the ones added later,
+//   stay queued, unfolded, until the key is retried (RetryParked). So the
+//   guarantees below still hold for every key, parked ones included.
 // - Guarantees, as in Fluo Recipes: (1) the new value reported for a key combines
 //   every update of that key committed before the processing transaction
 //   started; (2) the old value reported for a key is the new value of the
@@ -109,6 +116,9 @@ struct CombineQueueOptions {
   // Export queues fed natively with every change (key, new value).
   std::vector<std::shared_ptr<const ExportQueue>> export_to;
   double linger_seconds = 0;  // 0 to 3600 (see Lingering above)
+  // Failed runs of a bucket before its poison keys are parked (see Poison
+  // keys above); 0 never parks.
+  uint32_t max_attempts = kDefaultMaxAttempts;
 };
 
 class CombineQueue : public std::enable_shared_from_this<CombineQueue> {

@@ -44,6 +44,15 @@
 //   the same entries again, possibly with more after them. A sink makes this
 //   idempotent with a seq guard: an entry applies only when its seq is larger
 //   than the last applied seq of its key.
+// - Poison keys: after max_attempts failed runs of a bucket in a row, the
+//   last attempt splits its batch by key, in halves, until each failing key
+//   is alone (the exporter is called with the halves; what it sent of the
+//   keys that succeed is sent, at least once as always); those keys are
+//   parked (failures.h) with the error, the others are exported and go on,
+//   and the parked keys' entries, queued and later, stay queued until the
+//   key is retried (RetryParked). A sink down for the whole of the backoff
+//   parks every key it was sent: give a flaky sink max_attempts 0 (retry
+//   forever) or longer retries.
 //
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
 //   <id>:e:<bucket>   family "e", qualifier stamp (12 bytes) + key         queued entry
@@ -108,6 +117,9 @@ struct ExportQueueOptions {
   size_t batch_size = 1024;
   ExportFn exporter;
   double linger_seconds = 0;  // 0 to 3600 (see Lingering above)
+  // Failed runs of a bucket before its poison keys are parked (see At least
+  // once above); 0 never parks.
+  uint32_t max_attempts = kDefaultMaxAttempts;
 };
 
 class ExportQueue : public std::enable_shared_from_this<ExportQueue> {

@@ -24,9 +24,16 @@
 //   later is consumed the same way when it comes to run (its run commits
 //   with nothing but the trigger) and the work stays parked: parked work
 //   runs again only when retried.
-// - Retry(filter) deletes the matching parked records and sets a weak
-//   notification on each of their cells, in one transaction per
-//   kRetryChunk records: the work runs again, with a fresh attempt count.
+// - Keyed work: a queue's processor (queue_rows.h) parks one key of a
+//   bucket instead of the bucket's notification. Its record names the
+//   bucket's notification cell and the key, and is written by the bucket
+//   run itself (ParkKey), in the run's transaction; the run leaves the
+//   key's entries queued, and later runs skip them (ParkedKeys) until the
+//   key is retried.
+// - RetryParked(filter) deletes the matching parked records and sets a weak
+//   notification on each of their cells (for keyed work, the bucket's), in
+//   one transaction per kRetryChunk records: the work runs again, with a
+//   fresh attempt count.
 #pragma once
 
 #include <cstdint>
@@ -59,10 +66,11 @@ struct ErrorDetail {
 // ErrorDetail. Text that is not a traceback gives type `fallback_type`.
 ErrorDetail DescribeFailure(std::string_view text, std::string_view fallback_type = "Error");
 
-// The failures of one notification's work.
+// The failures of one notification's work, or of one key of a queue bucket.
 struct WorkRecord {
-  std::string observer;  // the observer's name
-  std::string cell_key;  // the notification's encoded cell key (encoding.h)
+  std::string observer;            // the observer's name (a queue's processor's, for keyed work)
+  std::string cell_key;            // the notification's encoded cell key (encoding.h)
+  std::optional<std::string> key;  // keyed work: the queue key (as queued)
   uint32_t attempts = 0;
   bool parked = false;
   double first_failure_unix = 0;
@@ -98,8 +106,18 @@ WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
                          const std::string& cell_key, const ErrorDetail& error,
                          uint32_t max_attempts, double now_unix);
 
+// In a queue bucket's run (its transaction): parks `key`, whose work
+// failed `attempts` times, as keyed work of the notification `cell_key`,
+// and counts it in the observer's failure summary.
+void ParkKey(Transaction& transaction, const std::string& observer, const std::string& cell_key,
+             std::string_view key, const ErrorDetail& error, uint32_t attempts, double now_unix);
+
+// The parked keys of the notification `cell_key` (a queue bucket's), in the
+// transaction's view.
+std::vector<std::string> ParkedKeys(Transaction& transaction, std::string_view cell_key);
+
 // Every work record in the transaction's snapshot (parked ones only when
-// `parked_only`), in cell order.
+// `parked_only`): observers' work in cell order, then keyed work.
 std::vector<WorkRecord> ListWorkRecords(Transaction& transaction, bool parked_only);
 
 // Every observer's failure summary in the transaction's snapshot.

@@ -136,6 +136,19 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // start), at most `limit`, without copying them. range.columns must be empty.
   size_t Count(const ScanRange& range, const std::string* resume_after, size_t limit);
 
+  // What the transaction has buffered so far (writes, stamped writes,
+  // purges, weak notifications), to go back to: RollbackTo drops everything
+  // buffered after Save. A queue run uses it to try a batch and, when the
+  // batch fails, its halves (queue_rows.h). Costs a copy of the buffer.
+  class Savepoint {
+   private:
+    friend class Transaction;
+    struct State;
+    std::shared_ptr<const State> state_;
+  };
+  Savepoint Save() const;
+  void RollbackTo(const Savepoint& savepoint);
+
   // Commits; throws kConflict (and the transaction is aborted) on a write-write conflict.
   void Commit();
   // Submits the commit without waiting for it (Backend::CommitAsync): the

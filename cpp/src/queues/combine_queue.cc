@@ -237,6 +237,8 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   strategy.batch = options_.buffer_size;
   strategy.whole_keys = true;
   strategy.linger = linger_.get();
+  strategy.observer = NotifyColumn().observer;
+  strategy.max_attempts = options_.max_attempts;
   strategy.consume = [&](Transaction&, const std::vector<queue_rows::Entry>& entries) {
     return Fold(transaction, entries);
   };

@@ -81,6 +81,8 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
   strategy.batch = options_.batch_size;
   strategy.resume_after_cursor = true;
   strategy.linger = linger_.get();
+  strategy.observer = NotifyColumn().observer;
+  strategy.max_attempts = options_.max_attempts;
   strategy.consume = [&](Transaction&, const std::vector<queue_rows::Entry>& queued) {
     return Export(what, queued);
   };

@@ -1,11 +1,13 @@
 #include "queue_rows.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
 #include "percolite/encoding.h"
+#include "percolite/failures.h"
 #include "percolite/transaction.h"
 
 namespace percolite {
@@ -79,7 +81,8 @@ Entry& Entries::Add(std::string_view qualifier, std::string_view value) {
 
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            Entries* out, bool* more, size_t* consecutive) {
+            const std::set<std::string, std::less<>>& skip, Entries* out, bool* more,
+            size_t* consecutive) {
   *more = false;
   *consecutive = SIZE_MAX;  // set at the first entry left out
   // The cells of row/family, visited without copies: each key is its prefix,
@@ -107,6 +110,10 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
                         return false;
                       }
                       const std::string_view key = std::string_view(qualifier).substr(kStampSize);
+                      if (!skip.empty() && skip.count(key) != 0) {
+                        *consecutive = std::min(*consecutive, out->list().size());
+                        return true;  // a parked key's entry stays queued
+                      }
                       if (filling && out->list().size() >= limit) {
                         if (!whole_keys) {
                           *more = true;
@@ -214,6 +221,59 @@ namespace {
 constexpr std::string_view kMoreMarker = "more";
 }  // namespace
 
+namespace {
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Whether a failed consume may be blamed on the keys of its batch (so the
+// batch is split to find them) rather than on the store.
+bool KeysMayBeAtFault(const Status& status) {
+  switch (status.code()) {
+    case ErrorCode::kClosed:
+    case ErrorCode::kStorage:
+    case ErrorCode::kCorruption:
+    case ErrorCode::kConflict:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// The last attempt's consume (BucketStrategy): consumes `entries`, and when
+// that fails, undoes what it buffered and consumes the halves of their keys
+// the same way, down to single keys, which are parked (added to *parked).
+Status ConsumeOrPark(const BucketStrategy& strategy, Transaction& transaction,
+                     const std::string& notify_key, const std::vector<Entry>& entries,
+                     uint32_t attempts, std::set<std::string, std::less<>>* parked) {
+  const Transaction::Savepoint savepoint = transaction.Save();
+  const Status status = strategy.consume(transaction, entries);
+  if (status.ok() || !KeysMayBeAtFault(status)) return status;
+  transaction.RollbackTo(savepoint);
+  std::vector<std::string_view> keys;
+  for (const Entry& entry : entries) keys.push_back(entry.key());
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (keys.size() == 1) {
+    ParkKey(transaction, strategy.observer, notify_key, keys[0], DescribeFailure(status.message()),
+            attempts, UnixNow());
+    parked->emplace(keys[0]);
+    return Status::Ok();
+  }
+  // Halves by key, each keeping its entries in commit order.
+  const std::string_view first_of_second = keys[keys.size() / 2];
+  std::vector<Entry> low, high;
+  for (const Entry& entry : entries) {
+    (entry.key() < first_of_second ? low : high).push_back(entry);
+  }
+  Status half = ConsumeOrPark(strategy, transaction, notify_key, low, attempts, parked);
+  if (!half.ok()) return half;
+  return ConsumeOrPark(strategy, transaction, notify_key, high, attempts, parked);
+}
+
+}  // namespace
+
 Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
                      const Cell& bucket_cell) {
   const std::string& id = *strategy.id;
@@ -233,18 +293,40 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
                              strategy.batch)) {
     return Status::Ok();
   }
+  const std::string notify_key = EncodeCellKey({bucket_row, *strategy.family, kNotifyQualifier});
+  std::set<std::string, std::less<>> parked;
+  for (std::string& key : ParkedKeys(transaction, notify_key)) parked.insert(std::move(key));
   Entries read;
   const std::vector<Entry>& entries = read.list();
   bool more = false;
   size_t consecutive = 0;
   Status status = Read(transaction, entry_row, strategy.entry_kind,
                        strategy.resume_after_cursor ? cursor : std::string(), strategy.batch,
-                       strategy.whole_keys, strategy.what, &read, &more, &consecutive);
+                       strategy.whole_keys, strategy.what, parked, &read, &more, &consecutive);
   if (!status.ok()) return status;
   if (!entries.empty()) {
-    status = strategy.consume(transaction, entries);
+    uint32_t attempts = 0;  // failed runs of this bucket so far
+    if (strategy.max_attempts > 0) {
+      if (std::optional<WorkRecord> record = ReadWorkRecord(transaction, notify_key)) {
+        attempts = record->attempts;
+      }
+    }
+    std::set<std::string, std::less<>> parked_now;
+    if (strategy.max_attempts > 0 && attempts + 1 >= strategy.max_attempts) {
+      status = ConsumeOrPark(strategy, transaction, notify_key, entries, attempts + 1, &parked_now);
+    } else {
+      status = strategy.consume(transaction, entries);
+    }
     if (!status.ok()) return status;
-    PurgeRead(transaction, entry_row, strategy.entry_kind, entries, consecutive);
+    if (parked_now.empty()) {
+      PurgeRead(transaction, entry_row, strategy.entry_kind, entries, consecutive);
+    } else {
+      for (const Entry& entry : entries) {
+        if (parked_now.count(entry.key()) == 0) {
+          transaction.Purge({entry_row, strategy.entry_kind, entry.qualifier});
+        }
+      }
+    }
   }
   std::string_view next_cursor;
   if (more) next_cursor = strategy.resume_after_cursor ? entries.back().qualifier : kMoreMarker;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -90,9 +91,12 @@ class Entries {
 // *more when entries remain that were not returned, and *consecutive to how
 // many of the first entries of *out follow each other in the row with none
 // left out between them: PurgeRead removes those as one range.
+// Entries whose key is in `skip` (parked keys) are left where they are:
+// neither returned nor counted in *more.
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
             const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            Entries* out, bool* more, size_t* consecutive);
+            const std::set<std::string, std::less<>>& skip, Entries* out, bool* more,
+            size_t* consecutive);
 
 // Purges, in `transaction`, the entries Read returned in `entries`, of which
 // the first `consecutive` go as one range (Transaction::PurgeStamps) and the
@@ -154,6 +158,16 @@ struct BucketStrategy {
   Linger* linger = nullptr;
   // Handles the batch read, in commit order; its writes join the run's commit.
   std::function<Status(Transaction&, const std::vector<Entry>&)> consume;
+  // Poison keys (failures.h): the processor's observer name, for the
+  // records, and how many failed runs of a bucket end in parking keys (0:
+  // never). A run that follows max_attempts - 1 failed runs of its bucket
+  // (as the bucket notification's work record counts them) is the last
+  // attempt: when consume fails on its batch, it splits the batch by key,
+  // in halves, until each failing key is alone, parks those keys, and goes
+  // on with the others. Parked keys' entries stay queued, skipped by later
+  // runs, until the key is retried.
+  std::string observer;
+  uint32_t max_attempts = 0;
 };
 
 // Runs bucket `bucket_cell` of a queue as above; errors come back as a Status
