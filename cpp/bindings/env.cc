@@ -163,6 +163,15 @@ void BindEnv(py::module_& m) {
             });
           },
           py::arg("observers") = py::none())
+      .def("drop_notifications",
+           [](PyEnv& self, const std::vector<std::pair<py::bytes, py::bytes>>& columns) {
+             std::vector<std::pair<std::string, std::string>> wanted;
+             for (const auto& [family, qualifier] : columns) {
+               wanted.emplace_back(std::string(family), std::string(qualifier));
+             }
+             py::gil_scoped_release release;
+             return self.env->DropNotifications(wanted);
+           })
       .def("observed_columns",
            [](PyEnv& self) {
              std::vector<percolite::ObservedColumn> columns;

@@ -189,6 +189,48 @@ size_t Env::RetryParked(const std::function<bool(const WorkRecord&)>& match) {
   return percolite::RetryParked(*transactions_, match);
 }
 
+size_t Env::DropNotifications(const std::vector<std::pair<std::string, std::string>>& columns) {
+  std::shared_ptr<Backend> store = backend();
+  std::vector<std::string> keys;
+  std::string after;
+  for (bool done = false; !done;) {
+    std::vector<Notification> chunk;
+    done = store->ScanNotifications(after, 4096, &chunk);
+    if (chunk.empty()) break;
+    after = NotificationKey(chunk.back().row_hash, chunk.back().cell_key);
+    Cell cell;
+    for (const Notification& n : chunk) {
+      if (!DecodeCellKey(n.cell_key, &cell)) continue;
+      for (const auto& [family, qualifier] : columns) {
+        if (cell.family == family && cell.qualifier == qualifier) {
+          keys.push_back(n.cell_key);
+          break;
+        }
+      }
+    }
+  }
+  size_t dropped = 0;
+  for (const std::string& key : keys) {
+    for (int tries = 0;; ++tries) {
+      std::shared_ptr<Transaction> transaction = Begin();
+      try {
+        if (!transaction->NotificationPending(key)) {
+          transaction->Abort();
+          break;
+        }
+        transaction->SetTrigger(key);
+        transaction->Commit();
+        ++dropped;
+        break;
+      } catch (const Error& e) {
+        transaction->Abort();
+        if (e.code() != ErrorCode::kConflict || tries >= 100) throw;
+      }
+    }
+  }
+  return dropped;
+}
+
 void Env::Close() {
   RefuseOnWorkerThread("close()");
   StopWorkers();

@@ -251,7 +251,10 @@ void Workers::WorkerLoop() {
       if (delayed_.empty()) {
         work_cv_.wait(lock);
       } else {
-        work_cv_.wait_until(lock, delayed_.begin()->first);
+        // A copy: wait_until reads the deadline again after waking, and
+        // another worker may erase the node it lives in meanwhile.
+        const Clock::time_point until = delayed_.begin()->first;
+        work_cv_.wait_until(lock, until);
       }
       continue;
     }

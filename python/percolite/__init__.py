@@ -24,6 +24,7 @@ from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._transaction import Transaction
 from ._workers import run_workers
 from .errors import (
+    AppMismatch,
     CallbackError,
     ClosedError,
     CommitConflict,
@@ -63,4 +64,5 @@ __all__ = [
     "StorageError",
     "CallbackError",
     "WorkParked",
+    "AppMismatch",
 ]

@@ -32,6 +32,54 @@ from .errors import Error
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 
 
+# The form of App._identity() that stores record.
+IDENTITY_VERSION = 1
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")
+
+
+def differences(recorded: dict, current: dict) -> list[str]:
+    """How app identity ``current`` differs from ``recorded`` (both as
+    :meth:`App._identity` gives them), one sentence each; empty when they
+    agree. Observer names, lingers, batch sizes and max_attempts are not
+    compared: they change nothing stored."""
+    out = []
+    if recorded.get("name") != current["name"]:
+        out.append(f"the app is named {current['name']!r}, not {recorded.get('name')!r}")
+    old, new = recorded.get("observers", {}), current["observers"]
+
+    def column(entry: dict) -> str:
+        family, qualifier = entry["column"]
+        return f"column {family}:{qualifier} ({entry['notify']})"
+
+    for key in sorted(old.keys() - new.keys()):
+        out.append(f"{column(old[key])} is observed by the recorded app, not by this one")
+    for key in sorted(new.keys() - old.keys()):
+        out.append(f"{column(new[key])} is observed by this app, not by the recorded one")
+    for key in sorted(old.keys() & new.keys()):
+        if old[key]["notify"] != new[key]["notify"]:
+            out.append(
+                f"{column(new[key])} was observed {old[key]['notify'].upper()} by the recorded app"
+            )
+    old, new = recorded.get("queues", {}), current["queues"]
+    for queue_id in sorted(old.keys() - new.keys()):
+        out.append(f"{old[queue_id]['kind']} {queue_id!r} is in the recorded app, not in this one")
+    for queue_id in sorted(new.keys() - old.keys()):
+        out.append(f"{new[queue_id]['kind']} {queue_id!r} is in this app, not in the recorded one")
+    for queue_id in sorted(old.keys() & new.keys()):
+        was, now = old[queue_id], new[queue_id]
+        changed = [
+            f"{name} {was.get(name)!r} -> {now.get(name)!r}"
+            for name in sorted(was.keys() | now.keys())
+            if was.get(name) != now.get(name)
+        ]
+        if changed:
+            out.append(f"{now['kind']} {queue_id!r}: {', '.join(changed)}")
+    return out
+
+
 class _Observer(NamedTuple):
     column: Column
     fn: Callable[[Any, bytes, Column], Any]
@@ -273,7 +321,25 @@ class App:
     def _rebind(self) -> None:
         for env in list(self._envs):
             if not env.closed:
-                env._bind(self)
+                env._bind(self, upgrade=True)  # this app, changed in this process
+
+    def _identity(self) -> dict:
+        """What a store records of the app bound to it (see :func:`differences`):
+        its name, its observed columns and its queues' layouts."""
+        observers = {
+            f"{o.column.family.hex()}:{o.column.qualifier.hex()}": {
+                "column": [_text(o.column.family), _text(o.column.qualifier)],
+                "notify": o.notify.name.lower(),
+            }
+            for o in self._observers.values()
+        }
+        queues = {queue_id: queue._identity() for queue_id, queue in self._queues.items()}
+        return {
+            "version": IDENTITY_VERSION,
+            "name": self.name,
+            "observers": observers,
+            "queues": queues,
+        }
 
     def _core_specs(self) -> list[tuple]:
         specs = [

@@ -206,6 +206,16 @@ class CombineQueue:
     def _core_spec(self) -> tuple:
         return core_spec(self._core)
 
+    def _identity(self) -> dict:
+        """What a store records of this queue: what its stored rows mean."""
+        return {
+            "kind": "combine queue",
+            "buckets": self.buckets,
+            "combiner": self.combiner if isinstance(self.combiner, str) else "a Python callable",
+            "key_codec": self.key_codec.name,
+            "value_codec": self.value_codec.name,
+        }
+
     # -- use ----------------------------------------------------------------
     def add(self, tx: Transaction, updates: Mapping | Iterable[tuple]) -> None:
         """Queue ``{key: update}`` (or ``(key, update)`` pairs) in ``tx``.

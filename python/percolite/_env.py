@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import random
 import time
@@ -11,17 +12,21 @@ from collections.abc import Iterable
 from typing import Any, Callable, TypeVar
 
 from . import _core, _log
-from ._app import App
+from ._app import App, differences
 from ._loader import Loader
 from ._progress import Progress
 from ._transaction import Transaction
-from .errors import ClosedError, CommitConflict, WorkParked
+from .errors import AppMismatch, ClosedError, CommitConflict, WorkParked
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
 T = TypeVar("T")
 
 SYNC_MODES: tuple = _core.SYNC_MODES
+
+# Where a store records the app bound to it (App._identity(), as JSON).
+_APP_ROW = _core.SYSTEM_ROW_PREFIX + b"app"
+_APP_COLUMN = (b"a", b"identity")
 
 
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
@@ -33,6 +38,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     map_size: int = _core.DEFAULT_MAP_SIZE,
     max_readers: int = _core.DEFAULT_MAX_READERS,
     app: App | None = None,
+    upgrade: bool = False,
     backend: str | None = None,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.
@@ -58,7 +64,11 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     ``max_readers`` bounds transactions open at once across processes.
     ``app`` binds a :class:`percolite.App`: its observed columns are stored in
     the store (so every process creates the same notifications) and its
-    observers run when you start workers.
+    observers run when you start workers. The first app bound to a store is
+    recorded in it (name, observed columns, queue layouts); binding an app
+    that differs raises :class:`percolite.AppMismatch` naming the
+    differences, unless ``upgrade=True`` records the new app deliberately
+    (see :meth:`Env.bind`). Opening without an app always works.
 
     Opening a path that this process has open already returns a new handle
     on the same store (with the same ``sync``, else ``ValueError``). A store
@@ -94,7 +104,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     env = Env(core, sync=sync)
     if app is not None:
         try:
-            env._bind(app)
+            env._bind(app, upgrade=upgrade)
         except BaseException:
             env.close()
             raise
@@ -145,10 +155,69 @@ class Env:
         self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
         _open_envs.add(self)
 
-    def _bind(self, app: App) -> None:
+    def bind(self, app: App, *, upgrade: bool = False) -> None:
+        """Bind ``app`` to this open store (as ``open(..., app=app)`` does).
+
+        The store records the first app bound to it: its name, its observed
+        columns (with STRONG or WEAK) and its queues' layouts (kind, combiner,
+        codecs, buckets). An app that differs raises
+        :class:`percolite.AppMismatch`, naming every difference, and changes
+        nothing: another app would otherwise silently replace the observed
+        columns of the one that wrote the data. With ``upgrade=True`` the new
+        app is recorded instead; pending notifications of columns it no
+        longer observes are dropped (no observer would ever run them, and
+        :meth:`wait` would wait for them for ever), and the count is logged
+        at WARNING on the ``percolite`` logger. Lingers, batch sizes,
+        ``max_attempts`` and observer names are not part of the record.
+        Changes to the bound app object in this process (observers or queues
+        added after opening) are recorded as they happen.
+        """
+        if not isinstance(app, App):
+            raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
+        self._bind(app, upgrade=bool(upgrade))
+
+    def _bind(self, app: App, *, upgrade: bool = False) -> None:
+        current = app._identity()
+
+        def record(tx: Transaction) -> tuple[list[str], dict]:
+            stored = tx.get(_APP_ROW, _APP_COLUMN)
+            recorded = json.loads(stored) if stored is not None else None
+            found = [] if recorded is None else differences(recorded, current)
+            if found and not upgrade:
+                raise AppMismatch(
+                    f"{self.path} is bound to app {recorded.get('name')!r}; app "
+                    f"{app.name!r} differs: " + "; ".join(found) + ". Open it with its "
+                    "own app, or pass upgrade=True to record this one (pending "
+                    "notifications of columns it no longer observes are dropped)",
+                    differences=found,
+                )
+            if recorded is None or found:
+                tx.set(_APP_ROW, _APP_COLUMN, json.dumps(current, sort_keys=True))
+            return found, recorded or {}
+
+        found, recorded = self.run(record)
         self._core.set_observers(app._core_specs())
         self._app = app
         app._envs.add(self)
+        if found:
+            gone = [
+                tuple(bytes.fromhex(part) for part in key.split(":"))
+                for key in recorded.get("observers", {}).keys() - current["observers"].keys()
+            ]
+            old_queues = recorded.get("queues", {})
+            for queue_id in old_queues.keys() - current["queues"].keys():
+                gone += _queue_notify_columns(queue_id, old_queues[queue_id])
+            dropped = self._core.drop_notifications(gone) if gone else 0
+            _log.logger.warning(
+                "%s: recorded app %r in place of %r (%s); dropped %d pending notification%s of "
+                "columns no longer observed",
+                self.path,
+                app.name,
+                recorded.get("name"),
+                "; ".join(found),
+                dropped,
+                "" if dropped == 1 else "s",
+            )
 
     @property
     def app(self) -> App | None:
@@ -584,3 +653,21 @@ def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
     if not all(isinstance(n, str) for n in names):
         raise TypeError(f"{what} must be a name (str), an iterable of names, or None")
     return names
+
+
+def _queue_notify_columns(queue_id: str, recorded: dict) -> list[tuple[bytes, bytes]]:
+    """The notify column of a queue the recorded app had: the core's layout
+    (``<family>:<id>``, ``notify``), asked of a throwaway queue of that kind."""
+    kind = recorded.get("kind")
+    buckets = int(recorded.get("buckets", 1))
+    try:
+        if kind == "combine queue":
+            core = _core.CombineQueue.create(queue_id, buckets, 1, "sum", "int64", 0, None)
+        elif kind == "export queue":
+            core = _core.ExportQueue.create(queue_id, buckets, 1, lambda items: (True, None))
+        else:
+            return []
+    except ValueError:
+        return []
+    family, qualifier, _name = core.notify_column
+    return [(family, qualifier)]

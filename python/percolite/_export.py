@@ -138,6 +138,15 @@ class ExportQueue:
     def _core_spec(self) -> tuple:
         return core_spec(self._core)
 
+    def _identity(self) -> dict:
+        """What a store records of this queue: what its stored rows mean."""
+        return {
+            "kind": "export queue",
+            "buckets": self.buckets,
+            "key_codec": self.key_codec.name,
+            "value_codec": self.value_codec.name,
+        }
+
     def add(self, tx: Transaction, key: Any, value: Any) -> None:
         """Queue ``(key, value)`` in ``tx``: the entry exists if and only if
         ``tx`` commits. ``value=None`` exports a deletion of ``key``. Key and

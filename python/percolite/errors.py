@@ -16,6 +16,7 @@ __all__ = [
     "StorageError",
     "CallbackError",
     "WorkParked",
+    "AppMismatch",
 ]
 
 
@@ -63,3 +64,15 @@ class WorkParked(Error):
         super().__init__(message)
         self.parked = parked
         self.by_observer = dict(by_observer or {})
+
+
+class AppMismatch(Error):
+    """The store was bound to another app: a different name, observed
+    columns, or queue layouts (combiner, codecs, buckets). ``differences``
+    lists them. Open it with the app it was bound to, or with
+    ``upgrade=True`` (``percolite.open`` or ``Env.bind``) to record the new
+    app deliberately."""
+
+    def __init__(self, message: str, differences: list | None = None) -> None:
+        super().__init__(message)
+        self.differences = list(differences or [])

@@ -27,7 +27,10 @@
 // - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
 //   throw kWrongState: a worker cannot wait for its own pool.
 // - WorkRecords, FailureSummaries and RetryParked read and change the
-//   failure records every process shares (failures.h). An Env
+//   failure records every process shares (failures.h).
+// - DropNotifications consumes the pending notifications of columns no
+//   observer will run any more (an app upgraded without them), which would
+//   otherwise stay pending, and keep WaitIdle waiting, for ever. An Env
 //   destroyed on a worker thread (its last reference dropped there) is closed
 //   by a thread of its own instead, after the destructor returns.
 #pragma once
@@ -74,6 +77,11 @@ class Env : public std::enable_shared_from_this<Env> {
   std::vector<WorkRecord> WorkRecords(bool parked_only);
   std::vector<FailureSummary> FailureSummaries();
   size_t RetryParked(const std::function<bool(const WorkRecord&)>& match);
+
+  // Consumes (as a run that commits would, notifications.h) every pending
+  // notification of these (family, qualifier) columns, for an app that no
+  // longer observes them; returns how many. One commit each.
+  size_t DropNotifications(const std::vector<std::pair<std::string, std::string>>& columns);
 
   // The backend; throws kClosed once this handle is closed.
   std::shared_ptr<Backend> backend() const { return transactions_->backend(); }
