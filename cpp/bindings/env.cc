@@ -1,6 +1,7 @@
 #include "percolite/env.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "percolite/combine_queue.h"
 #include "percolite/encoding.h"
 #include "percolite/export_queue.h"
+#include "percolite/leases.h"
 #include "percolite/workers.h"
 
 namespace percolite::bindings {
@@ -78,8 +80,22 @@ void BindEnv(py::module_& m) {
       .def(
           "start_workers",
           [](PyEnv& self, int threads, int worker_index, int worker_count, double retry_initial,
-             double retry_max, py::object on_failure) {
+             double retry_max, py::object on_failure, double lease_seconds,
+             const std::string& lease_group, py::object on_lease_change) {
             percolite::WorkerOptions options;
+            if (!on_lease_change.is_none()) {
+              // on_lease_change(owner, partitions, pools), with the GIL.
+              auto holder = std::make_shared<PyCallable>(std::move(on_lease_change));
+              options.on_lease_change = [holder](const std::string& owner, uint32_t partitions,
+                                                 size_t pools) {
+                CallPython([&] {
+                  holder->fn(owner, partitions, pools);
+                  return percolite::Status::Ok();
+                });
+              };
+            }
+            options.lease_seconds = lease_seconds;
+            options.lease_group = lease_group;
             if (!on_failure.is_none()) {
               // on_failure(record dict): called with the GIL, on the worker thread.
               auto holder = std::make_shared<PyCallable>(std::move(on_failure));
@@ -100,7 +116,9 @@ void BindEnv(py::module_& m) {
             self.env->StartWorkers(options);
           },
           py::arg("threads"), py::arg("worker_index"), py::arg("worker_count"),
-          py::arg("retry_initial"), py::arg("retry_max"), py::arg("on_failure") = py::none())
+          py::arg("retry_initial"), py::arg("retry_max"), py::arg("on_failure") = py::none(),
+          py::arg("lease_seconds") = percolite::kDefaultLeaseSeconds,
+          py::arg("lease_group") = std::string(), py::arg("on_lease_change") = py::none())
       .def("stop_workers",
            [](PyEnv& self) {
              py::gil_scoped_release release;
@@ -124,6 +142,15 @@ void BindEnv(py::module_& m) {
              d["queued"] = s.queued;
              d["active"] = s.active;
              d["scans"] = s.scans;
+             if (s.lease_owner.empty()) {
+               d["lease"] = py::none();
+             } else {
+               py::dict lease;
+               lease["owner"] = s.lease_owner;
+               lease["partitions"] = s.lease_partitions;
+               lease["changes"] = s.lease_changes;
+               d["lease"] = lease;
+             }
              py::list observers;
              for (const auto& o : s.observers) observers.append(ObserverStatsToDict(o));
              d["observers"] = observers;
@@ -171,6 +198,31 @@ void BindEnv(py::module_& m) {
              }
              py::gil_scoped_release release;
              return self.env->DropNotifications(wanted);
+           })
+      .def("lease_holders",
+           [](PyEnv& self) {
+             std::vector<percolite::LeaseHolder> holders;
+             {
+               py::gil_scoped_release release;
+               auto transaction = self.env->Begin();
+               holders = percolite::Leases::Holders(
+                   *transaction, std::chrono::duration<double>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+               transaction->Abort();
+             }
+             py::list out;
+             for (const auto& h : holders) {
+               py::dict d;
+               d["owner"] = h.owner;
+               d["group"] = h.group;
+               d["threads"] = h.threads;
+               d["expires_unix"] = h.expires_unix;
+               d["live"] = h.live;
+               d["partitions"] = h.partitions;
+               out.append(d);
+             }
+             return out;
            })
       .def("observed_columns",
            [](PyEnv& self) {

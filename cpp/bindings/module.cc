@@ -11,6 +11,7 @@
 #include "percolite/combine_queue.h"
 #include "percolite/export_queue.h"
 #include "percolite/failures.h"
+#include "percolite/leases.h"
 #include "percolite/queue_limits.h"
 #include "percolite/workers.h"
 
@@ -70,6 +71,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEFAULT_RETRY_INITIAL") = workers.retry_initial_seconds;
   m.attr("DEFAULT_RETRY_MAX") = workers.retry_max_seconds;
   m.attr("DEFAULT_MAX_ATTEMPTS") = percolite::kDefaultMaxAttempts;
+  m.attr("DEFAULT_LEASE_SECONDS") = percolite::kDefaultLeaseSeconds;
+  m.attr("LEASE_PARTITIONS") = percolite::kLeasePartitions;
   m.attr("SYSTEM_ROW_PREFIX") = py::bytes(percolite::kSystemRowPrefix);
   m.attr("MAX_ATTEMPTS_LIMIT") = percolite::kMaxAttemptsLimit;
   const percolite::CombineQueueOptions combine;

@@ -60,10 +60,12 @@ void Env::SetObservers(std::vector<Observer> observers) {
 
 void Env::StartWorkers(const WorkerOptions& options) {
   if (options.threads < 1) throw Error(ErrorCode::kInvalidArgument, "threads must be >= 1");
-  if (options.worker_count < 1 || options.worker_index < 0 ||
-      options.worker_index >= options.worker_count) {
+  if (options.worker_count < 0 || options.worker_index < 0 ||
+      (options.worker_count > 0 && options.worker_index >= options.worker_count) ||
+      (options.worker_count == 0 && options.worker_index != 0)) {
     throw Error(ErrorCode::kInvalidArgument,
-                "worker_index must be in [0, worker_count) and worker_count >= 1");
+                "worker_index must be in [0, worker_count) and worker_count >= 1, or both 0 "
+                "(share by lease)");
   }
   backend();  // throws when closed
   std::shared_ptr<Workers> workers;

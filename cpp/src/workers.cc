@@ -73,7 +73,8 @@ Workers::Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer
 Workers::~Workers() { Stop(); }
 
 bool Workers::Mine(uint64_t row_hash) const {
-  return options_.worker_count <= 1 || row_hash % static_cast<uint64_t>(options_.worker_count) ==
+  if (options_.worker_count == 0) return !leases_ || leases_->Mine(row_hash);
+  return options_.worker_count == 1 || row_hash % static_cast<uint64_t>(options_.worker_count) ==
                                            static_cast<uint64_t>(options_.worker_index);
 }
 
@@ -82,6 +83,22 @@ void Workers::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (started_) throw Error(ErrorCode::kWrongState, "workers were already started");
     started_ = true;
+  }
+  if (options_.worker_count == 0 && backend_->capabilities().cross_process) {
+    std::shared_ptr<TransactionSource> source = source_.lock();
+    if (!source) throw Error(ErrorCode::kClosed, "the store was closed");
+    LeaseOptions lease;
+    lease.lease_seconds = options_.lease_seconds;
+    lease.group = options_.lease_group;
+    lease.threads = options_.threads;
+    if (options_.on_lease_change) {
+      // Called from Start() and the renewals, once leases_ is set.
+      lease.on_change = [this](uint32_t partitions, size_t pools) {
+        options_.on_lease_change(leases_->owner(), partitions, pools);
+      };
+    }
+    leases_ = std::make_unique<Leases>(source, lease);
+    leases_->Start();
   }
   watch_ = backend_->WatchForWork();
   backend_->SetNotificationSink(this);
@@ -103,6 +120,7 @@ void Workers::Stop() {
   threads_.clear();
   if (scanner_.joinable()) scanner_.join();
   watch_.reset();
+  if (leases_) leases_->Stop();  // others take over at once
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
   ready_.Clear();
@@ -469,6 +487,11 @@ WorkerStats Workers::Stats() const {
   s.active = active_;
   s.scans = scans_;
   s.observers = stats_;
+  if (leases_) {
+    s.lease_owner = leases_->owner();
+    s.lease_partitions = leases_->Share();
+    s.lease_changes = leases_->Changes();
+  }
   return s;
 }
 

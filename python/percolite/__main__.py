@@ -90,6 +90,17 @@ def _status(args: argparse.Namespace) -> int:
     print(f"store:   {status['path']}")
     print(f"pending: {status['pending']} notifications")
     print(f"parked:  {status['parked']} notifications")
+    live = [h for h in status["leases"] if h["live"]]
+    groups = {h["group"] for h in live}
+    print(
+        f"workers: {len(live)} live pool{'s' if len(live) != 1 else ''} holding leases"
+        + (f", in {len(groups)} group{'s' if len(groups) != 1 else ''}" if live else "")
+    )
+    for h in live:
+        print(
+            f"  {h['owner']:<40} group {h['group']}  {h['threads']} threads, "
+            f"{h['partitions']} of {_core.LEASE_PARTITIONS} partitions"
+        )
     for o in status["observers"]:
         column = f"{_printable(o['family'])}:{_printable(o['qualifier'])}"
         print(

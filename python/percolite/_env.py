@@ -343,38 +343,65 @@ class Env:
         self,
         threads: int = _core.DEFAULT_THREADS,
         *,
-        worker_index: int = 0,
-        worker_count: int = 1,
+        worker_index: int | None = None,
+        worker_count: int | None = None,
         retry_initial: float = _core.DEFAULT_RETRY_INITIAL,
         retry_max: float = _core.DEFAULT_RETRY_MAX,
+        lease_seconds: float = _core.DEFAULT_LEASE_SECONDS,
+        lease_group: str = "",
     ) -> None:
         """Start ``threads`` C++ worker threads running this app's observers.
 
-        With several processes on one store, give each a distinct
-        ``worker_index`` in ``range(worker_count)``: it takes the notifications
-        whose row hash is ``worker_index`` mod ``worker_count``. A failing
-        observer is retried after ``retry_initial`` seconds, doubling up to
-        ``retry_max``, until its ``max_attempts`` (:meth:`App.observer`);
-        each failure is recorded in the store and logged to the
-        ``percolite.observers`` logger.
+        Several worker pools (threads of other processes, on this machine or,
+        with a shared store, others) share the work by lease: each holds a
+        lease recorded in the store, renewed in the background, and takes
+        the share of the notifications that leases assign it. A pool that
+        dies (killed, crashed) stops renewing; within ``lease_seconds`` its
+        lease lapses and the live pools take its share, so the work
+        completes. ``lease_group`` names the pools started together (shown
+        by ``percolite status``). Alternatively give each of N pools a fixed
+        share: ``worker_index`` in ``range(worker_count)`` takes the
+        notifications whose row hash is ``worker_index`` mod
+        ``worker_count`` (and nobody takes it over).
+
+        A failing observer is retried after ``retry_initial`` seconds,
+        doubling up to ``retry_max``, until its ``max_attempts``
+        (:meth:`App.observer`); each failure is recorded in the store and
+        logged to the ``percolite.observers`` logger.
         """
+        if (worker_index is None) != (worker_count is None):
+            raise ValueError("give worker_index and worker_count together, or neither (leases)")
         for name, value in (
             ("threads", threads),
-            ("worker_index", worker_index),
-            ("worker_count", worker_count),
+            ("worker_index", worker_index or 0),
+            ("worker_count", worker_count or 1),
         ):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
-        if worker_count < 1 or not 0 <= worker_index < worker_count:
+        if worker_count is not None and (worker_count < 1 or not 0 <= worker_index < worker_count):
             raise ValueError(
                 f"worker_index must be in range(worker_count); got {worker_index} of {worker_count}"
             )
         if not 0 < retry_initial <= retry_max:
             raise ValueError("retry_initial must be > 0 and <= retry_max")
+        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)):
+            raise TypeError(f"lease_seconds must be a number, not {type(lease_seconds).__name__}")
+        if not 0 < lease_seconds <= 3600:
+            raise ValueError(f"lease_seconds must be > 0 and at most 3600, not {lease_seconds}")
+        if not isinstance(lease_group, str):
+            raise TypeError(f"lease_group must be a str, not {type(lease_group).__name__}")
         self._core.start_workers(
-            threads, worker_index, worker_count, retry_initial, retry_max, _log.report_failure
+            threads,
+            worker_index or 0,
+            worker_count or 0,
+            retry_initial,
+            retry_max,
+            _log.report_failure,
+            float(lease_seconds),
+            lease_group,
+            _log.report_lease_change,
         )
         self._workers_running = True
 
@@ -563,7 +590,9 @@ class Env:
         ``STATUS_PARKED_LIMIT`` of them (:meth:`parked` has them all); the
         entries queued in each queue of the bound app (``queues``: ``{id:
         count}``, found by a scan; ``queues=False`` skips the scan, for
-        frequent polling); and this process's commit counters."""
+        frequent polling); the worker leases of every process (``leases``:
+        owner, group, threads, expiry, live, partitions taken); and this
+        process's commit counters."""
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()
@@ -613,7 +642,8 @@ class Env:
             "pending": sum(pending.values()),
             "parked": len(parked),
             "parked_work": [self._describe_record(r) for r in parked[: self.STATUS_PARKED_LIMIT]],
-            "workers": {k: workers[k] for k in ("running", "threads", "queued", "active")},
+            "workers": {k: workers[k] for k in ("running", "threads", "queued", "active", "lease")},
+            "leases": self._core.lease_holders(),
             "observers": observers,
             "queues": depths,
             "store": self.stats(),

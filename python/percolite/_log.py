@@ -5,6 +5,10 @@ Everything percolite reports goes through :mod:`logging`, under the
 
 * ``percolite.observers``: an observer's failure at WARNING, with its
   traceback; work parked after its last attempt at ERROR.
+* ``percolite.workers``: a worker pool's share of the work by lease, each
+  time it changes (a pool joined, stopped, or its lease lapsed and was taken
+  over), at INFO; worker processes: one killed (its share taken over) or
+  stopping because its group's parent is gone, at WARNING.
 
 Configure them as any library's loggers, e.g.
 ``logging.getLogger("percolite").setLevel(logging.ERROR)``.
@@ -17,10 +21,23 @@ import sys
 import traceback
 from typing import Any
 
-__all__ = ["logger", "observers", "describe_cell", "report_failure", "failure_text"]
+from . import _core
+
+LEASE_PARTITIONS = _core.LEASE_PARTITIONS
+
+__all__ = [
+    "logger",
+    "observers",
+    "workers",
+    "describe_cell",
+    "report_failure",
+    "report_lease_change",
+    "failure_text",
+]
 
 logger = logging.getLogger("percolite")
 observers = logging.getLogger("percolite.observers")
+workers = logging.getLogger("percolite.workers")
 
 
 def describe_cell(record: dict) -> str:
@@ -69,3 +86,15 @@ def failure_text() -> str:
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return "".join(traceback.format_exception(kind, value, tb))
+
+
+def report_lease_change(owner: str, partitions: int, pools: int) -> None:
+    """Called by a worker pool sharing work by lease when its share changed."""
+    workers.info(
+        "worker pool %s now takes %d of %d partitions (%d live pool%s)",
+        owner,
+        partitions,
+        LEASE_PARTITIONS,
+        pools,
+        "" if pools == 1 else "s",
+    )

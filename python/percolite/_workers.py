@@ -13,9 +13,11 @@ import importlib
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from . import _core, _log
@@ -68,8 +70,21 @@ def load_app(spec: str) -> App:
     return app
 
 
+# Set by `percolite worker --processes N` for its children: the group's id
+# (their leases' group) and the parent's pid (they stop when it is gone).
+GROUP_VARIABLE = "PERCOLITE_WORKER_GROUP"
+PARENT_VARIABLE = "PERCOLITE_WORKER_PARENT"
+# How often a worker process looks whether its group's parent is still there.
+PARENT_CHECK_SECONDS = 0.25
+
+
 def _run_in_this_process(
-    app: App, db: str, threads: int, until_idle: bool, worker_index: int, worker_count: int
+    app: App,
+    db: str,
+    threads: int,
+    until_idle: bool,
+    worker_index: int | None,
+    worker_count: int | None,
 ) -> int:
     # The handler only sets a flag: taking a lock there (threading.Event.set
     # does) deadlocks when a second SIGTERM arrives while the first handler
@@ -80,16 +95,37 @@ def _run_in_this_process(
     def request_stop(signum, frame):  # noqa: ARG001
         stop_requested[0] = True
 
+    parent = os.environ.get(PARENT_VARIABLE)
+    parent_pid = int(parent) if parent and parent.isdigit() else None
+
+    def orphaned() -> bool:
+        # A group's process lives and dies with the parent: once the parent is
+        # gone (even SIGKILLed, with no chance to stop its children), a
+        # supervisor restarting the command must not find the old group
+        # still working beside the new one.
+        return parent_pid is not None and os.getppid() != parent_pid
+
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
         with open_env(db, app=app, create=False) as env:
-            env.start_workers(threads, worker_index=worker_index, worker_count=worker_count)
+            env.start_workers(
+                threads,
+                worker_index=worker_index,
+                worker_count=worker_count,
+                lease_group=os.environ.get(GROUP_VARIABLE, ""),
+            )
             try:
                 while not stop_requested[0]:
-                    if until_idle and env.wait(timeout=0.5):
+                    if orphaned():
+                        _log.workers.warning(
+                            "the parent (pid %d) of this worker group is gone: stopping",
+                            parent_pid,
+                        )
+                        return EXIT_ERROR
+                    if until_idle and env.wait(timeout=PARENT_CHECK_SECONDS):
                         return EXIT_DONE
                     if not until_idle:
-                        time.sleep(0.1)
+                        time.sleep(PARENT_CHECK_SECONDS)
             except WorkParked as e:
                 _log.logger.error("%s", e)
                 return EXIT_PARKED
@@ -101,12 +137,17 @@ def _run_in_this_process(
 
 
 def _group_status(codes: list[int]) -> int:
-    """One exit status for a group of worker processes: an error (or a
-    signal) of any first, then parked work, then done."""
-    errors = [c for c in codes if c not in (EXIT_DONE, EXIT_PARKED)]
+    """One exit status for a group of worker processes. A process killed by a
+    signal lost nothing (its lease lapsed and the others took its share), so
+    it counts only when no process finished; otherwise an error of any
+    first, then parked work, then done."""
+    finished = [c for c in codes if c >= 0]
+    if not finished:
+        return EXIT_ERROR
+    errors = [c for c in finished if c not in (EXIT_DONE, EXIT_PARKED)]
     if errors:
-        return errors[0] if errors[0] > 0 else 1
-    return EXIT_PARKED if EXIT_PARKED in codes else EXIT_DONE
+        return errors[0]
+    return EXIT_PARKED if EXIT_PARKED in finished else EXIT_DONE
 
 
 def run_worker_processes(
@@ -124,17 +165,19 @@ def run_worker_processes(
         raise ValueError(f"processes must be at least 1, not {processes}")
     if threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
+    if (worker_index is None) != (worker_count is None):
+        raise ValueError("give --worker-index and --worker-count together, or neither")
     if not Path(store_directory(db)).is_dir():
         raise ValueError(f"no percolite store at {db!r}")
     if worker_index is not None or processes == 1:
-        return _run_in_this_process(
-            app, db, threads, until_idle, worker_index or 0, worker_count or 1
-        )
+        return _run_in_this_process(app, db, threads, until_idle, worker_index, worker_count)
     command = [sys.executable, "-m", "percolite", "worker", app_spec, "--db", db]
-    command += ["--threads", str(threads), "--worker-count", str(processes)]
+    command += ["--threads", str(threads)]
     if until_idle:
         command.append("--until-idle")
-    children = [subprocess.Popen(command + ["--worker-index", str(i)]) for i in range(processes)]
+    group = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    child_env = dict(os.environ, **{GROUP_VARIABLE: group, PARENT_VARIABLE: str(os.getpid())})
+    children = [subprocess.Popen(command, env=child_env) for _ in range(processes)]
 
     def stop_children(signum=signal.SIGTERM, frame=None):  # noqa: ARG001
         for child in children:
@@ -143,7 +186,15 @@ def run_worker_processes(
 
     previous = signal.signal(signal.SIGTERM, stop_children)
     try:
-        return _group_status([child.wait() for child in children])
+        codes = [child.wait() for child in children]
+        for child, code in zip(children, codes):
+            if code < 0:
+                _log.workers.warning(
+                    "worker process %d was killed by signal %d; the others took its share",
+                    child.pid,
+                    -code,
+                )
+        return _group_status(codes)
     except KeyboardInterrupt:
         stop_children()
         for child in children:

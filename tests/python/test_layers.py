@@ -208,9 +208,22 @@ CPP_LAYERS = [
     ("transaction", ["include/percolite/transaction.h", "src/transaction.cc"]),
     (
         "notifications",
-        ["include/percolite/notifications.h", "include/percolite/failures.h", "src/failures.cc"],
+        [
+            "include/percolite/notifications.h",
+            "include/percolite/failures.h",
+            "src/failures.cc",
+            "src/records.h",
+        ],
     ),
-    ("workers", ["include/percolite/workers.h", "src/workers.cc"]),
+    (
+        "workers",
+        [
+            "include/percolite/workers.h",
+            "src/workers.cc",
+            "include/percolite/leases.h",
+            "src/leases.cc",
+        ],
+    ),
     (
         "queues",
         [

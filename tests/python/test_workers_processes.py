@@ -469,3 +469,133 @@ def test_sigterm_to_a_multi_process_worker_stops_its_worker_processes(tmp_path):
         if parent.poll() is None:
             parent.wait()
         parent.stderr.close()
+
+
+# -- worker leases: a dead worker's share moves to the live ones ----------------
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+def wait_for_progress(db: Path, total: int, done: int, group: subprocess.Popen) -> None:
+    """Until at least ``done`` of ``total`` notifications ran (or 60 s)."""
+    with percolite.open(db, sync="none") as env:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert group.poll() is None, "the worker group exited early"
+            if env.status(queues=False)["pending"] <= total - done:
+                return
+            time.sleep(0.02)
+    pytest.fail("the workers made no progress")
+
+
+def start_group(db: Path, *extra: str, sleep: str = "0.04") -> subprocess.Popen:
+    return subprocess.Popen(
+        worker_command(db, "--threads", "4", *extra),
+        cwd=TESTS_DIR,
+        env=environment(OBSERVER_SLEEP=sleep),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # killpg reaches the parent and its children
+    )
+
+
+def finish(group: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    try:
+        _out, err = group.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(group.pid, signal.SIGKILL)
+        _out, err = group.communicate()
+        pytest.fail(f"the worker group did not finish in {timeout} s:\n{err}")
+    return group.returncode, err
+
+
+def test_a_killed_worker_process_share_is_taken_over_and_the_group_exits_0(tmp_path):
+    """--processes 3 --until-idle over 1,500 slow notifications; one worker
+    process SIGKILLed mid-run: its lease lapses, the other two take its
+    share, the group exits 0, and every output is written by exactly one
+    committed run."""
+    db = tmp_path / "db"
+    documents = make_documents(1500)
+    load_documents(db, documents)
+    began = time.monotonic()
+    group = start_group(db, "--processes", "3", "--until-idle")
+    try:
+        wait_for_progress(db, len(documents), 200, group)
+        workers = children_of(group.pid)
+        assert len(workers) == 3
+        os.kill(workers[0], signal.SIGKILL)
+        code, err = finish(group, timeout=90)
+    finally:
+        if group.poll() is None:
+            os.killpg(group.pid, signal.SIGKILL)
+            group.wait()
+    assert code == 0, err
+    assert f"worker process {workers[0]} was killed by signal 9" in err
+    assert time.monotonic() - began < 90
+    results = read_results(db)
+    assert_exactly_once(results, documents)
+    survivors = {pid for pids in results["markers"].values() for pid in pids} - {workers[0]}
+    assert survivors == set(workers[1:]), "both survivors worked"
+
+
+def test_a_second_group_finishes_the_work_of_a_group_killed_whole(tmp_path):
+    db = tmp_path / "db"
+    documents = make_documents(1500)
+    load_documents(db, documents)
+    first = start_group(db, "--processes", "2")
+    second = start_group(db, "--processes", "2")
+    try:
+        wait_for_progress(db, len(documents), 200, first)
+        with percolite.open(db, sync="none") as env:
+            groups = {h["group"] for h in env.status(queues=False)["leases"] if h["live"]}
+        assert len(groups) == 2, "each group holds leases of its own"
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        with percolite.open(db, sync="none") as env:
+            assert env.wait(timeout=90) is True
+    finally:
+        for group in (first, second):
+            if group.poll() is None:
+                os.killpg(group.pid, signal.SIGKILL)
+            group.communicate()
+    assert_exactly_once(read_results(db), documents)
+
+
+def test_a_groups_processes_stop_when_its_parent_is_killed(tmp_path):
+    db = tmp_path / "db"
+    documents = make_documents(300)
+    load_documents(db, documents)
+    group = start_group(db, "--processes", "2", sleep="0.2")
+    try:
+        wait_for_progress(db, len(documents), 10, group)
+        workers = children_of(group.pid)
+        assert len(workers) == 2
+        os.kill(group.pid, signal.SIGKILL)
+        group.wait()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(alive(pid) for pid in workers):
+            time.sleep(0.05)
+        left = [pid for pid in workers if alive(pid)]
+    finally:
+        try:
+            os.killpg(group.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        group.communicate()
+    assert left == [], "worker processes outlived their group's parent by 2 s"

@@ -17,9 +17,12 @@
 //   one observer whose runs are slow or wait on something (an exporter on its
 //   sink) cannot hold every thread while other observers have work; alone, it
 //   gets them all.
-// - Sharing: worker process `index` of `count` takes the notifications whose
-//   row hash is index mod count. Duplicates across processes are harmless: the
-//   ack cell lets at most one run of a notification commit.
+// - Sharing: by lease (WorkerOptions::worker_count 0), each pool takes the
+//   partitions leases.h assigns to its lease, and takes over those of pools
+//   whose lease lapsed; with worker_count n, pool `worker_index` takes the
+//   notifications whose row hash is worker_index mod n. Duplicates across
+//   processes are harmless: the ack cell lets at most one run of a
+//   notification commit.
 // - Before running, a worker checks in the run's own snapshot that the
 //   notification is still pending; a notification another run already
 //   removed is skipped, so a run never repeats work that committed.
@@ -75,6 +78,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/failures.h"
+#include "percolite/leases.h"
 #include "percolite/notifications.h"
 #include "percolite/status.h"
 #include "percolite/transaction.h"
@@ -83,8 +87,17 @@ namespace percolite {
 
 struct WorkerOptions {
   int threads = 4;
+  // Sharing: worker_count 0 shares the notifications by lease (leases.h)
+  // with every other pool that does, on a store several processes can open
+  // (on one that none can, the pool takes everything); worker_count n >= 1
+  // takes the fixed share hash % n == worker_index.
   int worker_index = 0;
   int worker_count = 1;
+  double lease_seconds = kDefaultLeaseSeconds;
+  std::string lease_group;  // empty: a group of its own
+  // Called when this pool's share by lease changes (LeaseOptions::on_change),
+  // with its lease's owner id.
+  std::function<void(const std::string& owner, uint32_t partitions, size_t pools)> on_lease_change;
   double retry_initial_seconds = 0.05;
   double retry_max_seconds = 2.0;
   size_t queue_capacity = 20000;  // notifications held in memory at once
@@ -114,6 +127,9 @@ struct WorkerStats {
   int active = 0;  // observers running now
   uint64_t scans = 0;
   std::vector<ObserverStats> observers;
+  std::string lease_owner;        // empty unless sharing by lease
+  uint32_t lease_partitions = 0;  // of kLeasePartitions, in this pool's share
+  uint64_t lease_changes = 0;     // times the share changed
 };
 
 class Workers final : public NotificationSink {
@@ -224,6 +240,7 @@ class Workers final : public NotificationSink {
   bool started_ = false;                      // GUARDED_BY(mu_)
   uint64_t scans_ = 0;                        // GUARDED_BY(mu_)
 
+  std::unique_ptr<Leases> leases_;    // when sharing by lease
   std::unique_ptr<WorkWatch> watch_;  // the scanner sleeps in it; Stop interrupts it
   std::vector<std::thread> threads_;
   std::thread scanner_;

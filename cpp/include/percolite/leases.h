@@ -1,0 +1,107 @@
+// percolite/leases.h: worker leases recorded in the store, and the share of
+// the notifications each live lease takes.
+//
+// Thread safety: Mine, Share and Holders may be called from any thread; Start
+// and Stop from the thread that owns the Leases.
+//
+// Contract
+// - A worker pool that shares work by lease holds one: a cell in percolite's
+//   own rows (failures.h, kSystemRowPrefix) keyed by an owner id unique to
+//   the pool (host, process, random), holding its expiry (unix seconds), its
+//   group (the pools started together by one command share one) and its
+//   threads. A background thread renews it every lease_seconds / 3, in a
+//   transaction that also reads every other lease; a lease whose expiry has
+//   passed is dead, and leases dead for a minute are deleted.
+// - Partitions: a notification's row hash picks one of kLeasePartitions
+//   partitions (hash % kLeasePartitions). Each belongs to one live lease, by
+//   rendezvous hashing: the live owner with the largest
+//   StableHash64(partition, seed = StableHash64(owner)). Every pool computes
+//   the same assignment from the same leases, and a lease that comes or goes
+//   moves only its own share.
+// - A pool that dies stops renewing: its lease lapses within lease_seconds,
+//   and at their next renewal the other pools take its partitions; their
+//   scanners find the work within a second after that (workers.h). A pool
+//   that stops deletes its lease, so the others take over at once.
+// - Correctness never rests on leases: pools a renewal apart may both run a
+//   partition (the ack cell makes duplicate runs harmless) or neither (until
+//   the next renewal). A pool whose renewals fail keeps its last share.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "percolite/transaction.h"
+
+namespace percolite {
+
+constexpr uint32_t kLeasePartitions = 1024;
+constexpr double kDefaultLeaseSeconds = 5.0;
+
+struct LeaseOptions {
+  double lease_seconds = kDefaultLeaseSeconds;  // > 0
+  std::string group;                            // empty: the owner id
+  int threads = 0;                              // shown to others
+  // Called on the renewing thread after this pool's share changed: the
+  // partitions it takes now, and the live pools among which they are shared.
+  std::function<void(uint32_t partitions, size_t pools)> on_change;
+};
+
+struct LeaseHolder {
+  std::string owner;
+  std::string group;
+  int threads = 0;
+  double expires_unix = 0;
+  bool live = false;        // expires_unix > now, when read
+  uint32_t partitions = 0;  // the partitions it takes now (live holders)
+};
+
+class Leases {
+ public:
+  Leases(std::shared_ptr<TransactionSource> source, LeaseOptions options);
+  ~Leases();
+  Leases(const Leases&) = delete;
+  Leases& operator=(const Leases&) = delete;
+
+  // Takes the lease (one renewal, on this thread: its errors are thrown
+  // here), then renews it in the background.
+  void Start();
+  // Stops renewing and deletes the lease (best effort). Idempotent.
+  void Stop();
+
+  // Whether a notification of this row hash is in this pool's share.
+  bool Mine(uint64_t row_hash) const;
+  // How many partitions this pool takes, and how often its share changed.
+  uint32_t Share() const;
+  uint64_t Changes() const { return changes_.load(); }
+  const std::string& owner() const { return owner_; }
+
+  // Every lease recorded in the transaction's snapshot, with each live
+  // holder's share as the pools compute it.
+  static std::vector<LeaseHolder> Holders(Transaction& transaction, double now_unix);
+
+ private:
+  void Renew();
+  void Loop();
+  void Remove();
+
+  const std::weak_ptr<TransactionSource> source_;
+  const LeaseOptions options_;
+  const std::string owner_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> mine_;  // GUARDED_BY(mu_), by partition
+  bool stopping_ = false;   // GUARDED_BY(mu_)
+  bool started_ = false;    // GUARDED_BY(mu_)
+  std::atomic<uint64_t> changes_{0};
+  std::thread thread_;
+};
+
+}  // namespace percolite
