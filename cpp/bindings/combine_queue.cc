@@ -98,6 +98,11 @@ void BindCombineQueue(py::module_& m) {
              }
              return OptionalBytes(value);
            })
+      .def("counters",
+           [](percolite::CombineQueue& self) {
+             auto [batches, entries] = self.Counters();
+             return py::make_tuple(batches, entries);
+           })
       .def("bucket_of", [](percolite::CombineQueue& self,
                            py::bytes key) { return self.BucketOf(std::string(key)); })
       .def("data_row_prefix",

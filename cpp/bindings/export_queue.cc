@@ -34,6 +34,11 @@ void BindExportQueue(py::module_& m) {
            [](percolite::ExportQueue& self, Tx& tx, py::bytes key, py::bytes value) {
              self.Add(tx, std::string(key), std::string(value));  // buffers only: keeps the GIL
            })
+      .def("counters",
+           [](percolite::ExportQueue& self) {
+             auto [batches, entries] = self.Counters();
+             return py::make_tuple(batches, entries);
+           })
       .def("bucket_of", [](percolite::ExportQueue& self,
                            py::bytes key) { return self.BucketOf(std::string(key)); })
       .def_property_readonly(

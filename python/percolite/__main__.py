@@ -23,6 +23,7 @@ import percolite
 from . import _core
 from ._env import store_directory
 from ._log import describe_cell
+from ._metrics import prometheus_text
 from ._workers import EXIT_DONE, EXIT_ERROR, EXIT_PARKED, EXIT_USAGE, load_app, run_worker_processes
 
 
@@ -83,6 +84,9 @@ def _when(unix: float | None) -> str:
 
 def _status(args: argparse.Namespace) -> int:
     with _open_existing(args.db) as env:
+        if args.prometheus:
+            sys.stdout.write(prometheus_text(env.metrics()))
+            return EXIT_DONE
         status = env.status()
     if args.json:
         print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
@@ -201,6 +205,7 @@ def _worker(args: argparse.Namespace) -> int:
         until_idle=args.until_idle,
         worker_index=args.worker_index,
         worker_count=args.worker_count,
+        metrics_port=args.metrics_port,
     )
 
 
@@ -255,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = commands.add_parser("status", help="pending notifications, observers, failures")
     status.add_argument("db")
     status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="print the store's metrics in the Prometheus text exposition format",
+    )
     status.set_defaults(func=_status)
 
     scan = commands.add_parser("scan", help="print cells, or pending notifications")
@@ -279,6 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--until-idle",
         action="store_true",
         help="exit once nothing is pending",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve the store's metrics at http://127.0.0.1:N/metrics (Prometheus text)",
     )
     worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     worker.epilog = (

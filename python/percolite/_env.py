@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Callable, TypeVar
 
-from . import _core, _log
+from . import _core, _log, _metrics
 from ._app import App, differences
 from ._loader import Loader
 from ._progress import Progress
@@ -154,6 +154,7 @@ class Env:
         self._workers_running = False
         self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
         _open_envs.add(self)
+        self._recorder = _metrics.recorder_for(self)
 
     def bind(self, app: App, *, upgrade: bool = False) -> None:
         """Bind ``app`` to this open store (as ``open(..., app=app)`` does).
@@ -649,6 +650,31 @@ class Env:
             "store": self.stats(),
         }
 
+    def metrics(self) -> dict:
+        """Counters and gauges of the store, totals over every process that
+        worked it (each process adds its counts to the store every
+        ``percolite._metrics.FLUSH_SECONDS`` seconds, when it closes the
+        store, and, for this process, now)::
+
+            {"counters": {"commits", "conflicts", "syncs",
+                          "observer_runs", "observer_commits", "observer_conflicts",
+                          "observer_deferrals", "observer_failures", "observer_parkings":
+                              {observer: n},
+                          "queue_batches", "queue_entries": {queue: n}},
+             "gauges": {"pending_notifications", "pending_by_observer",
+                        "parked", "parked_by_observer", "queue_depth",
+                        "lease_holders", "lease_groups", "transactions_per_sync",
+                        "updated_unix"}}
+
+        ``commits`` leaves out the metric writes themselves; ``syncs`` counts
+        group commits (``commits / syncs`` is ``transactions_per_sync``);
+        ``queue_entries / queue_batches`` is a queue's mean fold (or export)
+        size. ``percolite status DB --prometheus`` prints them in the
+        Prometheus text format.
+        """
+        self._recorder.flush()
+        return _metrics.read(self)
+
     def stats(self) -> dict:
         """Counters of this process's commits: ``commits``, ``conflicts``,
         ``batches`` (group commits), ``inline_batches`` (those a committing
@@ -661,6 +687,9 @@ class Env:
         running observers finish), then close it; idempotent."""
         for loader in list(self._loaders):
             loader.close()
+        if not self.closed:
+            self._core.stop_workers()  # their last counts go into the metrics
+            self._recorder.release(self)
         self._core.close()
         self._workers_running = False
 

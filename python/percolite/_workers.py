@@ -9,6 +9,7 @@ builds the same registry.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -18,9 +19,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from . import _core, _log
+from . import _core, _log, _metrics
 from ._app import App
 from ._env import open as open_env
 from ._env import store_directory
@@ -85,6 +88,7 @@ def _run_in_this_process(
     until_idle: bool,
     worker_index: int | None,
     worker_count: int | None,
+    metrics_port: int | None = None,
 ) -> int:
     # The handler only sets a flag: taking a lock there (threading.Event.set
     # does) deadlocks when a second SIGTERM arrives while the first handler
@@ -107,7 +111,7 @@ def _run_in_this_process(
 
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
-        with open_env(db, app=app, create=False) as env:
+        with open_env(db, app=app, create=False) as env, _metrics_server(env, metrics_port):
             env.start_workers(
                 threads,
                 worker_index=worker_index,
@@ -136,6 +140,20 @@ def _run_in_this_process(
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _metrics_server(env: Any, port: int | None) -> Iterator[None]:
+    """Serves ``env``'s metrics on 127.0.0.1:``port`` while in the block (nothing for None)."""
+    if port is None:
+        yield
+        return
+    server = _metrics.serve(env, port)
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _group_status(codes: list[int]) -> int:
     """One exit status for a group of worker processes. A process killed by a
     signal lost nothing (its lease lapsed and the others took its share), so
@@ -160,6 +178,7 @@ def run_worker_processes(
     until_idle: bool = False,
     worker_index: int | None = None,
     worker_count: int | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     if processes < 1:
         raise ValueError(f"processes must be at least 1, not {processes}")
@@ -170,13 +189,22 @@ def run_worker_processes(
     if not Path(store_directory(db)).is_dir():
         raise ValueError(f"no percolite store at {db!r}")
     if worker_index is not None or processes == 1:
-        return _run_in_this_process(app, db, threads, until_idle, worker_index, worker_count)
+        return _run_in_this_process(
+            app, db, threads, until_idle, worker_index, worker_count, metrics_port
+        )
     command = [sys.executable, "-m", "percolite", "worker", app_spec, "--db", db]
     command += ["--threads", str(threads)]
     if until_idle:
         command.append("--until-idle")
     group = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     child_env = dict(os.environ, **{GROUP_VARIABLE: group, PARENT_VARIABLE: str(os.getpid())})
+    # The parent serves the metrics (totals from the store, whoever worked).
+    monitor = open_env(db, create=False) if metrics_port is not None else None
+    try:
+        server = _metrics.serve(monitor, metrics_port) if monitor is not None else None
+    except BaseException:
+        monitor.close()
+        raise
     children = [subprocess.Popen(command, env=child_env) for _ in range(processes)]
 
     def stop_children(signum=signal.SIGTERM, frame=None):  # noqa: ARG001
@@ -202,6 +230,11 @@ def run_worker_processes(
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if monitor is not None:
+            monitor.close()
 
 
 def run_workers(

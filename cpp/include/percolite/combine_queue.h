@@ -65,6 +65,7 @@
 // sum is taken in 128 bits, so a later compensating update unsticks a key).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -146,6 +147,10 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
   static constexpr std::string_view kDataFamily = "cq";
   static constexpr std::string_view kDataQualifier = "v";
 
+  // Batches this process's runs handed to the combiner (exporter), and the
+  // entries in them (metrics: entries / batches is the fold size).
+  std::pair<uint64_t, uint64_t> Counters() const { return {batches_.load(), entries_.load()}; }
+
  private:
   explicit CombineQueue(CombineQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
@@ -161,6 +166,8 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
   const CombineQueueOptions options_;
   const std::string family_;  // "cq:<id>"
   const std::shared_ptr<queue_rows::Linger> linger_;
+  mutable std::atomic<uint64_t> batches_{0};
+  mutable std::atomic<uint64_t> entries_{0};
 };
 
 // Runs a native combiner over encoded values (exposed for tests).

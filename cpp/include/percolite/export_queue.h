@@ -65,6 +65,7 @@
 // queue's native forwarding, combine_queue.h, both use it).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -146,6 +147,10 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
   // Rows holding queued entries start with this prefix (for depth reports).
   std::string EntryRowPrefix() const { return options_.id + ":e:"; }
 
+  // Batches this process's runs handed to the combiner (exporter), and the
+  // entries in them (metrics: entries / batches is the fold size).
+  std::pair<uint64_t, uint64_t> Counters() const { return {batches_.load(), entries_.load()}; }
+
  private:
   explicit ExportQueue(ExportQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
@@ -155,6 +160,8 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
   const ExportQueueOptions options_;
   const std::string family_;  // "eq:<id>"
   const std::shared_ptr<queue_rows::Linger> linger_;
+  mutable std::atomic<uint64_t> batches_{0};
+  mutable std::atomic<uint64_t> entries_{0};
 };
 
 }  // namespace percolite

@@ -239,6 +239,8 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   strategy.linger = linger_.get();
   strategy.observer = NotifyColumn().observer;
   strategy.max_attempts = options_.max_attempts;
+  strategy.batches = &batches_;
+  strategy.entries = &entries_;
   strategy.consume = [&](Transaction&, const std::vector<queue_rows::Entry>& entries) {
     return Fold(transaction, entries);
   };

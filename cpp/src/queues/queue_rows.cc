@@ -305,6 +305,8 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
                        strategy.whole_keys, strategy.what, parked, &read, &more, &consecutive);
   if (!status.ok()) return status;
   if (!entries.empty()) {
+    if (strategy.batches) ++*strategy.batches;
+    if (strategy.entries) *strategy.entries += entries.size();
     uint32_t attempts = 0;  // failed runs of this bucket so far
     if (strategy.max_attempts > 0) {
       if (std::optional<WorkRecord> record = ReadWorkRecord(transaction, notify_key)) {

@@ -7,6 +7,7 @@
 // however many entries), and a run consumes entries from the front.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -168,6 +169,9 @@ struct BucketStrategy {
   // runs, until the key is retried.
   std::string observer;
   uint32_t max_attempts = 0;
+  // Counted when a run hands a batch to consume (metrics): batches and entries.
+  std::atomic<uint64_t>* batches = nullptr;
+  std::atomic<uint64_t>* entries = nullptr;
 };
 
 // Runs bucket `bucket_cell` of a queue as above; errors come back as a Status
