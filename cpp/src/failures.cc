@@ -244,17 +244,35 @@ void CountFailure(Transaction& transaction, const std::string& observer,
 
 }  // namespace
 
+namespace {
+thread_local ParkReporter* t_park_reporter = nullptr;
+}  // namespace
+
+ParkReporter::ParkReporter(std::function<void(const WorkRecord&)> report)
+    : report_(std::move(report)), previous_(t_park_reporter) {
+  t_park_reporter = this;
+}
+
+ParkReporter::~ParkReporter() { t_park_reporter = previous_; }
+
 void ParkKey(Transaction& transaction, const std::string& observer, const std::string& cell_key,
-             std::string_view key, const ErrorDetail& error, uint32_t attempts, double now_unix) {
+             std::string_view key, const ErrorDetail& error, uint32_t attempts,
+             double first_failure_unix, double now_unix) {
   WorkRecord record;
   record.observer = observer;
   record.cell_key = cell_key;
   record.attempts = attempts;
   record.parked = true;
-  record.first_failure_unix = record.last_failure_unix = now_unix;
+  record.first_failure_unix = first_failure_unix > 0 ? first_failure_unix : now_unix;
+  record.last_failure_unix = now_unix;
   record.error = error;
   transaction.Set({kKeyedRow, kKeyedFamily, KeyedQualifier(cell_key, key)}, EncodeWork(record));
   CountFailure(transaction, observer, cell_key, error, true, now_unix);
+  if (t_park_reporter != nullptr && t_park_reporter->report_) {
+    record.key = std::string(key);
+    transaction.AfterCommit(
+        [report = t_park_reporter->report_, record = std::move(record)] { report(record); });
+  }
 }
 
 std::vector<std::string> ParkedKeys(Transaction& transaction, std::string_view cell_key) {

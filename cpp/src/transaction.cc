@@ -416,8 +416,23 @@ std::shared_ptr<Backend> Transaction::BackendLocked() const {
   return source->backend();
 }
 
-void Transaction::Commit() {
+void Transaction::AfterCommit(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
+  CheckActive();
+  after_commit_.push_back(std::move(fn));
+}
+
+void Transaction::Commit() {
+  std::vector<std::function<void()>> after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CommitLocked();
+    after.swap(after_commit_);
+  }
+  for (auto& fn : after) fn();
+}
+
+void Transaction::CommitLocked() {
   CheckActive();
   if (!HasWritesLocked()) {
     ReleaseLocked(State::kCommitted);
@@ -457,15 +472,26 @@ void Transaction::CommitAsync(CommitCallback done) {
     }
   }
   if (!backend) {  // nothing to write: committed without touching the store
+    std::vector<std::function<void()>> after;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      after.swap(after_commit_);
+    }
+    for (auto& fn : after) fn();
     done(CommitResult{});
     return;
   }
   std::shared_ptr<Transaction> self = shared_from_this();
   auto finish = [self, done = std::move(done)](const CommitResult& result) {
+    std::vector<std::function<void()>> after;
     {
       std::lock_guard<std::mutex> lock(self->mu_);
       if (result.status.ok()) self->commit_ts_ = result.commit_ts;
       self->state_ = result.status.ok() ? State::kCommitted : State::kAborted;
+      after.swap(self->after_commit_);
+    }
+    if (result.status.ok()) {
+      for (auto& fn : after) fn();
     }
     done(result);
   };

@@ -198,6 +198,12 @@ Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
     }
     Status status;
     try {
+      // Keys a queue's run parks are reported like failures, once committed.
+      ParkReporter reporter(options_.on_failure ? std::function<void(const WorkRecord&)>(
+                                                      [this, observer](const WorkRecord& r) {
+                                                        options_.on_failure(observer->column, r);
+                                                      })
+                                                : nullptr);
       status = observer->fn(transaction, cell);
     } catch (const std::exception& e) {
       status = Status::Make(ErrorCode::kCallback, e.what());

@@ -22,7 +22,7 @@ import percolite
 
 from . import _core
 from ._env import store_directory
-from ._log import describe_cell
+from ._log import describe_cell, shown
 from ._metrics import prometheus_text
 from ._workers import EXIT_DONE, EXIT_ERROR, EXIT_PARKED, EXIT_USAGE, load_app, run_worker_processes
 
@@ -92,8 +92,9 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
         return EXIT_DONE
     print(f"store:   {status['path']}")
-    print(f"pending: {status['pending']} notifications")
-    print(f"parked:  {status['parked']} notifications")
+    n = status["pending"]
+    print(f"pending: {n} notification{'s' if n != 1 else ''}")
+    print(f"parked:  {status['parked']} (notifications and queue keys)")
     live = [h for h in status["leases"] if h["live"]]
     groups = {h["group"] for h in live}
     print(
@@ -121,7 +122,7 @@ def _status(args: argparse.Namespace) -> int:
     for record in status["parked_work"]:
         error = record["error"]
         if record["queue"] is not None:
-            what = f"{record['observer']} key {record['key']!r}"
+            what = f"{record['observer']} key {shown(record['key'])}"
         else:
             what = f"observer {record['observer']!r} on {describe_cell(record)}"
         print(
@@ -146,7 +147,8 @@ def _retry(args: argparse.Namespace) -> int:
         unknown += sorted(set(queues) - {r["queue"] for r in parked if r["queue"] is not None})
         if unknown:
             print(
-                f"percolite: no parked work of {', '.join(map(repr, unknown))} in {env.path}",
+                f"percolite: no parked work of {', '.join(map(repr, unknown))} in {env.path}; "
+                "nothing was retried",
                 file=sys.stderr,
             )
             return EXIT_ERROR
@@ -206,6 +208,7 @@ def _worker(args: argparse.Namespace) -> int:
         worker_index=args.worker_index,
         worker_count=args.worker_count,
         metrics_port=args.metrics_port,
+        upgrade=args.upgrade,
     )
 
 
@@ -296,6 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="serve the store's metrics at http://127.0.0.1:N/metrics (Prometheus text)",
+    )
+    worker.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="record this app in the store in place of the one it was bound to",
     )
     worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     worker.epilog = (

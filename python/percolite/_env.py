@@ -188,8 +188,9 @@ class Env:
                 raise AppMismatch(
                     f"{self.path} is bound to app {recorded.get('name')!r}; app "
                     f"{app.name!r} differs: " + "; ".join(found) + ". Open it with its "
-                    "own app, or pass upgrade=True to record this one (pending "
-                    "notifications of columns it no longer observes are dropped)",
+                    "own app, or pass upgrade=True (percolite worker --upgrade) to record "
+                    "this one (pending notifications of columns it no longer observes are "
+                    "dropped; stored queue rows are not migrated)",
                     differences=found,
                 )
             if recorded is None or found:
@@ -209,6 +210,16 @@ class Env:
             for queue_id in old_queues.keys() - current["queues"].keys():
                 gone += _queue_notify_columns(queue_id, old_queues[queue_id])
             dropped = self._core.drop_notifications(gone) if gone else 0
+            relaid = [
+                queue_id
+                for queue_id in old_queues.keys() & current["queues"].keys()
+                if old_queues[queue_id] != current["queues"][queue_id]
+            ]
+            if relaid:
+                found.append(
+                    f"the stored rows of {', '.join(map(repr, sorted(relaid)))} keep their old "
+                    "layout: migrate them, or their values read back wrong or missing"
+                )
             _log.logger.warning(
                 "%s: recorded app %r in place of %r (%s); dropped %d pending notification%s of "
                 "columns no longer observed",
@@ -708,9 +719,15 @@ def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
     """None, or the names given as one str or an iterable of them."""
     if value is None:
         return None
-    names = [value] if isinstance(value, str) else list(value)
+    message = f"retry_parked: {what} must be a name (str), an iterable of names, or None"
+    if isinstance(value, str):
+        return [value]
+    try:
+        names = list(value)
+    except TypeError:
+        raise TypeError(f"{message}, not {type(value).__name__}") from None
     if not all(isinstance(n, str) for n in names):
-        raise TypeError(f"{what} must be a name (str), an iterable of names, or None")
+        raise TypeError(message)
     return names
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "observers",
     "workers",
     "describe_cell",
+    "shown",
     "report_failure",
     "report_lease_change",
     "failure_text",
@@ -40,15 +41,17 @@ observers = logging.getLogger("percolite.observers")
 workers = logging.getLogger("percolite.workers")
 
 
+def shown(value: Any) -> str:
+    """``value`` for a message: bytes that are printable UTF-8 as a str."""
+    if not isinstance(value, bytes):
+        return repr(value)
+    decoded = value.decode("utf-8", "backslashreplace")
+    return repr(decoded) if decoded.isprintable() else repr(value)
+
+
 def describe_cell(record: dict) -> str:
     """``row 'r' column 'family:qualifier'`` for a record with row, family and qualifier."""
-
-    def text(value: Any) -> str:
-        if not isinstance(value, bytes):
-            return repr(value)
-        decoded = value.decode("utf-8", "backslashreplace")
-        return repr(decoded) if decoded.isprintable() else repr(value)
-
+    text = shown
     column = f"{text(record['family'])[1:-1]}:{text(record['qualifier'])[1:-1]}"
     return f"row {text(record['row'])} column {column!r}"
 
@@ -57,7 +60,10 @@ def report_failure(record: dict) -> None:
     """Called by the workers after each failed run is recorded in the store
     (``record`` as :meth:`percolite.Env.parked` lists them)."""
     error = record["error"]
-    where = f"observer {record['observer']!r} on {describe_cell(record)}"
+    if record.get("key") is not None:
+        where = f"{record['observer']} key {shown(record['key'])}"
+    else:
+        where = f"observer {record['observer']!r} on {describe_cell(record)}"
     if record["parked"]:
         observers.error(
             "%s failed on its last attempt (%d) and is parked: %s: %s\n%s",

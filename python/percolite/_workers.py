@@ -27,7 +27,7 @@ from . import _core, _log, _metrics
 from ._app import App
 from ._env import open as open_env
 from ._env import store_directory
-from .errors import WorkParked
+from .errors import StorageError, WorkParked
 
 __all__ = [
     "load_app",
@@ -89,6 +89,7 @@ def _run_in_this_process(
     worker_index: int | None,
     worker_count: int | None,
     metrics_port: int | None = None,
+    upgrade: bool = False,
 ) -> int:
     # The handler only sets a flag: taking a lock there (threading.Event.set
     # does) deadlocks when a second SIGTERM arrives while the first handler
@@ -111,7 +112,10 @@ def _run_in_this_process(
 
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
-        with open_env(db, app=app, create=False) as env, _metrics_server(env, metrics_port):
+        with (
+            open_env(db, app=app, create=False, upgrade=upgrade) as env,
+            _metrics_server(env, metrics_port),
+        ):
             env.start_workers(
                 threads,
                 worker_index=worker_index,
@@ -131,7 +135,8 @@ def _run_in_this_process(
                     if not until_idle:
                         time.sleep(PARENT_CHECK_SECONDS)
             except WorkParked as e:
-                _log.logger.error("%s", e)
+                if parent_pid is None:  # in a group, the parent says it once
+                    _log.logger.error("%s", e)
                 return EXIT_PARKED
             except KeyboardInterrupt:
                 return 130
@@ -179,6 +184,7 @@ def run_worker_processes(
     worker_index: int | None = None,
     worker_count: int | None = None,
     metrics_port: int | None = None,
+    upgrade: bool = False,
 ) -> int:
     if processes < 1:
         raise ValueError(f"processes must be at least 1, not {processes}")
@@ -187,13 +193,16 @@ def run_worker_processes(
     if (worker_index is None) != (worker_count is None):
         raise ValueError("give --worker-index and --worker-count together, or neither")
     if not Path(store_directory(db)).is_dir():
-        raise ValueError(f"no percolite store at {db!r}")
+        raise StorageError(f"no percolite store at {db!r}")
     if worker_index is not None or processes == 1:
         return _run_in_this_process(
-            app, db, threads, until_idle, worker_index, worker_count, metrics_port
+            app, db, threads, until_idle, worker_index, worker_count, metrics_port, upgrade
         )
     command = [sys.executable, "-m", "percolite", "worker", app_spec, "--db", db]
     command += ["--threads", str(threads)]
+    if upgrade:
+        # One process records the app first, so the children agree with it.
+        open_env(db, app=app, create=False, upgrade=True).close()
     if until_idle:
         command.append("--until-idle")
     group = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -222,7 +231,15 @@ def run_worker_processes(
                     child.pid,
                     -code,
                 )
-        return _group_status(codes)
+        status = _group_status(codes)
+        if status == EXIT_PARKED:
+            _log.logger.error(
+                "nothing left to run but parked work; see `percolite status %s`, fix the cause, "
+                "then `percolite retry %s`",
+                db,
+                db,
+            )
+        return status
     except KeyboardInterrupt:
         stop_children()
         for child in children:

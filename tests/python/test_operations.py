@@ -101,7 +101,7 @@ def test_parked_work_is_reported_to_other_processes_and_retried_once_fixed(tmp_p
         # The runner's own frame is left out: the traceback starts at the observer.
         assert "percolite/_app.py" not in record["error"]["traceback"]
     text = run_command(cli("status", db), timeout=30)
-    assert "parked:  5 notifications" in text.stdout
+    assert "parked:  5 (notifications and queue keys)" in text.stdout
     assert "parked: observer 'index' on row 'doc:0' column 'doc:content' after 3" in text.stdout
 
     retried = run_command(cli("retry", db), timeout=30)
@@ -329,6 +329,8 @@ def test_a_poison_key_parks_only_itself_in_a_combine_queue(backend, tmp_path):
         (record,) = env.parked()
         assert record["queue"] == "counts" and record["key"] == "bad"
         assert record["observer"] == "combine queue counts" and record["attempts"] == 2
+        # Since the bucket's first failed run, not since the parking.
+        assert record["first_failure_unix"] < record["last_failure_unix"]
         assert record["error"]["type"] == "ValueError"
         assert record["error"]["message"] == "cannot combine bad"
         assert "raise ValueError" in record["error"]["traceback"]
@@ -391,3 +393,35 @@ def test_queue_max_attempts_is_checked(tmp_path):
     with percolite.open(tmp_path / "db", app=app) as env:
         with pytest.raises(ValueError, match="no queue named 'nosuch'"):
             env.retry_parked(queue="nosuch")
+
+
+def test_a_parked_queue_key_is_logged_at_error_once_committed(backend, tmp_path):
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    app = percolite.App("cq")
+
+    def combiner(key, values):
+        if key == "bad":
+            raise ValueError("cannot combine bad")
+        return sum(values)
+
+    counts = app.combine_queue("counts", buckets=1, combiner=combiner, max_attempts=2)
+    handler = Keep(level=logging.DEBUG)
+    logging.getLogger("percolite").addHandler(handler)
+    try:
+        with open_store(backend, tmp_path / "db", app=app, sync="none") as env:
+            with env.transaction() as tx:
+                counts.add(tx, {"good": 1, "bad": 1})
+            assert env.process(1)["parked"] == 1
+    finally:
+        logging.getLogger("percolite").removeHandler(handler)
+    errors = [r.getMessage() for r in records if r.levelname == "ERROR"]
+    assert len(errors) == 1, errors
+    assert (
+        "combine queue counts key 'bad' failed on its last attempt (2) and is parked" in errors[0]
+    )
+    assert "ValueError: cannot combine bad" in errors[0]

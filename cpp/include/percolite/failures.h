@@ -107,10 +107,30 @@ WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
                          uint32_t max_attempts, double now_unix);
 
 // In a queue bucket's run (its transaction): parks `key`, whose work
-// failed `attempts` times, as keyed work of the notification `cell_key`,
-// and counts it in the observer's failure summary.
+// failed `attempts` times since `first_failure_unix` (the bucket's first
+// failed run), as keyed work of the notification `cell_key`, and counts it
+// in the observer's failure summary.
 void ParkKey(Transaction& transaction, const std::string& observer, const std::string& cell_key,
-             std::string_view key, const ErrorDetail& error, uint32_t attempts, double now_unix);
+             std::string_view key, const ErrorDetail& error, uint32_t attempts,
+             double first_failure_unix, double now_unix);
+
+// Reports keys parked on this thread: while a ParkReporter lives on a
+// thread, ParkKey there hands each parked key's record to `report` once the
+// run's transaction commits (Transaction::AfterCommit). The worker pool sets
+// one around each run (WorkerOptions::on_failure).
+class ParkReporter {
+ public:
+  explicit ParkReporter(std::function<void(const WorkRecord&)> report);
+  ~ParkReporter();
+  ParkReporter(const ParkReporter&) = delete;
+  ParkReporter& operator=(const ParkReporter&) = delete;
+
+ private:
+  friend void ParkKey(Transaction&, const std::string&, const std::string&, std::string_view,
+                      const ErrorDetail&, uint32_t, double, double);
+  std::function<void(const WorkRecord&)> report_;
+  ParkReporter* previous_;
+};
 
 // The parked keys of the notification `cell_key` (a queue bucket's), in the
 // transaction's view.

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -149,6 +150,11 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   Savepoint Save() const;
   void RollbackTo(const Savepoint& savepoint);
 
+  // Runs `fn` once this transaction has committed, on the thread that learns
+  // it (Commit's caller, or before CommitAsync's `done`); never when it
+  // aborts or fails. For reports that must not claim what did not commit.
+  void AfterCommit(std::function<void()> fn);
+
   // Commits; throws kConflict (and the transaction is aborted) on a write-write conflict.
   void Commit();
   // Submits the commit without waiting for it (Backend::CommitAsync): the
@@ -174,6 +180,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   Transaction(std::shared_ptr<TransactionSource> source, std::unique_ptr<Snapshot> snapshot);
   void CheckActive() const;                        // REQUIRES(mu_)
+  void CommitLocked();                             // REQUIRES(mu_)
   void ReleaseLocked(State s);                     // REQUIRES(mu_)
   bool HasWritesLocked() const;                    // REQUIRES(mu_)
   std::vector<Mutation> TakeMutationsLocked();     // REQUIRES(mu_)
@@ -195,6 +202,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   std::vector<std::pair<std::string, std::string>> purged_;  // GUARDED_BY(mu_)
   bool Purged(std::string_view key) const;                   // REQUIRES(mu_)
   double deferred_seconds_ = 0;                              // GUARDED_BY(mu_)
+  std::vector<std::function<void()>> after_commit_;          // GUARDED_BY(mu_)
   bool hurried_ = false;                                     // GUARDED_BY(mu_)
 };
 

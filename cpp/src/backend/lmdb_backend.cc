@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
+#include <vector>
 
 #include "fork_guard.h"
 #include "lmdb_util.h"
@@ -60,7 +62,7 @@ std::string CanonicalDirectory(const std::string& path, const BackendOptions& op
   } else if (errno == ENOENT) {
     if (!options.create) {
       throw Error(ErrorCode::kStorage,
-                  "opening store '" + path + "': no such directory (pass create=True to make it)");
+                  "opening store '" + path + "': no such directory, and create is off");
     }
     mode_t dir_mode = options.file_mode | ((options.file_mode & 0444) >> 2);
     if (::mkdir(path.c_str(), dir_mode) != 0 && errno != EEXIST) {
@@ -75,6 +77,141 @@ std::string CanonicalDirectory(const std::string& path, const BackendOptions& op
     throw Error(ErrorCode::kStorage, "opening store '" + path + "': " + ErrnoText(errno));
   }
   return resolved;
+}
+
+// What an LMDB data file's meta page says (LMDB 0.9's MDB_meta, after the
+// 16-byte page header): magic and version, page size, last page, txnid.
+struct MetaPage {
+  bool valid = false;
+  uint32_t page_size = 0;
+  uint64_t last_page = 0;
+  uint64_t txnid = 0;
+};
+
+constexpr uint32_t kLmdbMagic = 0xBEEFC0DE;
+constexpr uint32_t kLmdbDataVersion = 1;
+constexpr size_t kPageHeader = 16;
+constexpr size_t kMetaSize = 136;  // through mm_txnid
+
+template <typename T>
+T ReadNative(const unsigned char* at) {
+  T value;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+
+MetaPage ParseMeta(const unsigned char* page, size_t size) {
+  MetaPage meta;
+  if (size < kPageHeader + kMetaSize) return meta;
+  const unsigned char* m = page + kPageHeader;
+  meta.page_size = ReadNative<uint32_t>(m + 24);
+  meta.last_page = ReadNative<uint64_t>(m + 120);
+  meta.txnid = ReadNative<uint64_t>(m + 128);
+  const bool power_of_two = meta.page_size != 0 && (meta.page_size & (meta.page_size - 1)) == 0;
+  meta.valid = ReadNative<uint32_t>(m) == kLmdbMagic &&
+               ReadNative<uint32_t>(m + 4) == kLmdbDataVersion && power_of_two &&
+               meta.page_size >= 512 && meta.page_size <= 65536 && meta.last_page >= 1;
+  return meta;
+}
+
+// Refuses a symbolic link where the store keeps a file: percolite never
+// follows one to create, truncate or map its target.
+void RefuseLink(const std::string& file) {
+  struct stat st;
+  if (::lstat(file.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    throw Error(ErrorCode::kStorage,
+                "opening store: '" + file +
+                    "' is a symbolic link; percolite does not follow links to the files of its "
+                    "store (a link to the store's directory itself is fine)");
+  }
+}
+
+// Checks the store's files before LMDB maps them: LMDB trusts what it maps,
+// so a truncated or damaged data file must be refused here, not fault later.
+// Only a missing data file may be created, and only with `create`.
+void CheckStoreFilesOnce(const std::string& dir, bool create) {
+  const std::string data = dir + "/data.mdb";
+  RefuseLink(data);
+  RefuseLink(dir + "/lock.mdb");
+  const int fd = ::open(data.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      if (!create) {
+        throw Error(ErrorCode::kStorage, "opening store '" + dir +
+                                             "': no percolite store there (no data.mdb), and "
+                                             "create is off");
+      }
+      return;  // a new store
+    }
+    if (errno == EACCES || errno == EPERM) return;  // LMDB reports it, as for any file
+    throw Error(ErrorCode::kStorage, "opening '" + data + "': " + ErrnoText(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    throw Error(ErrorCode::kStorage, "reading '" + data + "': " + ErrnoText(errno));
+  }
+  auto corrupt = [&](const std::string& what) {
+    return Error(ErrorCode::kCorruption,
+                 "opening store '" + dir + "': data.mdb " + what +
+                     "; it is left untouched: restore the store from a copy");
+  };
+  if (!S_ISREG(st.st_mode)) throw corrupt("is not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) throw corrupt("is empty (0 bytes), not a store");
+  // Meta pages 0 and 1: read the first, learn the page size, read the second.
+  std::vector<unsigned char> buffer(kPageHeader + kMetaSize);
+  auto read_at = [&](uint64_t offset) -> bool {
+    return ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(offset)) ==
+           static_cast<ssize_t>(buffer.size());
+  };
+  if (!read_at(0))
+    throw corrupt("is too short to hold a meta page (" + std::to_string(size) + " bytes)");
+  MetaPage first = ParseMeta(buffer.data(), buffer.size());
+  MetaPage second;
+  const uint32_t page_size = first.valid ? first.page_size : 4096;
+  if (size >= 2ull * page_size && read_at(page_size)) {
+    second = ParseMeta(buffer.data(), buffer.size());
+  }
+  if (!first.valid && !second.valid) {
+    throw corrupt(
+        "has no valid meta page (wrong magic, version or page size): not an LMDB "
+        "store of this format, or damaged");
+  }
+  if (first.valid && second.valid && first.page_size != second.page_size) {
+    throw corrupt("has meta pages that disagree on the page size");
+  }
+  const MetaPage& newest =
+      !second.valid || (first.valid && first.txnid >= second.txnid) ? first : second;
+  if (size < 2ull * newest.page_size) {
+    throw corrupt("is truncated: " + std::to_string(size) +
+                  " bytes cannot hold its two meta pages");
+  }
+  const uint64_t needed = (newest.last_page + 1) * newest.page_size;
+  if (size < needed) {
+    throw corrupt("is truncated: its newest meta page (transaction " +
+                  std::to_string(newest.txnid) + ") uses " + std::to_string(newest.last_page + 1) +
+                  " pages of " + std::to_string(newest.page_size) + " bytes (" +
+                  std::to_string(needed) + " bytes), the file holds " + std::to_string(size));
+  }
+}
+
+void CheckStoreFiles(const std::string& dir, bool create) {
+  // A process creating the store writes its meta pages right after creating
+  // the file: what looks empty or short may be that, for a moment. Look again
+  // for up to 100 ms before calling it damaged.
+  for (int tries = 1;; ++tries) {
+    try {
+      CheckStoreFilesOnce(dir, create);
+      return;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kCorruption || tries >= 20) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
 }
 
 const char* SyncName(SyncMode mode) {
@@ -177,6 +314,7 @@ std::shared_ptr<LmdbBackend> LmdbBackend::Acquire(const std::string& path,
                                                   const BackendOptions& options) {
   InstallForkHandlers();
   std::string canonical = CanonicalDirectory(path, options);
+  CheckStoreFiles(canonical, options.create);
   std::lock_guard<std::mutex> lock(g_registry_mu);
   auto it = g_registry->find(canonical);
   if (it != g_registry->end() && it->second->ForkedAway()) {

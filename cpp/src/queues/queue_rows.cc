@@ -246,7 +246,8 @@ bool KeysMayBeAtFault(const Status& status) {
 // the same way, down to single keys, which are parked (added to *parked).
 Status ConsumeOrPark(const BucketStrategy& strategy, Transaction& transaction,
                      const std::string& notify_key, const std::vector<Entry>& entries,
-                     uint32_t attempts, std::set<std::string, std::less<>>* parked) {
+                     uint32_t attempts, double first_failure_unix,
+                     std::set<std::string, std::less<>>* parked) {
   const Transaction::Savepoint savepoint = transaction.Save();
   const Status status = strategy.consume(transaction, entries);
   if (status.ok() || !KeysMayBeAtFault(status)) return status;
@@ -257,7 +258,7 @@ Status ConsumeOrPark(const BucketStrategy& strategy, Transaction& transaction,
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   if (keys.size() == 1) {
     ParkKey(transaction, strategy.observer, notify_key, keys[0], DescribeFailure(status.message()),
-            attempts, UnixNow());
+            attempts, first_failure_unix, UnixNow());
     parked->emplace(keys[0]);
     return Status::Ok();
   }
@@ -267,9 +268,11 @@ Status ConsumeOrPark(const BucketStrategy& strategy, Transaction& transaction,
   for (const Entry& entry : entries) {
     (entry.key() < first_of_second ? low : high).push_back(entry);
   }
-  Status half = ConsumeOrPark(strategy, transaction, notify_key, low, attempts, parked);
+  Status half =
+      ConsumeOrPark(strategy, transaction, notify_key, low, attempts, first_failure_unix, parked);
   if (!half.ok()) return half;
-  return ConsumeOrPark(strategy, transaction, notify_key, high, attempts, parked);
+  return ConsumeOrPark(strategy, transaction, notify_key, high, attempts, first_failure_unix,
+                       parked);
 }
 
 }  // namespace
@@ -308,14 +311,17 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
     if (strategy.batches) ++*strategy.batches;
     if (strategy.entries) *strategy.entries += entries.size();
     uint32_t attempts = 0;  // failed runs of this bucket so far
+    double first_failure_unix = 0;
     if (strategy.max_attempts > 0) {
       if (std::optional<WorkRecord> record = ReadWorkRecord(transaction, notify_key)) {
         attempts = record->attempts;
+        first_failure_unix = record->first_failure_unix;
       }
     }
     std::set<std::string, std::less<>> parked_now;
     if (strategy.max_attempts > 0 && attempts + 1 >= strategy.max_attempts) {
-      status = ConsumeOrPark(strategy, transaction, notify_key, entries, attempts + 1, &parked_now);
+      status = ConsumeOrPark(strategy, transaction, notify_key, entries, attempts + 1,
+                             first_failure_unix, &parked_now);
     } else {
       status = strategy.consume(transaction, entries);
     }

@@ -1,0 +1,122 @@
+"""The store's files are checked before they are mapped: damaged or
+truncated data files, symbolic links and directories that hold no store are
+refused with a clear error and left untouched."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import percolite
+import pytest
+from _isolated import run_command
+
+COL = ("f", "q")
+
+
+def make_store(path, rows: int = 300) -> None:
+    with percolite.open(path, sync="none") as env:
+        with env.transaction() as tx:
+            for i in range(rows):
+                tx.set(f"row{i:05}", COL, "v" * 200)
+
+
+def snapshot(directory) -> dict:
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_an_empty_data_file_is_refused_and_left_alone(tmp_path, create):
+    store = tmp_path / "db"
+    store.mkdir()
+    (store / "data.mdb").write_bytes(b"")
+    with pytest.raises(percolite.CorruptionError, match="data.mdb is empty"):
+        percolite.open(store, create=create)
+    assert (store / "data.mdb").read_bytes() == b""
+
+
+def test_a_truncated_data_file_is_refused_naming_the_sizes(tmp_path):
+    store = tmp_path / "db"
+    make_store(store)
+    data = store / "data.mdb"
+    size = data.stat().st_size
+    with open(data, "r+b") as f:
+        f.truncate(size // 2)
+    before = snapshot(store)
+    with pytest.raises(
+        percolite.CorruptionError, match=r"data.mdb is truncated: .* the file holds"
+    ):
+        percolite.open(store)
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("damage", ["zeroed metas", "random", "short"])
+def test_a_data_file_without_a_valid_meta_page_is_refused(tmp_path, damage):
+    store = tmp_path / "db"
+    make_store(store)
+    data = store / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    if damage == "zeroed metas":
+        raw[: 2 * 4096] = bytes(2 * 4096)
+    elif damage == "random":
+        raw = bytearray(os.urandom(len(raw)))
+    else:
+        raw = raw[:100]
+    data.write_bytes(bytes(raw))
+    with pytest.raises(percolite.CorruptionError, match="data.mdb"):
+        percolite.open(store)
+    assert data.read_bytes() == bytes(raw)
+
+
+@pytest.mark.parametrize("name", ["data.mdb", "lock.mdb"])
+def test_a_symbolic_link_in_the_store_is_refused_and_its_target_untouched(tmp_path, name):
+    store = tmp_path / "db"
+    make_store(store)
+    target = tmp_path / "precious.txt"
+    target.write_text("do not touch")
+    os.replace(store / name, tmp_path / "moved")
+    (store / name).symlink_to(target)
+    with pytest.raises(percolite.StorageError, match=f"'{store / name}' is a symbolic link"):
+        percolite.open(store)
+    assert target.read_text() == "do not touch"
+
+
+def test_a_dangling_link_target_is_not_created(tmp_path):
+    store = tmp_path / "db"
+    store.mkdir()
+    target = tmp_path / "elsewhere" / "data.mdb"
+    (store / "data.mdb").symlink_to(target)
+    with pytest.raises(percolite.StorageError, match="is a symbolic link"):
+        percolite.open(store)
+    assert not target.exists() and not target.parent.exists()
+
+
+def test_a_linked_store_directory_is_fine(tmp_path):
+    make_store(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with percolite.open(tmp_path / "link") as env:
+        with env.transaction() as tx:
+            assert tx.get("row00007", COL) == b"v" * 200
+
+
+def test_create_false_needs_a_store_not_just_a_directory(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine")
+    with pytest.raises(percolite.StorageError, match="no percolite store there"):
+        percolite.open(plain, create=False)
+    assert sorted(os.listdir(plain)) == ["notes.txt"]
+    for command in (["status"], ["scan"], ["wait"], ["retry"]):
+        result = run_command([sys.executable, "-m", "percolite", *command, plain], timeout=30)
+        assert result.returncode == 1, (command, result.stderr)
+        assert "no percolite store there" in result.stderr
+    assert sorted(os.listdir(plain)) == ["notes.txt"], "no command created a store"
+
+
+def test_a_store_written_now_keeps_opening(tmp_path):
+    store = tmp_path / "db"
+    make_store(store, rows=3000)
+    for _ in range(3):
+        with percolite.open(store, create=False) as env:
+            with env.transaction() as tx:
+                assert sum(1 for _ in tx.scan()) == 3000
