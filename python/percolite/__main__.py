@@ -158,6 +158,8 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise ValueError(f"--limit must be >= 0, not {args.limit}")
     with _open_existing(args.db) as env:
         if args.notifications:
             after, shown = b"", 0
@@ -184,6 +186,8 @@ def _scan(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
+    if args.timeout is not None and not args.timeout >= 0:  # NaN too
+        raise ValueError(f"--timeout must be a number of seconds >= 0, not {args.timeout}")
     with _open_existing(args.db) as env:
         try:
             idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)

@@ -27,7 +27,14 @@ from . import _core
 from ._export import ExportQueue
 from ._log import failure_text
 from ._observer import ObserverTransaction, check_max_attempts
-from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
+from ._queues import (
+    accepts,
+    check_linger,
+    check_queue_options,
+    core_spec,
+    encode_or_raise,
+    require_transaction,
+)
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
@@ -221,23 +228,35 @@ class CombineQueue:
         """Queue ``{key: update}`` (or ``(key, update)`` pairs) in ``tx``.
         Every key and update is encoded first: if one cannot be, nothing is
         queued and the error names it."""
+        what = f"combine queue {self.id!r}"
+        core_tx = require_transaction(tx, f"{what}: add")
         native = self._native_codecs
-        if native is not None and self._core.add_native(tx._tx, updates, *native):
+        if native is not None and self._core.add_native(core_tx, updates, *native):
             return  # encoded in C++: a dict or list of pairs of the codecs' exact types
         items = updates.items() if isinstance(updates, Mapping) else updates
         encoded = []
         kc, vc = self.key_codec, self.value_codec
-        for key, value in items:
+        try:
+            pairs = [_pair(item, what) for item in items]
+        except TypeError as e:
+            if "not iterable" not in str(e):
+                raise
+            raise TypeError(
+                f"{what}: add needs a mapping {{key: update}} or (key, update) pairs, "
+                f"not {type(updates).__name__}"
+            ) from None
+        for key, value in pairs:
             k = encode_or_raise(kc, key, f"combine queue {self.id!r}: key {key!r}")
             v = encode_or_raise(
                 vc, value, f"combine queue {self.id!r}: value {value!r} for key {key!r}"
             )
             encoded.append((k, v))
-        self._core.add(tx._tx, encoded)
+        self._core.add(core_tx, encoded)
 
     def get(self, tx: Transaction, key: Any, default: Any = None) -> Any:
         """The current value of ``key`` in ``tx``'s view, or ``default``."""
-        data = self._core.get(tx._tx, self.key_codec.encode(key))
+        core_tx = require_transaction(tx, f"combine queue {self.id!r}: get")
+        data = self._core.get(core_tx, self.key_codec.encode(key))
         return default if data is None else self.value_codec.decode(data)
 
     def scan(self, tx: Transaction, prefix: Any = None) -> Iterator[tuple[Any, Any]]:
@@ -271,3 +290,11 @@ class CombineQueue:
     def __repr__(self) -> str:
         combiner = self.combiner if isinstance(self.combiner, str) else "python"
         return f"<percolite.CombineQueue {self.id!r} buckets={self.buckets} combiner={combiner!r}>"
+
+
+def _pair(item: Any, what: str) -> tuple:
+    """A (key, update) pair of the updates given to add; TypeError naming
+    the queue for anything else."""
+    if isinstance(item, (str, bytes)) or not isinstance(item, (tuple, list)) or len(item) != 2:
+        raise TypeError(f"{what}: add needs (key, update) pairs, not {item!r}")
+    return item[0], item[1]

@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 
 from . import _core, _log, _metrics
 from ._app import App, differences
-from ._loader import Loader
+from ._loader import Loader, check_retry_options
 from ._progress import Progress
 from ._transaction import Transaction
 from .errors import AppMismatch, ClosedError, CommitConflict, WorkParked
@@ -98,6 +98,10 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at least 1 MiB, not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
+    if not isinstance(create, bool):
+        raise TypeError(f"create must be True or False, not {type(create).__name__}")
+    if not isinstance(upgrade, bool):
+        raise TypeError(f"upgrade must be True or False, not {type(upgrade).__name__}")
     if app is not None and not isinstance(app, App):
         raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers, backend or "")
@@ -288,8 +292,7 @@ class Env:
         the transaction and propagates at once. ``fn`` may run several times:
         keep side effects outside percolite out of it.
         """
-        if retries is not None and retries < 0:
-            raise ValueError(f"retries must be >= 0 or None, not {retries}")
+        check_retry_options("retries", retries, backoff, max_backoff)
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
         attempt = 0
@@ -444,8 +447,13 @@ class Env:
         work is pending raises :class:`percolite.Error` at once instead of
         hanging (start workers, or call :meth:`process`).
         """
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
+            if not timeout >= 0:  # NaN too
+                raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
+            if timeout == float("inf"):
+                timeout = None
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = Progress("pending notifications", enabled=progress)
         try:

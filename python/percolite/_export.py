@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from . import _core
 from ._log import failure_text
 from ._observer import check_max_attempts
-from ._queues import accepts, check_linger, check_queue_options, core_spec, encode_or_raise
+from ._queues import (
+    accepts,
+    check_linger,
+    check_queue_options,
+    core_spec,
+    encode_or_raise,
+    require_transaction,
+)
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
@@ -152,6 +159,7 @@ class ExportQueue:
         ``tx`` commits. ``value=None`` exports a deletion of ``key``. Key and
         value are encoded first: if either cannot be, nothing is queued and
         the error names it."""
+        core_tx = require_transaction(tx, f"export queue {self.id!r}: add")
         k = encode_or_raise(self.key_codec, key, f"export queue {self.id!r}: key {key!r}")
         if value is None:
             v = _DELETED
@@ -161,7 +169,7 @@ class ExportQueue:
                 value,
                 f"export queue {self.id!r}: value {value!r} for key {key!r}",
             )
-        self._core.add(tx._tx, k, v)
+        self._core.add(core_tx, k, v)
 
     def depth(self, tx: Transaction) -> int:
         """How many entries are queued in ``tx``'s view (a scan: for status and tests)."""

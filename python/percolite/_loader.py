@@ -47,6 +47,22 @@ def _check_int(name: str, value: Any, low: int) -> None:
         raise ValueError(f"{name} must be >= {low}, not {value}")
 
 
+def check_retry_options(retries_name: str, retries: Any, backoff: Any, max_backoff: Any) -> None:
+    """The retry options of :meth:`Env.run` and :class:`Loader`, checked:
+    ``retries`` an int >= 0 or None; ``backoff`` and ``max_backoff`` finite
+    numbers >= 0. TypeError or ValueError naming the option."""
+    if retries is not None:
+        if not isinstance(retries, int) or isinstance(retries, bool):
+            raise TypeError(f"{retries_name} must be an int or None, not {type(retries).__name__}")
+        if retries < 0:
+            raise ValueError(f"{retries_name} must be >= 0 or None, not {retries}")
+    for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+        if not 0 <= value < float("inf"):
+            raise ValueError(f"{name} must be a finite number >= 0, not {value}")
+
+
 class Loader:
     """Runs submitted functions in transactions with many commits in flight.
     Create it with :meth:`percolite.Env.loader`, as a context manager.
@@ -82,13 +98,7 @@ class Loader:
         max_backoff: float = 0.1,
     ) -> None:
         _check_int("max_in_flight", max_in_flight, 1)
-        if max_retries is not None:
-            _check_int("max_retries", max_retries, 0)
-        for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-            if not 0 <= value < float("inf"):
-                raise ValueError(f"{name} must be a finite number >= 0, not {value}")
+        check_retry_options("max_retries", max_retries, backoff, max_backoff)
         self._env = env
         self._max_in_flight = max_in_flight
         self._max_retries = max_retries

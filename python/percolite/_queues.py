@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from . import _core
 from ._observer import WEAK
+from ._transaction import Transaction
 from .codecs import Codec
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "check_queue_options",
     "core_spec",
     "encode_or_raise",
+    "require_transaction",
 ]
 
 # The most buckets a queue may have (bucket rows are named by 6 decimal digits).
@@ -73,6 +75,17 @@ def check_linger(kind: str, queue_id: str, linger: Any) -> float:
             f"seconds, not {linger!r}"
         )
     return float(linger)
+
+
+def require_transaction(tx: Any, what: str) -> Any:
+    """``tx``'s core transaction; TypeError naming ``what`` when ``tx`` is
+    not a :class:`percolite.Transaction`."""
+    if not isinstance(tx, Transaction):
+        raise TypeError(
+            f"{what} needs a percolite.Transaction (from env.transaction(), env.run, "
+            f"a loader or an observer) as its first argument, not {type(tx).__name__}"
+        )
+    return tx._tx
 
 
 def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:

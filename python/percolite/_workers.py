@@ -46,6 +46,19 @@ EXIT_USAGE = 2  # bad arguments
 EXIT_PARKED = 3  # nothing left to run but parked work
 
 
+@contextlib.contextmanager
+def _import_errors(module_name: str) -> Iterator[None]:
+    """Any exception raised while importing the app's module, as one
+    ImportError naming the module and the exception (the command line then
+    prints one line and exits 2)."""
+    try:
+        yield
+    except ImportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the module raised
+        raise ImportError(f"importing {module_name!r} raised {type(e).__name__}: {e}") from e
+
+
 def load_app(spec: str) -> App:
     """Import ``module:attribute`` (or ``path/to/file.py:attribute``) and
     return that :class:`percolite.App`."""
@@ -59,11 +72,13 @@ def load_app(spec: str) -> App:
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules.setdefault(path.stem, module)
-        module_spec.loader.exec_module(module)
+        with _import_errors(module_name):
+            module_spec.loader.exec_module(module)
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(module_name)
+        with _import_errors(module_name):
+            module = importlib.import_module(module_name)
     try:
         app = getattr(module, attribute)
     except AttributeError:

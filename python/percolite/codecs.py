@@ -74,6 +74,17 @@ class _Bytes(Codec):
         return data
 
 
+def _unpack(codec: Any, data: bytes) -> tuple:
+    """``codec._struct.unpack(data)``; ValueError naming the codec and the
+    sizes when ``data`` has the wrong length."""
+    if len(data) != codec._struct.size:
+        raise ValueError(
+            f"codec {codec.name!r} decodes {codec._struct.size} bytes, not {len(data)}: "
+            f"{bytes(data[:16])!r}{'...' if len(data) > 16 else ''}"
+        )
+    return codec._struct.unpack(data)
+
+
 def _check_int64(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"expected int, not {type(value).__name__}")
@@ -91,7 +102,7 @@ class _Int64(Codec):
         return self._struct.pack(_check_int64(value))
 
     def decode(self, data: bytes) -> int:
-        return self._struct.unpack(data)[0]
+        return _unpack(self, data)[0]
 
 
 class _Float64(Codec):
@@ -105,7 +116,7 @@ class _Float64(Codec):
         return self._struct.pack(float(value))
 
     def decode(self, data: bytes) -> float:
-        return self._struct.unpack(data)[0]
+        return _unpack(self, data)[0]
 
 
 class int64s(Codec):  # noqa: N801 - reads like the codec's name
@@ -128,14 +139,17 @@ class int64s(Codec):  # noqa: N801 - reads like the codec's name
         return self._struct.pack(*(_check_int64(v) for v in value))
 
     def decode(self, data: bytes) -> tuple:
-        return self._struct.unpack(data)
+        return _unpack(self, data)
 
 
 class _Json(Codec):
     name = "json"
 
     def encode(self, value: Any) -> bytes:
-        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        # NaN and infinities are not JSON: refused here, not written for a reader to choke on.
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode(
+            "utf-8"
+        )
 
     def decode(self, data: bytes) -> Any:
         return json.loads(data)

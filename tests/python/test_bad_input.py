@@ -462,3 +462,201 @@ def test_open_of_a_read_only_directory_raises_storage_error(read_only_dir):
     assert "StorageError:" in out
     assert read_only_dir in out and "permission denied" in out.lower()
     assert os.listdir(read_only_dir) == []
+
+
+# -- the bad-input table of entry points beyond transactions ----------------------
+
+
+def _store_snapshot(path) -> dict:
+    return {
+        name: (path / name).read_bytes()
+        for name in sorted(os.listdir(path))
+        if name not in ("lock.mdb", "waiting")  # reader slots and wake-ups change
+    }
+
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    ("open-nul", lambda env, d, q: percolite.open(str(d / "a\0b")), ValueError, r"NUL byte"),
+    (
+        "open-create-str",
+        lambda env, d, q: percolite.open(d / "c", create="no"),
+        TypeError,
+        r"create must be True or False, not str",
+    ),
+    (
+        "open-upgrade-int",
+        lambda env, d, q: percolite.open(d / "c", upgrade=1),
+        TypeError,
+        r"upgrade must be True or False, not int",
+    ),
+    (
+        "wait-nan",
+        lambda env, d, q: env.wait(timeout=float("nan")),
+        ValueError,
+        r"timeout must be >= 0 or None, not nan",
+    ),
+    ("wait-negative", lambda env, d, q: env.wait(timeout=-1), ValueError, r"timeout must be >= 0"),
+    (
+        "wait-str",
+        lambda env, d, q: env.wait(timeout="1"),
+        TypeError,
+        r"timeout must be a number or None, not str",
+    ),
+    (
+        "run-backoff",
+        lambda env, d, q: env.run(q["never"], backoff=-1),
+        ValueError,
+        r"backoff must be a finite number >= 0, not -1",
+    ),
+    (
+        "run-max-backoff-nan",
+        lambda env, d, q: env.run(q["never"], max_backoff=float("nan")),
+        ValueError,
+        r"max_backoff must be a finite number >= 0",
+    ),
+    (
+        "run-retries-float",
+        lambda env, d, q: env.run(q["never"], retries=1.5),
+        TypeError,
+        r"retries must be an int or None, not float",
+    ),
+    (
+        "run-retries-negative",
+        lambda env, d, q: env.run(q["never"], retries=-1),
+        ValueError,
+        r"retries must be >= 0",
+    ),
+    (
+        "cq-add-no-tx",
+        lambda env, d, q: q["cq"].add(None, {"a": 1}),
+        TypeError,
+        r"combine queue 'cq': add needs a percolite.Transaction",
+    ),
+    (
+        "cq-get-no-tx",
+        lambda env, d, q: q["cq"].get("tx", "a"),
+        TypeError,
+        r"combine queue 'cq': get needs a percolite.Transaction",
+    ),
+    (
+        "eq-add-no-tx",
+        lambda env, d, q: q["eq"].add(None, "a", 1),
+        TypeError,
+        r"export queue 'eq': add needs a percolite.Transaction",
+    ),
+    (
+        "retry-parked-int",
+        lambda env, d, q: env.retry_parked(42),
+        TypeError,
+        r"retry_parked: observer must be a name",
+    ),
+    ("bind-str", lambda env, d, q: env.bind("app"), TypeError, r"app must be a percolite.App"),
+    (
+        "start-workers-lease",
+        lambda env, d, q: env.start_workers(1, lease_seconds=0),
+        ValueError,
+        r"lease_seconds must be > 0",
+    ),
+    (
+        "start-workers-half-static",
+        lambda env, d, q: env.start_workers(1, worker_index=0),
+        ValueError,
+        r"give worker_index and worker_count together",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "call, error, pattern",
+    [pytest.param(c, e, p, id=i) for i, c, e, p in ENTRY_POINT_CASES],
+)
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    app = percolite.App()
+    objects = {
+        "cq": app.combine_queue("cq"),
+        "eq": app.export_queue("eq", lambda entries: None),
+        "never": lambda tx: pytest.fail("fn ran despite bad options"),
+    }
+    store = tmp_path / "db"
+    with percolite.open(store, app=app, sync="none") as env:
+        with env.transaction() as tx:
+            tx.set("row", COL, "v")
+        before = _store_snapshot(store)
+        entries_before = sorted(os.listdir(tmp_path))
+        with pytest.raises(error, match=pattern):
+            call(env, tmp_path, objects)
+        assert sorted(os.listdir(tmp_path)) == entries_before, "nothing was created"
+    assert _store_snapshot(store) == before or committed_cells_same(store)
+
+
+def committed_cells_same(store) -> bool:
+    with percolite.open(store, sync="none") as env:
+        with env.transaction() as tx:
+            return [(c.row, tuple(c.column), c.value) for c in tx.scan()] == [
+                (b"row", (b"f", b"q"), b"v")
+            ]
+
+
+@pytest.mark.parametrize(
+    "codec, data",
+    [
+        ("int64", b"abc"),
+        ("float64", b""),
+        ("int64s:2", b"\x00" * 9),
+        ("json", b"{"),
+        ("str", b"\xff"),
+    ],
+)
+def test_codecs_refuse_bytes_they_did_not_write(codec, data):
+    with pytest.raises(ValueError):
+        percolite.codecs.get_codec(codec).decode(data)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), [1.0, float("nan")]])
+def test_json_codec_refuses_nan_and_infinity(value):
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        percolite.codecs.get_codec("json").encode(value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), (1, float("-inf"))])
+def test_sql_exporters_refuse_nan_and_infinity_before_writing(tmp_path, value):
+    from percolite._export import SequencedExport as E
+    from percolite.exporters import SQLite
+
+    columns = ("a", "b") if isinstance(value, tuple) else "value"
+    sink = SQLite(tmp_path / "out.sqlite", "t", columns=columns)
+    good = (1, 2) if isinstance(value, tuple) else 1.5
+    sink([E("ok", good, 1)])
+    with pytest.raises(ValueError, match="is not storable"):
+        sink([E("a", good, 2), E("k", value, 3)])
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "out.sqlite") as db:
+        assert [r[0] for r in db.execute("SELECT key FROM t ORDER BY key")] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["scan", "{db}", "--limit", "-1"], "--limit must be >= 0, not -1"),
+        (["wait", "{db}", "--timeout", "nan"], "--timeout must be a number of seconds >= 0"),
+        (["phrasecount", "--threads", "0", "--db", "{db}"], "--threads must be an int >= 1"),
+        (["worker", "badmod:app", "--db", "{db}"], "importing 'badmod' raised RuntimeError: boom"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, argv, message):
+    import sys
+
+    from _isolated import run_command
+
+    db = tmp_path / "db"
+    with percolite.open(db, sync="none"):
+        pass
+    (tmp_path / "badmod.py").write_text("raise RuntimeError('boom')\n")
+    args = [a.format(db=db) for a in argv]
+    result = run_command([sys.executable, "-m", "percolite", *args], cwd=tmp_path, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"percolite: {message}"] or (
+        len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    )

@@ -942,8 +942,13 @@ FALLBACK_CASES = [
     ("list of lists", {}, lambda: [["a", 1], ["b", 2]], "ok"),
     ("Counter", {}, lambda: Counter({"a": 2, "b": -3}), "ok"),
     ("dict items view", {}, lambda: {"a": 1}.items(), "ok"),
-    ("a triple in the list", {}, lambda: [("a", 1), ("b", 2, 3)], (ValueError, ["unpack"])),
-    ("not a pair", {}, lambda: ["abc"], (ValueError, ["unpack"])),
+    (
+        "a triple in the list",
+        {},
+        lambda: [("a", 1), ("b", 2, 3)],
+        (TypeError, ["combine queue 'q'", "(key, update) pairs", "('b', 2, 3)"]),
+    ),
+    ("not a pair", {}, lambda: ["abc"], (TypeError, ["combine queue 'q'", "pairs, not 'abc'"])),
     ("not iterable", {}, lambda: 5, (TypeError, ["int"])),
 ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import socket
 import sqlite3
@@ -827,3 +828,43 @@ def test_sqlite_batches_of_many_chunks_end_at_the_reference_state(tmp_path, monk
         assert applied_seqs(target, exporter) == highest_seqs(entries)
     finally:
         exporter.close()
+
+
+# -- exported files are owner-only ---------------------------------------------
+
+
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+@pytest.mark.parametrize("mode", [None, 0o640])
+def test_exported_files_get_the_exporter_mode_whatever_the_umask(tmp_path, mode):
+    from percolite.exporters import JSONLines, SQLite
+
+    previous = os.umask(0o022)
+    try:
+        extra = {} if mode is None else {"mode": mode}
+        sqlite = SQLite(tmp_path / "out.sqlite", "t", **extra)
+        sqlite([E("k", 1, 1)])
+        lines = JSONLines(tmp_path / "out.jsonl", **extra)
+        lines([E("k", 1, 1)])
+    finally:
+        os.umask(previous)
+    expected = 0o600 if mode is None else mode
+    for name in ("out.sqlite", "out.sqlite-wal", "out.sqlite-shm", "out.jsonl"):
+        if (tmp_path / name).exists():
+            assert _mode(tmp_path / name) == expected, name
+    assert _mode(tmp_path / "out.sqlite") == expected
+
+
+@pytest.mark.parametrize(
+    "mode, error", [(0o1000, ValueError), ("600", TypeError), (True, TypeError)]
+)
+def test_a_bad_export_file_mode_is_refused(tmp_path, mode, error):
+    from percolite.exporters import JSONLines, SQLite
+
+    with pytest.raises(error, match="mode must be"):
+        SQLite(tmp_path / "out.sqlite", "t", mode=mode)
+    with pytest.raises(error, match="mode must be"):
+        JSONLines(tmp_path / "out.jsonl", mode=mode)
+    assert not (tmp_path / "out.sqlite").exists() and not (tmp_path / "out.jsonl").exists()

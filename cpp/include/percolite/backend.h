@@ -309,7 +309,7 @@ struct BackendTarget {
 // Schemes are case-insensitive; a relative path with a colon ("data:2024")
 // stays a path. `backend` ("lmdb", "memory", or empty for "from the target")
 // names the backend instead. Throws kInvalidArgument naming what is wrong: an
-// empty target, an unknown scheme or name, a target and a name that disagree,
+// empty target, a NUL byte in it, an unknown scheme or name, a target and a name that disagree,
 // a path for memory, no path for lmdb.
 BackendTarget ParseTarget(const std::string& target, const std::string& backend);
 

@@ -208,6 +208,10 @@ BackendTarget ParseTarget(const std::string& target, const std::string& backend)
   if (target.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "opening a store: the path is empty");
   }
+  if (target.find('\0') != std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "opening a store: the path contains a NUL byte, which no file name can hold");
+  }
   if (!backend.empty() && FindBackend(backend) == nullptr) {
     throw Error(ErrorCode::kInvalidArgument,
                 "unknown backend '" + backend + "': percolite has " + KnownNames());

@@ -104,3 +104,31 @@ def _require_directory(path: str) -> None:
         raise FileNotFoundError(
             errno.ENOENT, f"the directory {directory!r} of {path!r} does not exist", path
         )
+
+
+# Exported files are created owner-only, like the store, whatever the umask.
+DEFAULT_FILE_MODE = 0o600
+
+
+def _file_mode(mode: Any) -> int:
+    """``mode`` checked: an int permission mask from 0 to 0o777."""
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise TypeError(f"mode must be an int permission mask, not {type(mode).__name__}")
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"mode must be a permission mask between 0 and 0o777, not {mode:#o}")
+    return mode
+
+
+def _open_created(path: str, flags: int, mode: int) -> int:
+    """Opens ``path`` (``os.open`` ``flags``), creating it with exactly
+    ``mode`` (not masked by the umask) when it does not exist yet."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        return os.open(path, flags)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

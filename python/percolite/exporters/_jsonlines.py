@@ -9,7 +9,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ClosedError
-from ._common import _FORK_AWARE, _check_seq, _require_directory
+from ._common import (
+    _FORK_AWARE,
+    DEFAULT_FILE_MODE,
+    _check_seq,
+    _file_mode,
+    _open_created,
+    _require_directory,
+)
 
 
 def _freeze(item: Any) -> Any:
@@ -59,11 +66,15 @@ class JSONLines:
     than the highest seq of that key in the file, then flushes and fsyncs.
     :meth:`load` reads the current state back.
 
+    A file the exporter creates gets permissions ``mode`` (default
+    ``0o600``, owner-only like the store, whatever the umask).
+
     Raises FileNotFoundError at construction when the directory of ``path``
     does not exist; ValueError from a call for an entry that is not JSON.
     """
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, *, mode: int = DEFAULT_FILE_MODE) -> None:
+        self.mode = _file_mode(mode)
         self.path = os.path.abspath(os.fspath(path))
         _require_directory(self.path)
         self._lock = threading.Lock()  # one call of this object at a time
@@ -94,7 +105,7 @@ class JSONLines:
         with self._lock:
             if self._closed:
                 raise ClosedError("the exporter was closed")
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+            fd = _open_created(self.path, os.O_RDWR | os.O_APPEND, self.mode)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
                 torn = self._catch_up(fd)

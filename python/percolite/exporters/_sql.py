@@ -4,6 +4,7 @@ collapse of a batch, the SQL of a layout, and the exporter base class."""
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Iterable, Sequence
@@ -53,11 +54,31 @@ def _sql_scalar(item: Any, describe: Callable[[], str]) -> Any:
         return int(item)
     if isinstance(item, (bytearray, memoryview)):
         return bytes(item)
+    if isinstance(item, float) and not math.isfinite(item):
+        raise ValueError(
+            f"{describe()}: {item!r} is not storable (SQL databases hold no NaN or "
+            "infinity the same way); nothing of the batch was written"
+        )
     if item is None or isinstance(item, _SQL_SCALARS):
         return item
     raise ValueError(
         f"{describe()}: {type(item).__name__} is not storable; use int, float, str, bytes or None"
     )
+
+
+def _all_finite(items: Iterable) -> bool:
+    """No float among ``items`` is NaN or infinite (a loop in C)."""
+    return all(map(_finite_or_other, items))
+
+
+def _finite_or_other(item: Any) -> bool:
+    return type(item) is not float or math.isfinite(item)
+
+
+def _cells(entries: Sequence, scalar: bool) -> Iterable:
+    """Every value cell of ``entries`` (of the plain path: scalars or tuples)."""
+    values = (entry.value for entry in entries if entry.value is not None)
+    return values if scalar else chain.from_iterable(values)
 
 
 class _Row(NamedTuple):
@@ -176,6 +197,7 @@ class _Layout:
         # key order, then seq: while keys keep coming in order (and of one
         # type), the newest of each key is the list's last entry, and neither
         # a dict nor a sort is needed. Out of order, a dict takes over.
+        floats = False  # NaN and infinities are refused (by the general path)
         ordered: list = []
         newest: dict | None = None
         last_key: Any = None
@@ -184,17 +206,23 @@ class _Layout:
             key, value, seq = entry.key, entry.value, entry.seq
             if type(seq) is not int or not 0 <= seq < _SEQ_LIMIT or type(key) not in plain:
                 return None
+            if type(key) is float:
+                floats = True
             if value is None:
                 pass
             elif scalar:
                 if type(value) not in plain:
                     return None
-            elif not (
-                type(value) is tuple
-                and len(value) == width
-                and plain_or_none.issuperset(map(type, value))
-            ):
-                return None
+                if type(value) is float:
+                    floats = True
+            else:
+                if type(value) is not tuple or len(value) != width:
+                    return None
+                types = set(map(type, value))
+                if not types <= plain_or_none:
+                    return None
+                if float in types:
+                    floats = True
             if newest is None:
                 same_type = type(key) is key_type
                 if ordered and same_type and key == last_key:
@@ -210,6 +238,10 @@ class _Layout:
             kept = newest.get(key)
             if kept is None or seq > kept.seq:
                 newest[key] = entry
+        if floats and not (
+            _all_finite(entry.key for entry in entries) and _all_finite(_cells(entries, scalar))
+        ):
+            return None  # the general path names the entry
         if newest is not None:
             if len({type(key) for key in newest}) > 1:
                 keys = sorted(newest, key=lambda key: _sort_key((key,)))
@@ -259,14 +291,20 @@ class _Layout:
             keys = list(compress(keys, last))
             values = list(compress(values, last))
             seqs = list(compress(seqs, last))
+        if float in key_types and not _all_finite(keys):
+            return None  # collapse names the entry
         if isinstance(self.columns, str):
-            if not set(map(type, values)) <= _PLAIN_TYPES:
+            types = set(map(type, values))
+            if not types <= _PLAIN_TYPES or (float in types and not _all_finite(values)):
                 return None
             return list(zip(keys, values, seqs))
         width = len(self.value_columns)
         if set(map(type, values)) != {tuple} or set(map(len, values)) != {width}:
             return None
-        if not set(map(type, chain.from_iterable(values))) <= _PLAIN_OR_NONE:
+        types = set(map(type, chain.from_iterable(values)))
+        if not types <= _PLAIN_OR_NONE:
+            return None
+        if float in types and not _all_finite(chain.from_iterable(values)):
             return None
         cells = [map(operator.itemgetter(i), values) for i in range(width)]
         return list(zip(keys, *cells, seqs))

@@ -9,7 +9,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ._common import _FORK_AWARE, _positive, _require_directory
+from ._common import (
+    _FORK_AWARE,
+    DEFAULT_FILE_MODE,
+    _file_mode,
+    _open_created,
+    _positive,
+    _require_directory,
+)
 from ._sql import _quote, _SQLExporter
 
 
@@ -30,7 +37,10 @@ class SQLite(_SQLExporter):
     true, missing tables are created on first use, with column types from the
     first entries (int INTEGER, float REAL, str TEXT, bytes BLOB; a value
     column that is None in all of them gets no declared type). Existing
-    tables are used as they are. Each call is one ``BEGIN IMMEDIATE``
+    tables are used as they are. A database file the exporter creates gets
+    permissions ``mode`` (default ``0o600``, owner-only like the store,
+    whatever the umask; SQLite gives its ``-wal`` and ``-shm`` files the
+    same). Each call is one ``BEGIN IMMEDIATE``
     transaction; ``timeout`` is the busy timeout in seconds. The database is
     switched to WAL mode.
 
@@ -55,7 +65,9 @@ class SQLite(_SQLExporter):
         columns: Any = "value",
         create: bool = True,
         timeout: float = 30.0,
+        mode: int = DEFAULT_FILE_MODE,
     ) -> None:
+        self.mode = _file_mode(mode)
         self.path = os.path.abspath(os.fspath(path))
         if os.fspath(path) == ":memory:":
             raise ValueError(
@@ -70,6 +82,9 @@ class SQLite(_SQLExporter):
         _FORK_AWARE.add(self)
 
     def _connect(self) -> sqlite3.Connection:
+        # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
+        # the database file's permissions.
+        os.close(_open_created(self.path, os.O_RDONLY, self.mode))
         conn = sqlite3.connect(
             self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
         )
