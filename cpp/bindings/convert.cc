@@ -168,4 +168,15 @@ py::dict FailureSummaryToDict(const percolite::FailureSummary& s) {
   return d;
 }
 
+py::dict LeaseHolderToDict(const percolite::LeaseHolder& h) {
+  py::dict d;
+  d["owner"] = Text(h.owner);
+  d["group"] = Text(h.group);
+  d["threads"] = h.threads;
+  d["expires_unix"] = h.expires_unix;
+  d["live"] = h.live;
+  d["partitions"] = h.partitions;
+  return d;
+}
+
 }  // namespace percolite::bindings

@@ -12,6 +12,7 @@
 #include "percolite/combine_queue.h"
 #include "percolite/encoding.h"
 #include "percolite/failures.h"
+#include "percolite/leases.h"
 #include "percolite/workers.h"
 
 namespace py = pybind11;
@@ -47,5 +48,21 @@ py::dict WorkRecordToDict(const percolite::WorkRecord& r);
 // {"observer", "failures", "parked", "first_failure_unix", "last_failure_unix",
 //  "last_cell": {"row", "family", "qualifier"}, "last_error": {...}}
 py::dict FailureSummaryToDict(const percolite::FailureSummary& s);
+// {"owner", "group", "threads", "expires_unix", "live", "partitions"}
+py::dict LeaseHolderToDict(const percolite::LeaseHolder& h);
+
+// Calls get() with the GIL released (it reads the store), then, with the GIL
+// held again, makes a list of convert(item) for each item it returned.
+template <typename Get, typename Convert>
+py::list ListReleasingGil(Get&& get, Convert&& convert) {
+  decltype(get()) items;
+  {
+    py::gil_scoped_release release;
+    items = get();
+  }
+  py::list out;
+  for (const auto& item : items) out.append(convert(item));
+  return out;
+}
 
 }  // namespace percolite::bindings

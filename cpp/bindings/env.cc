@@ -159,26 +159,14 @@ void BindEnv(py::module_& m) {
       .def(
           "work_records",
           [](PyEnv& self, bool parked_only) {
-            std::vector<percolite::WorkRecord> records;
-            {
-              py::gil_scoped_release release;
-              records = self.env->WorkRecords(parked_only);
-            }
-            py::list out;
-            for (const auto& r : records) out.append(WorkRecordToDict(r));
-            return out;
+            return ListReleasingGil([&] { return self.env->WorkRecords(parked_only); },
+                                    WorkRecordToDict);
           },
           py::arg("parked_only"))
       .def("failure_summaries",
            [](PyEnv& self) {
-             std::vector<percolite::FailureSummary> summaries;
-             {
-               py::gil_scoped_release release;
-               summaries = self.env->FailureSummaries();
-             }
-             py::list out;
-             for (const auto& s : summaries) out.append(FailureSummaryToDict(s));
-             return out;
+             return ListReleasingGil([&] { return self.env->FailureSummaries(); },
+                                     FailureSummaryToDict);
            })
       .def(
           "retry_parked",
@@ -201,43 +189,17 @@ void BindEnv(py::module_& m) {
            })
       .def("lease_holders",
            [](PyEnv& self) {
-             std::vector<percolite::LeaseHolder> holders;
-             {
-               py::gil_scoped_release release;
-               auto transaction = self.env->Begin();
-               holders = percolite::Leases::Holders(
-                   *transaction, std::chrono::duration<double>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count());
-               transaction->Abort();
-             }
-             py::list out;
-             for (const auto& h : holders) {
-               py::dict d;
-               d["owner"] = h.owner;
-               d["group"] = h.group;
-               d["threads"] = h.threads;
-               d["expires_unix"] = h.expires_unix;
-               d["live"] = h.live;
-               d["partitions"] = h.partitions;
-               out.append(d);
-             }
-             return out;
+             return ListReleasingGil([&] { return self.env->LeaseHolders(); }, LeaseHolderToDict);
            })
       .def("observed_columns",
            [](PyEnv& self) {
-             std::vector<percolite::ObservedColumn> columns;
-             {
-               py::gil_scoped_release release;
-               columns = self.env->ObservedColumns();
-             }
-             py::list out;
-             for (const auto& c : columns) {
-               out.append(py::make_tuple(
-                   py::bytes(c.family), py::bytes(c.qualifier),
-                   c.kind == percolite::NotifyKind::kStrong ? "strong" : "weak", c.observer));
-             }
-             return out;
+             return ListReleasingGil(
+                 [&] { return self.env->ObservedColumns(); },
+                 [](const percolite::ObservedColumn& c) {
+                   const char* kind = c.kind == percolite::NotifyKind::kStrong ? "strong" : "weak";
+                   return py::make_tuple(py::bytes(c.family), py::bytes(c.qualifier), kind,
+                                         c.observer);
+                 });
            })
       .def("pending_notifications",
            [](PyEnv& self) {

@@ -187,6 +187,15 @@ std::vector<FailureSummary> Env::FailureSummaries() {
   return summaries;
 }
 
+std::vector<LeaseHolder> Env::LeaseHolders() {
+  std::shared_ptr<Transaction> transaction = Begin();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::vector<LeaseHolder> holders = Leases::Holders(*transaction, now);
+  transaction->Abort();
+  return holders;
+}
+
 size_t Env::RetryParked(const std::function<bool(const WorkRecord&)>& match) {
   return percolite::RetryParked(*transactions_, match);
 }

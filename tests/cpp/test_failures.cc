@@ -33,19 +33,7 @@ using percolite_test::FastOptions;
 using percolite_test::Ref;
 using percolite_test::TempDir;
 
-struct Store {
-  explicit Store(const std::string& name)
-      : backend(percolite::OpenBackend(name == "memory" ? ":memory:" : dir.path(), name,
-                                       FastOptions())),
-        source(std::make_shared<TransactionSource>(backend)) {}
-  ~Store() {
-    source->Close();
-    backend->ReleaseHandle();
-  }
-  TempDir dir;
-  std::shared_ptr<Backend> backend;
-  std::shared_ptr<TransactionSource> source;
-};
+using Store = percolite_test::Layers;
 
 const ObservedColumn kContent{"doc", "content", NotifyKind::kStrong, "index"};
 

@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "percolite/backend.h"
 #include "percolite/encoding.h"
 #include "percolite/env.h"
 #include "percolite/status.h"
@@ -89,6 +90,22 @@ inline std::shared_ptr<percolite::Env> OpenEnv(
 }
 
 // The code of the percolite::Error that `body` throws, or kOk when it throws none.
+// The two lowest layers for a test: a backend of `name` (in a directory of
+// its own) and a source of transactions on it, closed in order at the end.
+struct Layers {
+  explicit Layers(const std::string& name)
+      : backend(percolite::OpenBackend(name == "memory" ? ":memory:" : dir.path(), name,
+                                       FastOptions())),
+        source(std::make_shared<percolite::TransactionSource>(backend)) {}
+  ~Layers() {
+    source->Close();
+    backend->ReleaseHandle();
+  }
+  TempDir dir;  // first: the store closes before its directory goes
+  std::shared_ptr<percolite::Backend> backend;
+  std::shared_ptr<percolite::TransactionSource> source;
+};
+
 inline percolite::ErrorCode ErrorCodeOf(const std::function<void()>& body) {
   try {
     body();

@@ -30,24 +30,9 @@ using percolite::TransactionSource;
 using percolite::WorkWatch;
 using percolite_test::ErrorCodeOf;
 using percolite_test::FastOptions;
+using percolite_test::Layers;
 using percolite_test::Ref;
 using percolite_test::TempDir;
-
-// The two lowest layers for a test: a backend of `name` (in a directory of
-// its own) and a source of transactions on it, closed in order at the end.
-struct Layers {
-  explicit Layers(const std::string& name)
-      : backend(percolite::OpenBackend(name == "memory" ? ":memory:" : dir.path(), name,
-                                       FastOptions())),
-        source(std::make_shared<TransactionSource>(backend)) {}
-  ~Layers() {
-    source->Close();
-    backend->ReleaseHandle();
-  }
-  TempDir dir;  // first: the store closes before its directory goes
-  std::shared_ptr<Backend> backend;
-  std::shared_ptr<TransactionSource> source;
-};
 
 void Set(TransactionSource& source, const Cell& cell, const std::string& value) {
   auto tx = source.Begin();

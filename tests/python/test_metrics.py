@@ -107,6 +107,12 @@ def test_status_prometheus_parses(tmp_path):
     assert not any(name == "percolite_queue_depth" for name, _labels in found)
 
 
+def worker_command(db, port: int, *extra: str) -> list:
+    """`percolite worker` running this module's APP on ``db``, serving metrics on ``port``."""
+    worker = [sys.executable, "-m", "percolite", "worker", "test_metrics:APP", "--db", db]
+    return [*worker, "--metrics-port", str(port), *extra]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -119,17 +125,7 @@ def test_worker_serves_metrics_on_localhost_and_refuses_a_port_in_use(tmp_path):
         pass
     port = free_port()
     worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "percolite",
-            "worker",
-            "test_metrics:APP",
-            "--db",
-            db,
-            "--metrics-port",
-            str(port),
-        ],
+        worker_command(db, port),
         cwd=TESTS_DIR,
         stderr=subprocess.PIPE,
         text=True,
@@ -147,22 +143,7 @@ def test_worker_serves_metrics_on_localhost_and_refuses_a_port_in_use(tmp_path):
         found = samples(page)
         assert found[("percolite_lease_holders", ())] >= 1.0
         assert found[("percolite_queue_depth", (("queue", "counts"),))] == 0.0
-        busy = run_command(
-            [
-                sys.executable,
-                "-m",
-                "percolite",
-                "worker",
-                "test_metrics:APP",
-                "--db",
-                db,
-                "--metrics-port",
-                str(port),
-                "--until-idle",
-            ],
-            cwd=TESTS_DIR,
-            timeout=60,
-        )
+        busy = run_command(worker_command(db, port, "--until-idle"), cwd=TESTS_DIR, timeout=60)
         assert busy.returncode == 2
         assert f"--metrics-port {port}: the address is already in use" in busy.stderr
     finally:
@@ -175,22 +156,7 @@ def test_bad_metrics_port_is_a_usage_error(tmp_path, port):
     db = tmp_path / "db"
     with percolite.open(db, app=make_app(), sync="none"):
         pass
-    result = run_command(
-        [
-            sys.executable,
-            "-m",
-            "percolite",
-            "worker",
-            "test_metrics:APP",
-            "--db",
-            db,
-            "--metrics-port",
-            str(port),
-            "--until-idle",
-        ],
-        cwd=TESTS_DIR,
-        timeout=60,
-    )
+    result = run_command(worker_command(db, port, "--until-idle"), cwd=TESTS_DIR, timeout=60)
     assert result.returncode == 2
     assert "--metrics-port must be a port number from 1 to 65535" in result.stderr
 

@@ -44,6 +44,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/failures.h"
+#include "percolite/leases.h"
 #include "percolite/notifications.h"
 #include "percolite/transaction.h"
 #include "percolite/workers.h"
@@ -77,6 +78,8 @@ class Env : public std::enable_shared_from_this<Env> {
   std::vector<WorkRecord> WorkRecords(bool parked_only);
   std::vector<FailureSummary> FailureSummaries();
   size_t RetryParked(const std::function<bool(const WorkRecord&)>& match);
+  // Every worker lease recorded in the store (leases.h), read now.
+  std::vector<LeaseHolder> LeaseHolders();
 
   // Consumes (as a run that commits would, notifications.h) every pending
   // notification of these (family, qualifier) columns, for an app that no
