@@ -434,8 +434,9 @@ class Env:
         Raises :class:`percolite.WorkParked` when what is left is parked
         work (:meth:`parked`), instead of waiting for work that will not run
         until retried. Works whether the workers run in this process or in
-        others. ``progress=True`` shows the pending count on stderr. Ctrl-C
-        interrupts it.
+        others. ``progress=True`` (or ``"auto"``: on terminals and in
+        notebooks) draws a tqdm bar of the notifications run, when tqdm is
+        installed (``pip install percolite[progress]``). Ctrl-C interrupts it.
 
         While it waits, this process's workers hurry: as soon as they have
         nothing else to run, lingering queues (the ``linger`` of
@@ -455,15 +456,17 @@ class Env:
             if timeout == float("inf"):
                 timeout = None
         deadline = None if timeout is None else time.monotonic() + timeout
-        bar = Progress("pending notifications", enabled=progress)
+        bar = Progress("notifications run", enabled=progress, unit="notification")
+        if bar.enabled:
+            bar.remaining(self._core.pending_notifications())
         try:
             while True:
                 chunk = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
                 if self._core.wait_idle(chunk):
-                    bar.update(0)
+                    bar.remaining(0)
                     self._raise_if_parked()
                     return True
-                bar.update(self._core.pending_notifications())
+                bar.remaining(self._core.pending_notifications())
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
         finally:

@@ -1,45 +1,85 @@
-"""A small progress display for long waits: a line on a terminal's stderr, or
-a text widget-free line in notebooks (no extra dependencies)."""
+"""Progress bars for long operations, drawn by tqdm (``tqdm.auto``: a widget
+in notebooks, a bar on terminals) when it is installed (``pip install
+percolite[progress]``); without it, operations run without a bar.
+
+``enabled`` is True, False, or ``"auto"``: a bar when the stream is a
+terminal or the code runs in a notebook kernel.
+"""
 
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
+
+__all__ = ["Progress", "available"]
+
+
+def available() -> bool:
+    """Whether tqdm is installed, so that bars can be drawn."""
+    try:
+        import tqdm.auto  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _wanted(enabled: Any, stream: Any) -> bool:
+    if enabled == "auto":
+        in_notebook = "ipykernel" in sys.modules
+        return in_notebook or (hasattr(stream, "isatty") and stream.isatty())
+    return bool(enabled)
 
 
 class Progress:
-    """Shows ``label: N`` and the rate it falls at; ``enabled`` may be True,
-    False, or "auto" (only when stderr is a terminal)."""
+    """One bar labelled ``label``. Either it counts work done up
+    (:meth:`advance`), or it follows a count of work left as it falls
+    (:meth:`remaining`: the bar's total grows when more work arrives)."""
 
-    def __init__(self, label: str, enabled: Any = "auto", stream: Any = None) -> None:
+    def __init__(
+        self, label: str, enabled: Any = "auto", stream: Any = None, unit: str = "it"
+    ) -> None:
         self.stream = stream or sys.stderr
-        if enabled == "auto":
-            enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.enabled = bool(enabled)
         self.label = label
-        self.started = time.monotonic()
-        self.first: int | None = None
-        self.last_draw = 0.0
-        self.drawn = False
+        self.unit = unit
+        self.bar: Any = None
+        self.enabled = _wanted(enabled, self.stream) and available()
+        self.done = 0
 
-    def update(self, value: int) -> None:
+    def _open(self, total: int | None) -> Any:
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=total, desc=self.label, unit=self.unit, file=self.stream, leave=True
+            )
+        return self.bar
+
+    def advance(self, n: int = 1, **postfix: Any) -> None:
+        """``n`` more done; ``postfix`` shows beside the bar."""
         if not self.enabled:
             return
-        now = time.monotonic()
-        if self.first is None:
-            self.first = value
-        if self.drawn and now - self.last_draw < 0.2 and value:
+        bar = self._open(None)
+        bar.update(n)
+        if postfix:
+            bar.set_postfix(postfix, refresh=False)
+
+    def remaining(self, left: int) -> None:
+        """``left`` is what remains now: the bar shows what was done since the
+        first call, out of everything seen."""
+        if not self.enabled:
             return
-        elapsed = now - self.started
-        rate = (self.first - value) / elapsed if elapsed > 0 and self.first is not None else 0.0
-        text = f"\r{self.label}: {value:>10,}  ({rate:,.0f}/s, {elapsed:,.1f} s)"
-        self.stream.write(text)
-        self.stream.flush()
-        self.last_draw = now
-        self.drawn = True
+        bar = self._open(left)
+        total = max(bar.total or 0, self.done + left)
+        if total != bar.total:
+            bar.total = total
+        done = total - left
+        if done > self.done:
+            bar.update(done - self.done)
+            self.done = done
+        else:
+            bar.refresh()
 
     def close(self) -> None:
-        if self.enabled and self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

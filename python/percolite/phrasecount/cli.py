@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, TextIO
 
 import percolite
 from percolite._env import store_directory
+from percolite._progress import Progress
 
 from .corpus import (
     Document,
@@ -81,31 +82,6 @@ def default_export(db: str | os.PathLike) -> str:
     """``sqlite:<db>.phrases.sqlite``: the sink next to the store."""
     path = Path(db).absolute()
     return "sqlite:" + str(path.with_name(path.name + ".phrases.sqlite"))
-
-
-class _Line:
-    """A progress line: redrawn in place on a terminal, every 2 s otherwise."""
-
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream, self.enabled = stream, enabled
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.last = 0.0
-
-    def due(self) -> bool:
-        """Whether ``show`` would draw now (to skip computing its text)."""
-        return self.enabled and time.monotonic() - self.last >= (0.2 if self.tty else 2.0)
-
-    def show(self, text: str, force: bool = False) -> None:
-        if not (force and self.enabled) and not self.due():
-            return
-        self.last = time.monotonic()
-        self.stream.write(("\r" + text + "\033[K") if self.tty else text + "\n")
-        self.stream.flush()
-
-    def done(self) -> None:
-        if self.enabled and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _scope(paths: Sequence[str]) -> list[tuple[str, bool]]:
@@ -172,9 +148,6 @@ def run(
     check = getattr(sink, "check", None)
     if check is not None:
         check()  # an unreachable sink fails now, not in the workers
-    if progress == "auto":
-        progress = hasattr(stream, "isatty") and stream.isatty()
-    line = _Line(stream, bool(progress) or progress == "lines")
 
     if paths:
         documents, problems, missing = _files(paths)
@@ -188,18 +161,27 @@ def run(
             worker_proc = _start_worker_processes(db, processes, threads)
         else:
             env.start_workers(threads)
-        seen, loaded, new_unique = _load(env, documents, line)
+        loading = Progress("documents read", enabled=progress, stream=stream, unit="doc")
+        try:
+            seen, loaded, new_unique = _load(env, documents, loading)
+        finally:
+            loading.close()
         removed = _remove_missing(env, _scope(paths), seen)
-        while not env.wait(timeout=0.2):
-            if worker_proc is not None and worker_proc.poll() is not None:
-                raise percolite.Error(
-                    f"the worker processes exited early (status {worker_proc.returncode})"
-                )
-            if line.due():  # counting the pending notifications takes a scan of them
-                pending = env.status(queues=False)["pending"]
-                line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: {pending:,}")
-        line.show(f"documents: {len(seen):,} read, {loaded:,} loaded; pending: 0", force=True)
-        line.done()
+        working = Progress("notifications run", enabled=progress, stream=stream, unit="run")
+        try:
+            looked = 0.0
+            while not env.wait(timeout=0.2):
+                if worker_proc is not None and worker_proc.poll() is not None:
+                    raise percolite.Error(
+                        f"the worker processes exited early (status {worker_proc.returncode})"
+                    )
+                # Counting the pending notifications takes a scan of them: twice a second.
+                if working.enabled and time.monotonic() - looked >= 0.5:
+                    working.remaining(env.status(queues=False)["pending"])
+                    looked = time.monotonic()
+            working.remaining(0)
+        finally:
+            working.close()
         _raise_failures(env)
         with env.transaction() as tx:
             unique = sum(1 for _ in tx.scan(prefix="doc:", columns=[pc.REFS]))
@@ -235,7 +217,7 @@ def _files(paths: Sequence[str]) -> tuple[Iterable[Document], list, list]:
     return documents, problems, missing
 
 
-def _load(env: percolite.Env, documents: Iterable[Document], line: _Line):
+def _load(env: percolite.Env, documents: Iterable[Document], progress: Progress):
     """Loads documents through one loader (:meth:`percolite.Env.loader`), one
     transaction per new location, with at most ``LOADER_IN_FLIGHT`` of them
     and ``LOADER_IN_FLIGHT_CHARS`` characters of text in flight."""
@@ -277,7 +259,7 @@ def _load(env: percolite.Env, documents: Iterable[Document], line: _Line):
                 chars_in_flight[0] += chars
             future = loader.submit(pc.load, doc.location, doc.content, cid)
             future.add_done_callback(functools.partial(finished, cid, chars))
-            line.show(f"documents: {len(seen):,} read, {counts['loaded']:,} loaded")
+            progress.advance(1, loaded=counts["loaded"])
     return seen, counts["loaded"], new_unique
 
 
