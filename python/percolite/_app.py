@@ -182,11 +182,25 @@ class App:
         label = name or getattr(fn, "__qualname__", None) or repr(fn)
         check_max_attempts(max_attempts, f"observer {label}")
         _check_observer_signature(fn, label)
-        if column in self._observers:
-            raise ValueError(
-                f"column {column!r} already has an observer ({self._observers[column].name}); "
-                "one column has at most one observer"
-            )
+        old = self._observers.get(column)
+        if old is not None:
+            # Declared again (a notebook cell run twice): the same settings take
+            # the new function; other settings are refused, naming what differs.
+            differ = [
+                f"{what} {was!r} -> {now!r}"
+                for what, was, now in (
+                    ("name", old.name, label),
+                    ("notify", old.notify.name, notify.name),
+                    ("max_attempts", old.max_attempts, max_attempts),
+                )
+                if was != now
+            ]
+            if differ:
+                raise ValueError(
+                    f"column {column!r} already has an observer ({old.name}), declared with "
+                    f"other settings: {', '.join(differ)}. One column has at most one "
+                    f"observer: to replace it, call app.remove_observer({tuple(column)!r}) first"
+                )
         self._before_change(f"observer {label}")
         self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
         self._rebind()
@@ -301,14 +315,51 @@ class App:
 
     def _add_queue(self, kind: str, queue_id: str, make: Callable[[], Any]) -> Any:
         """Registers the queue ``make()`` builds (which checks its options)
-        under ``queue_id``, once per app."""
-        if queue_id in self._queues:
-            raise ValueError(f"app {self.name!r} already has a queue named {queue_id!r}")
+        under ``queue_id``. Declared again with the same settings (a notebook
+        cell run twice), the new queue takes the old one's place; with other
+        settings, ValueError names what differs."""
         queue = make()
+        old = self._queues.get(queue_id)
+        if old is not None:
+            differ = [
+                f"{name} {getattr(old, name, None)!r} -> {getattr(queue, name, None)!r}"
+                for name in ("buckets", "linger", "max_attempts", "buffer_size", "batch_size")
+                if getattr(old, name, None) != getattr(queue, name, None)
+            ]
+            differ += differences(
+                {"name": self.name, "observers": {}, "queues": {queue_id: old._identity()}},
+                {"name": self.name, "observers": {}, "queues": {queue_id: queue._identity()}},
+            )
+            if differ:
+                raise ValueError(
+                    f"app {self.name!r} already has a queue named {queue_id!r}, declared with "
+                    f"other settings: {'; '.join(differ)}. To replace it, call "
+                    f"app.remove_queue({queue_id!r}) first"
+                )
         self._before_change(f"{kind} {queue_id!r}")
         self._queues[queue_id] = queue
         self._rebind()
         return queue
+
+    def remove_observer(self, column: Any) -> None:
+        """Unregister the observer of ``column`` (KeyError when there is
+        none). Stores bound to this app record the change; the column's
+        pending notifications are dropped there, as ``upgrade=True`` does."""
+        column = Column(*column)
+        if column not in self._observers:
+            raise KeyError(f"app {self.name!r} has no observer for column {column!r}")
+        self._before_change(f"a change of the observer of {column!r}")
+        del self._observers[column]
+        self._rebind()
+
+    def remove_queue(self, queue_id: str) -> None:
+        """Unregister queue ``queue_id`` (KeyError when there is none); its
+        stored rows stay, and stores bound to this app record the change."""
+        if queue_id not in self._queues:
+            raise KeyError(f"app {self.name!r} has no queue named {queue_id!r}")
+        self._before_change(f"a change of queue {queue_id!r}")
+        del self._queues[queue_id]
+        self._rebind()
 
     def _before_change(self, what: str = "a change") -> None:
         for env in list(self._envs):

@@ -16,7 +16,7 @@ from ._app import App, differences
 from ._loader import Loader, check_retry_options
 from ._progress import Progress
 from ._transaction import Transaction
-from .errors import AppMismatch, ClosedError, CommitConflict, WorkParked
+from .errors import AppMismatch, ClosedError, CommitConflict, Error, WorkParked
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
@@ -156,6 +156,7 @@ class Env:
         self._sync = sync
         self._app: App | None = None
         self._workers_running = False
+        self._worker_args: dict | None = None  # start_workers' arguments, for bind()
         self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
         _open_envs.add(self)
         self._recorder = _metrics.recorder_for(self)
@@ -175,11 +176,27 @@ class Env:
         at WARNING on the ``percolite`` logger. Lingers, batch sizes,
         ``max_attempts`` and observer names are not part of the record.
         Changes to the bound app object in this process (observers or queues
-        added after opening) are recorded as they happen.
+        added after opening) are recorded as they happen. Workers running on
+        this handle are stopped (running observers finish) and started again
+        with the new app's observers, so a notebook can edit an observer and
+        bind again without restarting its kernel; a loader must be closed
+        first.
         """
         if not isinstance(app, App):
             raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
-        self._bind(app, upgrade=bool(upgrade))
+        if any(not loader.closed for loader in list(self._loaders)):
+            raise Error(
+                "bind(): a loader of this handle is open; leave its with block (or call "
+                "loader.close()) before binding another app"
+            )
+        restart = self._worker_args if self._workers_running else None
+        if restart is not None:
+            self.stop_workers()  # running observers finish with the old app
+        try:
+            self._bind(app, upgrade=bool(upgrade))
+        finally:
+            if restart is not None:
+                self.start_workers(**restart)
 
     def _bind(self, app: App, *, upgrade: bool = False) -> None:
         current = app._identity()
@@ -407,6 +424,15 @@ class Env:
             raise ValueError(f"lease_seconds must be > 0 and at most 3600, not {lease_seconds}")
         if not isinstance(lease_group, str):
             raise TypeError(f"lease_group must be a str, not {type(lease_group).__name__}")
+        self._worker_args = dict(
+            threads=threads,
+            worker_index=worker_index,
+            worker_count=worker_count,
+            retry_initial=retry_initial,
+            retry_max=retry_max,
+            lease_seconds=lease_seconds,
+            lease_group=lease_group,
+        )
         self._core.start_workers(
             threads,
             worker_index or 0,

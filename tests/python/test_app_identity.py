@@ -110,3 +110,70 @@ def test_a_worker_with_another_app_exits_1_naming_it(tmp_path):
     result = run_command([*worker, "--until-idle"], timeout=60, cwd=TESTS_DIR)
     assert result.returncode == 1
     assert "is bound to app 'a'; app 'flaky' differs" in result.stderr
+
+
+# -- notebook habits: declaring again, rebinding ---------------------------------
+
+
+def test_declaring_again_with_the_same_settings_is_harmless_and_takes_the_new_code():
+    app = percolite.App("nb")
+    seen = []
+
+    def first(tx, row, column):
+        seen.append("old")
+
+    app.add_observer(CONTENT, first, name="index")
+
+    def second(tx, row, column):
+        seen.append("new")
+
+    app.add_observer(CONTENT, second, name="index")  # the cell run again, edited
+    cq = app.combine_queue("counts", buckets=4)
+    assert app.combine_queue("counts", buckets=4) is not cq  # the new one replaces it
+    with percolite.open(":memory:", app=app) as env:
+        with env.transaction() as tx:
+            tx.set("r", CONTENT, "x")
+        env.process(1)
+    assert seen == ["new"]
+
+
+def test_declaring_again_with_other_settings_names_them_and_how_to_replace():
+    app = percolite.App("nb")
+    app.add_observer(CONTENT, lambda tx, row, column: None, name="index")
+    with pytest.raises(ValueError, match=r"notify 'STRONG' -> 'WEAK'.*app.remove_observer"):
+        app.add_observer(CONTENT, lambda tx, row, column: None, name="index", notify=percolite.WEAK)
+    app.combine_queue("counts", buckets=4)
+    with pytest.raises(ValueError, match=r"buckets 4 -> 8.*app.remove_queue\('counts'\)"):
+        app.combine_queue("counts", buckets=8)
+    with pytest.raises(ValueError, match=r"combiner 'sum' -> 'max'"):
+        app.combine_queue("counts", buckets=4, combiner="max")
+    app.remove_queue("counts")
+    assert app.combine_queue("counts", buckets=8).buckets == 8
+    app.remove_observer(CONTENT)
+    assert app.observers == []
+    with pytest.raises(KeyError, match="no observer for column"):
+        app.remove_observer(CONTENT)
+
+
+def test_bind_restarts_running_workers_with_the_new_app(tmp_path):
+    seen = []
+    old, new = percolite.App("a"), percolite.App("a")
+    old.add_observer(CONTENT, lambda tx, row, column: seen.append("old"), name="index")
+    new.add_observer(CONTENT, lambda tx, row, column: seen.append("new"), name="index")
+    with percolite.open(tmp_path / "db", app=old, sync="none") as env:
+        env.start_workers(2)
+        env.bind(new)  # same record: no upgrade needed
+        assert env.workers_running and env.app is new
+        with env.transaction() as tx:
+            tx.set("r", CONTENT, "x")
+        assert env.wait(timeout=30)
+    assert seen == ["new"]
+
+
+def test_bind_refuses_while_a_loader_is_open(tmp_path):
+    with percolite.open(tmp_path / "db", app=app_a(), sync="none") as env:
+        with env.loader() as loader:
+            with pytest.raises(percolite.Error, match="a loader of this handle is open"):
+                env.bind(app_a())
+            loader.submit(lambda tx: tx.set("r", ("f", "q"), "v")).result()
+        env.bind(app_a())  # closed: fine
