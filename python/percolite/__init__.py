@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import codecs, exporters
 from ._app import App
 from ._cells import Cell, Column
+from ._check import check
 from ._combine import Change, CombineQueue
 from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "open",
+    "check",
     "App",
     "NotificationType",
     "STRONG",

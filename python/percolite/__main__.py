@@ -1,7 +1,8 @@
 """The percolite command line: ``percolite`` or ``python -m percolite``.
 
 Commands: ``phrasecount [PATH ...] --db DB``, ``demo``, ``status DB``,
-``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``, ``retry DB``.
+``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``, ``retry DB``,
+``check DB``.
 
 Exit statuses: 0 done; 1 an error; 2 bad arguments (usage); 3 (``worker
 --until-idle`` and ``wait``) nothing left to run but parked work.
@@ -155,6 +156,27 @@ def _retry(args: argparse.Namespace) -> int:
         retried = env.retry_parked(names or None, queue=queues or None)
     print(f"retried {retried} parked item{'s' if retried != 1 else ''}; run the workers")
     return EXIT_DONE
+
+
+def _check(args: argparse.Namespace) -> int:
+    store_directory(args.db)  # a memory target: nothing on disk to check
+    try:
+        report = percolite.check(args.db)
+    except percolite.StorageError as e:
+        raise ValueError(str(e)) from None  # a usage error: exit 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        counts = report["counts"]
+        if counts:
+            print(
+                f"read {counts['cells']:,} cells, {counts['own_cells']:,} of percolite's own, "
+                f"{counts['notifications']:,} pending notifications, {counts['leases']} leases"
+            )
+        for problem in report["problems"]:
+            print(f"damaged: {problem}")
+        print("clean" if report["ok"] else f"{args.db}: damaged")
+    return EXIT_DONE if report["ok"] else EXIT_ERROR
 
 
 def _scan(args: argparse.Namespace) -> int:
@@ -316,6 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     worker.add_argument("--worker-count", type=int, default=None, help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
+
+    check_cmd = commands.add_parser(
+        "check", help="read the whole store back and report damage (exit 1 when damaged)"
+    )
+    check_cmd.add_argument("db")
+    check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    check_cmd.set_defaults(func=_check)
 
     retry = commands.add_parser("retry", help="put parked work back to run")
     retry.add_argument("db")

@@ -14,6 +14,7 @@ value a signed 64-bit big-endian integer (the ``"int64"`` codec).
 from __future__ import annotations
 
 import random
+import re
 import struct
 import threading
 import weakref
@@ -23,7 +24,7 @@ from ._env import Env
 from ._transaction import Transaction
 from .errors import ClosedError
 
-__all__ = ["ShardedCounter"]
+__all__ = ["ShardedCounter", "check_cell"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT64 = struct.Struct(">q")
@@ -319,3 +320,16 @@ class ShardedCounter:
 
 def _kind(value: object) -> str:
     return type(value).__name__
+
+
+_SHARD_ROW = re.compile(rb"^counter:[^:]+:[0-9a-f]{4}$")
+
+
+def check_cell(row: bytes, column: Column, value: bytes) -> str | None:
+    """For ``percolite check``: what is wrong with a cell of a counter's
+    shard row (None when it is not one, or is fine)."""
+    if not _SHARD_ROW.match(row) or column not in (_SUM, _MAX):
+        return None
+    if len(value) != _INT64.size:
+        return f"counter shard {row!r} {column!r} holds {len(value)} bytes, not an int64"
+    return None

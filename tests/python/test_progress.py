@@ -57,8 +57,11 @@ def test_a_falling_count_grows_its_total_when_work_arrives():
 
 
 @pytest.mark.parametrize("enabled", [False, "auto"])
-def test_disabled_or_auto_off_a_terminal_draws_nothing(enabled):
-    stream = io.StringIO()  # not a terminal, and no notebook kernel here
+def test_disabled_or_auto_off_a_terminal_draws_nothing(enabled, monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)  # not in a notebook
+    stream = io.StringIO()  # not a terminal
     bar = _progress.Progress("x", enabled=enabled, stream=stream)
     bar.advance(5)
     bar.remaining(3)

@@ -1,0 +1,126 @@
+"""``percolite.check(path)`` and ``percolite check DB``: read a whole store
+back and report what is damaged, without risking the caller.
+
+The walk runs in a child process: LMDB trusts the pages it maps, so damage
+inside the B-tree can make it fault, and a fault there must not kill the
+program that asked. The child reads every cell (user rows, percolite's own
+rows), every pending notification and every record percolite keeps for
+itself, and checks what it reads:
+
+* every cell and notification key decodes (the core raises on malformed
+  keys and records);
+* queue entries carry their 12-byte stamp; sharded counters' shards hold
+  integers;
+* percolite's own records (failures, parked work, leases, metrics, the app
+  record) decode.
+
+A walk that faults or hangs is reported as damage too. What it cannot see:
+values altered in place that still decode (stored values carry no checksum
+yet).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from typing import Any
+
+__all__ = ["check", "CHECK_TIMEOUT"]
+
+# The walk's time limit in seconds (a hung walk is damage too).
+CHECK_TIMEOUT = 600.0
+
+_QUEUE_ENTRY_ROW = re.compile(rb"^[^:]+:(u|e):[0-9]{6}$")
+_STAMP = 12  # bytes in front of a queued entry's key (backend.h kStampSize)
+
+
+def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict:
+    """Reads the whole store at ``path`` back in a child process and returns
+    ``{"ok", "problems": [str], "counts": {...}}``; ``ok`` is True when
+    nothing is damaged. Raises percolite.StorageError when there is no
+    store at ``path`` or it cannot be opened (nothing is created)."""
+    from ._env import store_directory
+    from .errors import StorageError
+
+    directory = store_directory(os.fspath(path))
+    command = [sys.executable, "-m", "percolite._check", directory]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return _damaged(f"reading the store did not finish in {timeout:g} s")
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+        return _damaged(
+            f"reading the store killed the checking process ({name}): its pages are damaged"
+        )
+    lines = done.stdout.strip().splitlines()
+    try:
+        report = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return _damaged(f"the checking process failed: {done.stderr.strip()[-500:]}")
+    if "unusable" in report:  # no store there, or it cannot be opened: not damage
+        raise StorageError(report["unusable"])
+    return report
+
+
+def _damaged(problem: str) -> dict:
+    return {"ok": False, "problems": [problem], "counts": {}}
+
+
+def _walk(directory: str) -> dict:
+    """The child's work: everything the module docstring lists."""
+    from . import _core
+    from ._counters import check_cell as counter_cell_problem
+    from ._env import open as open_env
+    from .errors import CorruptionError, Error, StorageError
+
+    problems: list[str] = []
+    counts = {"cells": 0, "own_cells": 0, "notifications": 0, "parked": 0, "leases": 0}
+
+    def problem(text: str) -> None:
+        if len(problems) < 100:
+            problems.append(text)
+
+    try:
+        env = open_env(directory, create=False, sync="none")
+    except CorruptionError as e:
+        return {"ok": False, "problems": [str(e)], "counts": counts}
+    except (StorageError, ValueError) as e:
+        return {"unusable": str(e)}
+    with env:
+        try:
+            with env.transaction() as tx:
+                for row, column, value in tx.scan():
+                    counts["cells"] += 1
+                    if _QUEUE_ENTRY_ROW.match(row) and len(column.qualifier) < _STAMP:
+                        problem(f"queue entry {row!r} {column!r}: no stamp in its qualifier")
+                    elif (wrong := counter_cell_problem(row, column, value)) is not None:
+                        problem(wrong)
+                for row, column, value in tx.scan(prefix=_core.SYSTEM_ROW_PREFIX):
+                    counts["own_cells"] += 1
+                    if row == _core.SYSTEM_ROW_PREFIX + b"app" or row.endswith(b"metrics"):
+                        try:
+                            json.loads(value)
+                        except ValueError:
+                            problem(f"percolite's record {row!r} {column!r} is not JSON")
+            counts["parked"] = len(env._core.work_records(True))
+            env._core.failure_summaries()
+            counts["leases"] = len(env._core.lease_holders())
+            after = b""
+            while True:
+                chunk = env._core.scan_notifications(after, 4096)
+                if not chunk:
+                    break
+                counts["notifications"] += len(chunk)
+                after = chunk[-1][4]
+        except Error as e:
+            problem(f"{type(e).__name__}: {e}")
+    return {"ok": not problems, "problems": problems, "counts": counts}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_walk(sys.argv[1])))
