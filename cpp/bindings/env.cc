@@ -187,6 +187,11 @@ void BindEnv(py::module_& m) {
              py::gil_scoped_release release;
              return self.env->DropNotifications(wanted);
            })
+      .def("verify_structure",
+           [](PyEnv& self) {
+             return ListReleasingGil([&] { return self.env->backend()->VerifyStructure(); },
+                                     [](const std::string& problem) { return py::str(problem); });
+           })
       .def("lease_holders",
            [](PyEnv& self) {
              return ListReleasingGil([&] { return self.env->LeaseHolders(); }, LeaseHolderToDict);

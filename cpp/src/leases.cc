@@ -166,19 +166,7 @@ void Leases::Renew() {
                        EncodeLease(options_, group, now + options_.lease_seconds));
       transaction->Commit();
       std::sort(live.begin(), live.end());
-      std::vector<bool> mine;
-      Assign(live, &mine, owner_);
-      const uint32_t share = static_cast<uint32_t>(std::count(mine.begin(), mine.end(), true));
-      bool changed;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        changed = mine != mine_ || changes_ == 0;
-        if (changed) {
-          mine_ = std::move(mine);
-          ++changes_;
-        }
-      }
-      if (changed && options_.on_change) options_.on_change(share, live.size());
+      Adopt(live);
       return;
     } catch (const Error& e) {
       transaction->Abort();
@@ -186,6 +174,47 @@ void Leases::Renew() {
       if (e.code() != ErrorCode::kConflict || tries >= 20) throw;
       records::Backoff(tries);
     }
+  }
+}
+
+void Leases::Adopt(const std::vector<std::string>& live) {
+  std::vector<bool> mine;
+  Assign(live, &mine, owner_);
+  const uint32_t share = static_cast<uint32_t>(std::count(mine.begin(), mine.end(), true));
+  bool changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    changed = mine != mine_ || changes_ == 0;
+    if (changed) {
+      mine_ = std::move(mine);
+      ++changes_;
+    }
+  }
+  if (changed && options_.on_change) options_.on_change(share, live.size());
+}
+
+void Leases::Refresh() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_ || stopping_ || now - refreshed_ < std::chrono::milliseconds(kLeaseRefreshMs)) {
+      return;
+    }
+    refreshed_ = now;
+  }
+  std::shared_ptr<TransactionSource> source = source_.lock();
+  if (!source) return;
+  try {
+    std::shared_ptr<Transaction> transaction = source->Begin();
+    std::vector<std::string> live{owner_};
+    for (const LeaseHolder& holder : Holders(*transaction, records::UnixNow())) {
+      if (holder.live && holder.owner != owner_) live.push_back(holder.owner);
+    }
+    transaction->Abort();
+    std::sort(live.begin(), live.end());
+    Adopt(live);
+  } catch (const Error&) {
+    // Closing or failing: keep the last share.
   }
 }
 

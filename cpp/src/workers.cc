@@ -410,6 +410,7 @@ void Workers::ScannerLoop() {
       if (stopping_) break;
     }
     try {
+      if (leases_) leases_->Refresh();  // pools that joined or left, seen quickly
       ScanOnce(&position);
     } catch (const Error&) {
       // The store is closing, or a transient failure: the next wake retries.

@@ -168,7 +168,7 @@ def _check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         counts = report["counts"]
-        if counts:
+        if counts and (report["ok"] or counts["cells"] or counts["own_cells"]):
             print(
                 f"read {counts['cells']:,} cells, {counts['own_cells']:,} of percolite's own, "
                 f"{counts['notifications']:,} pending notifications, {counts['leases']} leases"

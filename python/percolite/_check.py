@@ -7,6 +7,9 @@ program that asked. The child reads every cell (user rows, percolite's own
 rows), every pending notification and every record percolite keeps for
 itself, and checks what it reads:
 
+* every table holds as many entries as the store's own bookkeeping records
+  for it, and every record decodes (the backend walks its tables: damaged
+  pages often make a B-tree look shorter, or empty, without an error);
 * every cell and notification key decodes (the core raises on malformed
   keys and records);
 * queue entries carry their 12-byte stamp; sharded counters' shards hold
@@ -93,6 +96,8 @@ def _walk(directory: str) -> dict:
         return {"unusable": str(e)}
     with env:
         try:
+            for found in env._core.verify_structure():
+                problem(found)
             with env.transaction() as tx:
                 for row, column, value in tx.scan():
                     counts["cells"] += 1

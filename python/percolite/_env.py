@@ -461,7 +461,7 @@ class Env:
         work (:meth:`parked`), instead of waiting for work that will not run
         until retried. Works whether the workers run in this process or in
         others. ``progress=True`` (or ``"auto"``: on terminals and in
-        notebooks) draws a tqdm bar of the notifications run, when tqdm is
+        notebooks) draws a tqdm bar of the notifications done, when tqdm is
         installed (``pip install percolite[progress]``). Ctrl-C interrupts it.
 
         While it waits, this process's workers hurry: as soon as they have
@@ -482,7 +482,7 @@ class Env:
             if timeout == float("inf"):
                 timeout = None
         deadline = None if timeout is None else time.monotonic() + timeout
-        bar = Progress("notifications run", enabled=progress, unit="notification")
+        bar = Progress("notifications done", enabled=progress, unit="notification")
         if bar.enabled:
             bar.remaining(self._core.pending_notifications())
         try:

@@ -162,7 +162,10 @@ class _Pickle(Codec):
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
     def decode(self, data: bytes) -> Any:
-        return pickle.loads(data)  # noqa: S301 - only when the user named "pickle"
+        try:
+            return pickle.loads(data)  # noqa: S301 - only when the user named "pickle"
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError) as e:
+            raise ValueError(f"codec 'pickle' cannot decode {bytes(data[:16])!r}: {e}") from None
 
 
 _BY_NAME = {

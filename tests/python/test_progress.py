@@ -31,7 +31,7 @@ def test_wait_draws_a_tqdm_bar_of_the_notifications_run(capsys):
         result = env.process(2, progress=True)
     assert result["commits"] == 200
     err = capsys.readouterr().err
-    assert "notifications run" in err and "100%" in err
+    assert "notifications done" in err and "100%" in err
 
 
 def test_progress_without_tqdm_draws_nothing(monkeypatch, capsys):
@@ -80,4 +80,4 @@ def test_phrasecount_draws_loading_and_working_bars(tmp_path):
     summary = cli.run([str(docs)], tmp_path / "db", progress=True, stream=stream, threads=2)
     assert summary.documents == 20
     text = stream.getvalue()
-    assert "documents read" in text and "notifications run" in text
+    assert "documents read" in text and "notifications done" in text

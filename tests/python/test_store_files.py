@@ -164,3 +164,35 @@ def test_check_without_a_store_is_a_usage_error(tmp_path):
     result = run_command([sys.executable, "-m", "percolite", "check", tmp_path / "empty"])
     assert result.returncode == 2 and "no percolite store there" in result.stderr
     assert os.listdir(tmp_path / "empty") == []
+
+
+def test_a_store_whose_table_list_lost_a_table_is_refused_not_recreated_empty(tmp_path):
+    """Opening used to create any table it did not find, so a store whose
+    pages lost the entry of its data table opened empty, silently. Now only
+    a new store gets tables; in an existing one a missing table is damage."""
+    import lmdb
+
+    store = tmp_path / "db"
+    make_store(store, rows=50)
+    with lmdb.open(str(store), max_dbs=16) as raw:
+        with raw.begin(write=True) as txn:
+            txn.drop(raw.open_db(b"ack", txn=txn), delete=True)  # as if its entry were lost
+    before = (store / "data.mdb").read_bytes()  # lock.mdb's reader table may change
+    with pytest.raises(percolite.CorruptionError, match="its table 'ack' is missing"):
+        percolite.open(store)
+    assert (store / "data.mdb").read_bytes() == before
+    report = percolite.check(store)
+    assert report["ok"] is False and "table 'ack' is missing" in report["problems"][0]
+
+
+def test_check_finds_a_table_shorter_than_its_bookkeeping(tmp_path):
+    """Damaged pages often make a B-tree look shorter without any error:
+    check compares what the walk finds with the entry count the store
+    records. Zeroing the data table's leaf pages after its first does that."""
+    store = tmp_path / "db"
+    make_store(store, rows=3000)
+    report = percolite.check(store)
+    assert report["ok"], report
+    damage_pages(store / "data.mdb", seed=11)
+    report = percolite.check(store)
+    assert report["ok"] is False, report

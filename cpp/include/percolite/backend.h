@@ -288,6 +288,13 @@ class Backend {
 
   virtual BackendStats Stats() const = 0;
 
+  // Walks every table of the store and compares what it finds with the
+  // store's own bookkeeping (lmdb: each table's recorded entry count, and
+  // that every record decodes); returns the problems, empty when none were
+  // found. Damaged pages can make the walk fault: call it where a fault is
+  // contained (percolite check runs it in a child process).
+  virtual std::vector<std::string> VerifyStructure() = 0;
+
   // Called once by each opener when it is done with the backend: a backend
   // shared by several openers (one lmdb store per path and process) closes
   // with its last handle.

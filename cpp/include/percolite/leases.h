@@ -19,15 +19,18 @@
 //   the same assignment from the same leases, and a lease that comes or goes
 //   moves only its own share.
 // - A pool that dies stops renewing: its lease lapses within lease_seconds,
-//   and at their next renewal the other pools take its partitions; their
-//   scanners find the work within a second after that (workers.h). A pool
-//   that stops deletes its lease, so the others take over at once.
+//   and the other pools take its partitions as soon as they read the leases
+//   again (each pool's scanner does, every kLeaseRefreshMs while it runs,
+//   and every renewal does); their scanners then find the work (workers.h).
+//   A pool that stops deletes its lease, so the others take over at once,
+//   and a pool that joins is seen as quickly.
 // - Correctness never rests on leases: pools a renewal apart may both run a
 //   partition (the ack cell makes duplicate runs harmless) or neither (until
 //   the next renewal). A pool whose renewals fail keeps its last share.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -43,6 +46,7 @@ namespace percolite {
 
 constexpr uint32_t kLeasePartitions = 1024;
 constexpr double kDefaultLeaseSeconds = 5.0;
+constexpr int kLeaseRefreshMs = 100;
 
 struct LeaseOptions {
   double lease_seconds = kDefaultLeaseSeconds;  // > 0
@@ -74,6 +78,11 @@ class Leases {
   void Start();
   // Stops renewing and deletes the lease (best effort). Idempotent.
   void Stop();
+  // Reads the leases again (no write) and recomputes this pool's share, at
+  // most once per kLeaseRefreshMs: the pool's scanner calls it as it runs,
+  // so a pool that joins or stops is seen in a fraction of a second, not at
+  // the next renewal. Errors keep the last share.
+  void Refresh();
 
   // Whether a notification of this row hash is in this pool's share.
   bool Mine(uint64_t row_hash) const;
@@ -90,6 +99,8 @@ class Leases {
   void Renew();
   void Loop();
   void Remove();
+  // Sets this pool's share from the live owners (sorted); reports a change.
+  void Adopt(const std::vector<std::string>& live);
 
   const std::weak_ptr<TransactionSource> source_;
   const LeaseOptions options_;
@@ -101,6 +112,7 @@ class Leases {
   bool stopping_ = false;   // GUARDED_BY(mu_)
   bool started_ = false;    // GUARDED_BY(mu_)
   std::atomic<uint64_t> changes_{0};
+  std::chrono::steady_clock::time_point refreshed_{};  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -214,6 +214,9 @@ void CheckStoreFiles(const std::string& dir, bool create) {
   }
 }
 
+// LMDB's main table (the one that lists the named tables) is handle 1.
+constexpr MDB_dbi MAIN_DBI_INDEX = 1;
+
 const char* SyncName(SyncMode mode) {
   switch (mode) {
     case SyncMode::kFull:
@@ -429,8 +432,27 @@ void LmdbBackend::OpenEnvironment() {
   MDB_txn* txn = nullptr;
   rc = mdb_txn_begin(env_, nullptr, 0, &txn);
   if (rc) fail(rc, "beginning the set-up transaction");
+  // Only a new store (nothing in LMDB's main table yet) gets its tables
+  // created. In an existing one a missing table is damage: creating it
+  // empty would serve a store that lost its data as if nothing happened.
+  MDB_stat main_stat;
+  rc = mdb_stat(txn, MAIN_DBI_INDEX, &main_stat);
+  if (rc) {
+    mdb_txn_abort(txn);
+    fail(rc, "reading the list of tables");
+  }
+  const bool new_store = main_stat.ms_entries == 0;
   auto open_db = [&](const char* name, MDB_dbi* dbi) {
-    int r = mdb_dbi_open(txn, name, MDB_CREATE, dbi);
+    int r = mdb_dbi_open(txn, name, new_store ? MDB_CREATE : 0, dbi);
+    if (r == MDB_NOTFOUND) {
+      mdb_txn_abort(txn);
+      mdb_env_close(env_);
+      env_ = nullptr;
+      throw Error(ErrorCode::kCorruption,
+                  "opening store '" + path_ + "': its table '" + name +
+                      "' is missing (the store's pages are damaged); it is left untouched: "
+                      "restore the store from a copy");
+    }
     if (r) {
       mdb_txn_abort(txn);
       fail(r, std::string("opening table '") + name + "'");
@@ -1113,6 +1135,60 @@ bool LmdbBackend::ScanNotifications(std::string_view after, size_t limit,
                          ++taken;
                          return true;
                        });
+  });
+}
+
+std::vector<std::string> LmdbBackend::VerifyStructure() {
+  return WithReadTxn([&](MDB_txn* txn) {
+    std::vector<std::string> problems;
+    const std::pair<const char*, unsigned> tables[] = {{"data", data_dbi_},
+                                                       {"meta", meta_dbi_},
+                                                       {"tombstones", tombstone_dbi_},
+                                                       {"notify", notify_dbi_},
+                                                       {"ack", ack_dbi_}};
+    for (const auto& [name, dbi] : tables) {
+      MDB_stat stat;
+      int rc = mdb_stat(txn, dbi, &stat);
+      if (rc != 0) {
+        problems.push_back(std::string("table '") + name + "': " + mdb_strerror(rc));
+        continue;
+      }
+      MDB_cursor* cursor = nullptr;
+      rc = mdb_cursor_open(txn, dbi, &cursor);
+      if (rc != 0) {
+        problems.push_back(std::string("table '") + name + "': " + mdb_strerror(rc));
+        continue;
+      }
+      uint64_t seen = 0, malformed = 0;
+      MDB_val key, value;
+      for (rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST); rc == 0;
+           rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)) {
+        ++seen;
+        if (dbi == data_dbi_) {
+          RecordView record;
+          Cell cell;
+          const std::string_view stored = FromVal(key);
+          if (!DecodeRecord(FromVal(value), &record) ||
+              (!IsHashedStoredKey(stored) && !DecodeCellKey(stored, &cell))) {
+            ++malformed;
+          }
+        }
+      }
+      mdb_cursor_close(cursor);
+      if (rc != MDB_NOTFOUND) {
+        problems.push_back(std::string("table '") + name + "': reading entry " +
+                           std::to_string(seen + 1) + " failed: " + mdb_strerror(rc));
+      } else if (seen != stat.ms_entries) {
+        problems.push_back(std::string("table '") + name + "' records " +
+                           std::to_string(stat.ms_entries) + " entries, its pages hold " +
+                           std::to_string(seen));
+      }
+      if (malformed > 0) {
+        problems.push_back(std::string("table '") + name + "': " + std::to_string(malformed) +
+                           " records do not decode");
+      }
+    }
+    return problems;
   });
 }
 

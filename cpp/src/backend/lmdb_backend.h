@@ -95,6 +95,7 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   bool ScanNotifications(std::string_view after, size_t limit,
                          std::vector<Notification>* out) override;
   std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override;
+  std::vector<std::string> VerifyStructure() override;
 
   void SetNotificationSink(NotificationSink* sink) override;
   void ClearNotificationSink(NotificationSink* sink) override;

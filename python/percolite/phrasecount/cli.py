@@ -167,7 +167,9 @@ def run(
         finally:
             loading.close()
         removed = _remove_missing(env, _scope(paths), seen)
-        working = Progress("notifications run", enabled=progress, stream=stream, unit="run")
+        working = Progress(
+            "notifications done", enabled=progress, stream=stream, unit="notification"
+        )
         try:
             looked = 0.0
             while not env.wait(timeout=0.2):
