@@ -50,7 +50,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import bench_hotkeys
 import bench_storage
@@ -202,6 +202,49 @@ class _Cpu:
 
 
 # -- hot keys ---------------------------------------------------------------------
+class _Run(NamedTuple):
+    """What :func:`_load_and_drain` saw: the submissions, the clock at the
+    start, when every future had resolved and when the store was idle, the
+    loader's CPU, and the store's counters before, after loading and at the end."""
+
+    submissions: Any
+    began: float
+    loaded: float
+    finished: float
+    load_cpu: Any
+    before: dict
+    load_stats: dict
+    after: dict
+
+
+def _load_and_drain(
+    env: percolite.Env,
+    in_flight: int,
+    submit_all: Callable[[Any, float], None],
+    not_drained: Callable[[], str],
+    max_retries: int | None = 1000,
+) -> _Run:
+    """One timed run: ``submit_all(submissions, began)`` submits through a
+    loader of ``in_flight``, which is flushed; then the workers drain the
+    store (RuntimeError with ``not_drained()`` after DRAIN_TIMEOUT_S)."""
+    before = env.stats()
+    with env.loader(in_flight, max_retries=max_retries) as loader:
+        cpu = _Cpu()
+        cpu.loader_started()
+        submissions = _Submissions(loader)
+        began = time.perf_counter()
+        submit_all(submissions, began)
+        loader.flush()
+        loaded = time.perf_counter()
+        load_cpu = cpu.until_now(loader_thread_alive=True)
+    submissions.check()
+    load_stats = env.stats()
+    if not env.wait(timeout=DRAIN_TIMEOUT_S):
+        raise RuntimeError(not_drained())
+    finished = time.perf_counter()
+    return _Run(submissions, began, loaded, finished, load_cpu, before, load_stats, env.stats())
+
+
 def _measure_loader_hotkeys(
     approach: str, store: Path, seconds: float, seed: int, in_flight: int, inline_draws: bool
 ) -> dict[str, Any]:
@@ -225,12 +268,8 @@ def _measure_loader_hotkeys(
         # in C++; a Counter, a dict subclass, goes through Python encoding.
         pool = [] if inline_draws else [dict(sample()) for _ in range(DRAW_POOL)]
         drawn: list[dict[str, int]] = []  # inline draws: untracked by the GC
-        before = env.stats()
-        with env.loader(in_flight, max_retries=None) as loader:
-            cpu = _Cpu()
-            cpu.loader_started()
-            submissions = _Submissions(loader)
-            began = time.perf_counter()
+
+        def submit_all(submissions: _Submissions, began: float) -> None:
             deadline = began + seconds
             if inline_draws:
                 while time.perf_counter() < deadline:
@@ -242,15 +281,16 @@ def _measure_loader_hotkeys(
                 while time.perf_counter() < deadline:
                     submissions.submit(fn, pool[index % size])
                     index += 1
-            loader.flush()
-            loaded = time.perf_counter()
-            load_cpu = cpu.until_now(loader_thread_alive=True)
-        submissions.check()
-        load_stats = env.stats()
-        if not env.wait(timeout=DRAIN_TIMEOUT_S):
-            raise RuntimeError(f"the combine queue did not drain in {DRAIN_TIMEOUT_S:g} s")
-        finished = time.perf_counter()
-        after = env.stats()
+
+        run = _load_and_drain(
+            env,
+            in_flight,
+            submit_all,
+            lambda: f"the combine queue did not drain in {DRAIN_TIMEOUT_S:g} s",
+            max_retries=None,
+        )
+        submissions, began, loaded, finished = run.submissions, run.began, run.loaded, run.finished
+        load_cpu, before, load_stats, after = run.load_cpu, run.before, run.load_stats, run.after
         with env.transaction() as tx:
             if approach == "loader-naive":
                 final = {row.decode(): int(value) for row, _c, value in tx.scan(columns=[counter])}
@@ -327,23 +367,19 @@ def _measure_loader_bulk(
     env = percolite.open(store, app=app, sync="full")
     try:
         env.start_workers(WORKER_THREADS)
-        before = env.stats()
-        with env.loader(in_flight) as loader:
-            cpu = _Cpu()
-            cpu.loader_started()
-            submissions = _Submissions(loader)
-            began = time.perf_counter()
+
+        def submit_all(submissions: _Submissions, _began: float) -> None:
             for pairs in transactions:
                 submissions.submit(queue.add, pairs)
-            loader.flush()
-            loaded = time.perf_counter()
-            load_cpu = cpu.until_now(loader_thread_alive=True)
-        submissions.check()
-        load_stats = env.stats()
-        if not env.wait(timeout=DRAIN_TIMEOUT_S):
-            raise RuntimeError(f"the updates were not folded: {env.status(queues=False)}")
-        finished = time.perf_counter()
-        after = env.stats()
+
+        run = _load_and_drain(
+            env,
+            in_flight,
+            submit_all,
+            lambda: f"the updates were not folded: {env.status(queues=False)}",
+        )
+        submissions, began, loaded, finished = run.submissions, run.began, run.loaded, run.finished
+        load_cpu, before, load_stats, after = run.load_cpu, run.before, run.load_stats, run.after
         env.stop_workers()
         with env.transaction() as tx:
             folded = dict(queue.scan(tx))

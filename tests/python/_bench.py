@@ -24,3 +24,16 @@ def run_script(script: str, *options: str, timeout: float) -> subprocess.Complet
         f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     )
     return completed
+
+
+# The benchmarks bench/run.py registers, in the order it runs and reports them.
+BENCHMARK_ORDER = [
+    "commit",
+    "notify",
+    "hotkeys",
+    "storage",
+    "loader",
+    "export",
+    "phrasecount",
+    "growth",
+]

@@ -42,16 +42,7 @@ def run_script(script: str, *options: str) -> subprocess.CompletedProcess:
 
 def test_every_benchmark_is_registered_in_order(bench: ModuleType) -> None:
     names = [module.NAME for module in bench.BENCHMARKS]
-    assert names == [
-        "commit",
-        "notify",
-        "hotkeys",
-        "storage",
-        "loader",
-        "export",
-        "phrasecount",
-        "growth",
-    ]
+    assert names == _bench.BENCHMARK_ORDER
     for module in bench.BENCHMARKS:
         for function in ("add_arguments", "run", "format_report"):
             assert callable(getattr(module, function)), (module.NAME, function)
