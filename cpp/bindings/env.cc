@@ -26,10 +26,11 @@ void BindEnv(py::module_& m) {
       .def_static(
           "open",
           [](const std::string& path, const std::string& sync, bool create, unsigned mode,
-             size_t map_size, unsigned max_readers, const std::string& backend) {
+             size_t map_size, unsigned max_readers, const std::string& backend, bool restored) {
             percolite::BackendOptions options;
             options.sync = ParseSync(sync);
             options.create = create;
+            options.restored = restored;
             options.file_mode = mode;
             options.initial_map_size = map_size;
             options.max_readers = max_readers;
@@ -39,7 +40,7 @@ void BindEnv(py::module_& m) {
             return env;
           },
           py::arg("path"), py::arg("sync"), py::arg("create"), py::arg("mode"), py::arg("map_size"),
-          py::arg("max_readers"), py::arg("backend") = "")
+          py::arg("max_readers"), py::arg("backend") = "", py::arg("restored") = false)
       .def("begin",
            [](PyEnv& self) {
              py::gil_scoped_release release;

@@ -162,42 +162,123 @@ uint64_t ReadUint64BE(std::string_view bytes) {
   return value;
 }
 
-std::string EncodeRecord(uint64_t commit_ts, bool tombstone, std::string_view full_key_if_hashed,
-                         std::string_view value) {
+namespace {
+
+void AppendUint32BE(std::string* out, uint32_t value) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
+}
+
+uint32_t ReadUint32BE(std::string_view bytes) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[i]);
+  return value;
+}
+
+uint32_t RecordChecksum(std::string_view stored_key, std::string_view unchecked_record) {
+  return Crc32c(unchecked_record, Crc32c(stored_key));
+}
+
+}  // namespace
+
+std::string EncodeRecord(std::string_view stored_key, uint64_t commit_ts, bool tombstone,
+                         std::string_view full_key_if_hashed, std::string_view value) {
   std::string out;
-  out.reserve(13 + full_key_if_hashed.size() + value.size());
+  out.reserve(17 + full_key_if_hashed.size() + value.size());
   AppendUint64BE(&out, commit_ts);
   uint8_t flags =
       (tombstone ? kFlagTombstone : 0) | (full_key_if_hashed.empty() ? 0 : kFlagHashedKey);
   out.push_back(static_cast<char>(flags));
   if (!full_key_if_hashed.empty()) {
-    uint32_t n = static_cast<uint32_t>(full_key_if_hashed.size());
-    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(n >> shift));
+    AppendUint32BE(&out, static_cast<uint32_t>(full_key_if_hashed.size()));
     out.append(full_key_if_hashed);
   }
   out.append(value);
+  AppendUint32BE(&out, RecordChecksum(stored_key, out));
   return out;
 }
 
-bool DecodeRecord(std::string_view bytes, RecordView* out) {
-  if (bytes.size() < 9) return false;
+std::string AddRecordChecksum(std::string_view stored_key, std::string_view unchecked_record) {
+  std::string out(unchecked_record);
+  AppendUint32BE(&out, RecordChecksum(stored_key, out));
+  return out;
+}
+
+RecordCheck DecodeRecord(std::string_view stored_key, std::string_view bytes, RecordView* out) {
+  if (bytes.size() < 9 + kRecordChecksumSize) return RecordCheck::kMalformed;
+  const size_t body = bytes.size() - kRecordChecksumSize;
+  if (ReadUint32BE(bytes.substr(body)) != RecordChecksum(stored_key, bytes.substr(0, body))) {
+    return RecordCheck::kBadChecksum;
+  }
+  bytes = bytes.substr(0, body);
   out->commit_ts = ReadUint64BE(bytes);
   uint8_t flags = static_cast<uint8_t>(bytes[8]);
-  if (flags & ~(kFlagTombstone | kFlagHashedKey)) return false;
+  if (flags & ~(kFlagTombstone | kFlagHashedKey)) return RecordCheck::kMalformed;
   out->tombstone = flags & kFlagTombstone;
   size_t pos = 9;
   out->full_key = {};
   if (flags & kFlagHashedKey) {
-    if (bytes.size() < pos + 4) return false;
-    uint32_t n = 0;
-    for (int i = 0; i < 4; ++i) n = (n << 8) | static_cast<unsigned char>(bytes[pos + i]);
+    if (bytes.size() < pos + 4) return RecordCheck::kMalformed;
+    const uint32_t n = ReadUint32BE(bytes.substr(pos));
     pos += 4;
-    if (bytes.size() < pos + n) return false;
+    if (bytes.size() - pos < n) return RecordCheck::kMalformed;
     out->full_key = bytes.substr(pos, n);
     pos += n;
   }
   out->value = bytes.substr(pos);
-  return true;
+  return RecordCheck::kOk;
+}
+
+// ---------------------------------------------------------------------------
+// CRC32C
+
+namespace {
+
+constexpr uint32_t kCastagnoli = 0x82F63B78;  // the reflected polynomial
+
+struct Crc32cTable {
+  uint32_t entries[256];
+  Crc32cTable() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t crc = i;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (kCastagnoli & (0u - (crc & 1)));
+      entries[i] = crc;
+    }
+  }
+};
+
+uint32_t Crc32cPortable(const unsigned char* p, size_t n, uint32_t crc) {
+  static const Crc32cTable table;
+  for (size_t i = 0; i < n; ++i) crc = table.entries[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(const unsigned char* p, size_t n,
+                                                       uint32_t crc) {
+  uint64_t wide = crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    wide = __builtin_ia32_crc32di(wide, word);
+  }
+  crc = static_cast<uint32_t>(wide);
+  for (; n > 0; ++p, --n) crc = __builtin_ia32_crc32qi(crc, *p);
+  return crc;
+}
+#endif
+
+}  // namespace
+
+uint32_t Crc32c(std::string_view bytes, uint32_t crc) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  crc = ~crc;
+#if defined(__x86_64__)
+  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
+  crc = has_sse42 ? Crc32cSse42(p, bytes.size(), crc) : Crc32cPortable(p, bytes.size(), crc);
+#else
+  crc = Crc32cPortable(p, bytes.size(), crc);
+#endif
+  return ~crc;
 }
 
 bool RowOfCellKey(std::string_view key, std::string* row) {

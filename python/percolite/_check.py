@@ -8,8 +8,10 @@ rows), every pending notification and every record percolite keeps for
 itself, and checks what it reads:
 
 * every table holds as many entries as the store's own bookkeeping records
-  for it, and every record decodes (the backend walks its tables: damaged
-  pages often make a B-tree look shorter, or empty, without an error);
+  for it (the backend walks its tables: damaged pages often make a B-tree
+  look shorter, or empty, without an error), its keys come in order, a
+  search for each key finds the entry the walk found, and every record
+  passes its checksum and decodes;
 * every cell and notification key decodes (the core raises on malformed
   keys and records);
 * queue entries carry their 12-byte stamp; sharded counters' shards hold
@@ -17,9 +19,8 @@ itself, and checks what it reads:
 * percolite's own records (failures, parked work, leases, metrics, the app
   record) decode.
 
-A walk that faults or hangs is reported as damage too. What it cannot see:
-values altered in place that still decode (stored values carry no checksum
-yet).
+A walk that faults (the core turns that into an error) or hangs is
+reported as damage too.
 """
 
 from __future__ import annotations

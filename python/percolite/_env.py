@@ -40,6 +40,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     app: App | None = None,
     upgrade: bool = False,
     backend: str | None = None,
+    restored: bool = False,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.
 
@@ -69,6 +70,14 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     that differs raises :class:`percolite.AppMismatch` naming the
     differences, unless ``upgrade=True`` records the new app deliberately
     (see :meth:`Env.bind`). Opening without an app always works.
+
+    A damaged store is refused with :class:`percolite.CorruptionError` and
+    left untouched, never served: every stored record carries a checksum,
+    and a data file that went back in time (its newest commits missing,
+    because a damaged meta page let an older one take over or an old copy
+    was put in its place) is refused at open. ``restored=True`` says the
+    data file was restored from a backup on purpose: it opens, and later
+    opens compare against it. See ``percolite check``.
 
     Opening a path that this process has open already returns a new handle
     on the same store (with the same ``sync``, else ``ValueError``). A store
@@ -102,9 +111,13 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise TypeError(f"create must be True or False, not {type(create).__name__}")
     if not isinstance(upgrade, bool):
         raise TypeError(f"upgrade must be True or False, not {type(upgrade).__name__}")
+    if not isinstance(restored, bool):
+        raise TypeError(f"restored must be True or False, not {type(restored).__name__}")
     if app is not None and not isinstance(app, App):
         raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
-    core = _core.Env.open(fspath, sync, bool(create), mode, map_size, max_readers, backend or "")
+    core = _core.Env.open(
+        fspath, sync, create, mode, map_size, max_readers, backend or "", restored
+    )
     env = Env(core, sync=sync)
     if app is not None:
         try:

@@ -371,9 +371,10 @@ TEST_CASE("EncodeRecord and DecodeRecord round-trip every field", "[encoding]") 
         for (const std::string& value : values) {
           INFO("ts " << ts << " tombstone " << tombstone << " key size " << full_key.size()
                      << " value size " << value.size());
-          const std::string bytes = percolite::EncodeRecord(ts, tombstone, full_key, value);
+          const std::string stored = full_key.empty() ? "stored key" : "hashed stored key";
+          const std::string bytes = percolite::EncodeRecord(stored, ts, tombstone, full_key, value);
           percolite::RecordView view;
-          REQUIRE(percolite::DecodeRecord(bytes, &view));
+          REQUIRE(percolite::DecodeRecord(stored, bytes, &view) == percolite::RecordCheck::kOk);
           CHECK(view.commit_ts == ts);
           CHECK(view.tombstone == tombstone);
           CHECK(view.full_key == full_key);
@@ -386,33 +387,81 @@ TEST_CASE("EncodeRecord and DecodeRecord round-trip every field", "[encoding]") 
   }
 }
 
+TEST_CASE("CRC32C gives the standard check values, split or whole", "[encoding]") {
+  // The check value of the CRC-32C catalogue entry, and RFC 3720's vectors.
+  CHECK(percolite::Crc32c("123456789") == 0xE3069283u);
+  CHECK(percolite::Crc32c(std::string(32, '\0')) == 0x8A9136AAu);
+  CHECK(percolite::Crc32c(std::string(32, '\xFF')) == 0x62A8AB43u);
+  std::string ascending;
+  for (int i = 0; i < 32; ++i) ascending.push_back(static_cast<char>(i));
+  CHECK(percolite::Crc32c(ascending) == 0x46DD794Eu);
+  CHECK(percolite::Crc32c("") == 0u);
+  const std::string text = "The quick brown fox jumps over the lazy dog, 0123456789 times.";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    INFO("split at " << cut);
+    CHECK(percolite::Crc32c(text.substr(cut), percolite::Crc32c(text.substr(0, cut))) ==
+          percolite::Crc32c(text));
+  }
+}
+
+TEST_CASE("A changed byte anywhere in a record or its key fails the checksum", "[encoding]") {
+  const std::string stored = "row\x00\x01f\x00\x01q\x00\x01";
+  const std::string record = percolite::EncodeRecord(stored, 99, false, "", "some value");
+  percolite::RecordView view;
+  REQUIRE(percolite::DecodeRecord(stored, record, &view) == percolite::RecordCheck::kOk);
+  for (size_t i = 0; i < record.size(); ++i) {
+    for (int bit : {0, 7}) {
+      std::string bad = record;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      INFO("record byte " << i << " bit " << bit);
+      CHECK(percolite::DecodeRecord(stored, bad, &view) == percolite::RecordCheck::kBadChecksum);
+    }
+  }
+  for (size_t i = 0; i < stored.size(); ++i) {
+    std::string other = stored;
+    other[i] = static_cast<char>(other[i] ^ 1);
+    INFO("key byte " << i);
+    CHECK(percolite::DecodeRecord(other, record, &view) == percolite::RecordCheck::kBadChecksum);
+  }
+  // The record of another key, or the same record cut short, is refused too.
+  const std::string moved = percolite::EncodeRecord("other", 99, false, "", "some value");
+  CHECK(percolite::DecodeRecord(stored, moved, &view) == percolite::RecordCheck::kBadChecksum);
+  CHECK(percolite::DecodeRecord(stored, record.substr(0, record.size() - 1), &view) !=
+        percolite::RecordCheck::kOk);
+}
+
 TEST_CASE("DecodeRecord rejects short records, unknown flags and truncated long keys",
           "[encoding]") {
+  using percolite::RecordCheck;
   percolite::RecordView view;
-  CHECK_FALSE(percolite::DecodeRecord("", &view));
-  CHECK_FALSE(percolite::DecodeRecord(std::string(8, '\0'), &view));
+  CHECK(percolite::DecodeRecord("k", "", &view) == RecordCheck::kMalformed);
+  CHECK(percolite::DecodeRecord("k", std::string(12, '\0'), &view) == RecordCheck::kMalformed);
 
-  const std::string plain = percolite::EncodeRecord(42, false, "", "value");
-  REQUIRE(plain.size() >= 9);
+  // Records whose checksum is right but whose body is not: flags with
+  // unknown bits, a hashed record cut inside its length field or its key.
+  auto resealed = [](std::string_view stored, const std::string& body) {
+    return percolite::AddRecordChecksum(stored, body);
+  };
+  const std::string plain = percolite::EncodeRecord("k", 42, false, "", "value");
+  const std::string plain_body = plain.substr(0, plain.size() - percolite::kRecordChecksumSize);
   for (int bit = 2; bit < 8; ++bit) {
-    std::string bad = plain;
+    std::string bad = plain_body;
     bad[8] = static_cast<char>(bad[8] | (1 << bit));
     INFO("flag bit " << bit);
-    CHECK_FALSE(percolite::DecodeRecord(bad, &view));
+    CHECK(percolite::DecodeRecord("k", resealed("k", bad), &view) == RecordCheck::kMalformed);
   }
 
-  // A hashed record cut inside its length field or its key is malformed; cut
-  // inside its value it is a valid record with a shorter value.
   const std::string full_key(500, 'k');
-  const std::string hashed = percolite::EncodeRecord(7, false, full_key, "tail");
+  const std::string hashed = percolite::EncodeRecord("h", 7, false, full_key, "tail");
+  const std::string body = hashed.substr(0, hashed.size() - percolite::kRecordChecksumSize);
   const size_t key_end = 9 + 4 + full_key.size();
-  REQUIRE(hashed.size() == key_end + 4);
-  for (size_t n = 0; n <= hashed.size(); ++n) {
-    INFO("truncated to " << n << " bytes");
-    const std::string truncated = hashed.substr(0, n);  // the view points into it
-    const bool decoded = percolite::DecodeRecord(truncated, &view);
-    CHECK(decoded == (n >= key_end));
-    if (decoded) {
+  REQUIRE(body.size() == key_end + 4);
+  for (size_t n = 9; n <= body.size(); ++n) {
+    INFO("body cut to " << n << " bytes");
+    const std::string truncated = resealed("h", body.substr(0, n));  // the view points into it
+    const RecordCheck check = percolite::DecodeRecord("h", truncated, &view);
+    CHECK((check == RecordCheck::kOk) == (n >= key_end));
+    if (check == RecordCheck::kOk) {
       CHECK(view.full_key == full_key);
       CHECK(view.value == std::string("tail").substr(0, n - key_end));
     }

@@ -55,7 +55,9 @@ RawTables ReadRawTables(const std::string& path) {
        rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)) {
     percolite::RecordView record;
     REQUIRE(percolite::DecodeRecord(
-        std::string_view(static_cast<const char*>(value.mv_data), value.mv_size), &record));
+                std::string_view(static_cast<const char*>(key.mv_data), key.mv_size),
+                std::string_view(static_cast<const char*>(value.mv_data), value.mv_size),
+                &record) == percolite::RecordCheck::kOk);
     ++(record.tombstone ? tables.tombstone_records : tables.live_records);
   }
   mdb_cursor_close(cursor);

@@ -498,10 +498,48 @@ def test_a_store_of_another_format_is_refused_naming_both(tmp_path):
     raw = lmdb.open(str(path), max_dbs=8, subdir=True)
     with raw.begin(write=True) as txn:
         meta = raw.open_db(b"meta", txn=txn)
-        assert txn.get(b"format", db=meta) == b"percolite/3"
+        assert txn.get(b"format", db=meta) == b"percolite/4"
         txn.put(b"format", b"percolite/2", db=meta)  # queue entries keyed by key, then stamp
     raw.close()
     with pytest.raises(
-        percolite.CorruptionError, match="format is 'percolite/2'.*reads 'percolite/3'"
+        percolite.CorruptionError, match="format is 'percolite/2'.*reads 'percolite/4'"
     ):
         percolite.open(path)
+
+
+def test_a_store_of_the_format_before_checksums_is_upgraded_on_open(tmp_path):
+    """Format 3 wrote records without the checksum that format 4 ends each
+    one with: opening such a store adds them, in one LMDB transaction."""
+    import lmdb
+
+    path = tmp_path / "db"
+    app = percolite.App("upgrade")
+
+    @app.observer(("doc", "text"))
+    def noop(tx, row, col):
+        pass
+
+    with percolite.open(path, app=app) as env:
+        with env.transaction() as tx:
+            for i in range(300):
+                tx.set(f"r{i:04}", ("doc", "text"), f"value {i}")
+            tx.set("x" * 700, COL, "a long row")  # stored under a hashed key
+        expected = {(r, c): v for r, c, v in env.transaction().scan()}
+        pending = env.status()["pending"]
+    assert pending == 300
+    raw = lmdb.open(str(path), max_dbs=8, subdir=True)
+    with raw.begin(write=True) as txn:
+        for table in (b"data", b"notify", b"ack"):
+            db = raw.open_db(table, txn=txn)
+            for key, record in list(txn.cursor(db=db)):
+                txn.put(key, record[:-4], db=db)  # the record as format 3 wrote it
+        txn.put(b"format", b"percolite/3", db=raw.open_db(b"meta", txn=txn))
+    raw.close()
+    with percolite.open(path, app=app) as env:
+        assert {(r, c): v for r, c, v in env.transaction().scan()} == expected
+        assert env.status()["pending"] == 300
+    assert percolite.check(path)["ok"]
+    raw = lmdb.open(str(path), max_dbs=8, subdir=True, readonly=True)
+    with raw.begin() as txn:
+        assert txn.get(b"format", db=raw.open_db(b"meta", txn=txn)) == b"percolite/4"
+    raw.close()

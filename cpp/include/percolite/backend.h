@@ -61,6 +61,12 @@
 //   workers, on Interrupt, or at the timeout. It may return spuriously.
 // - ForkedAway: in a child created by fork() after the backend was opened,
 //   every call throws kWrongState and nothing of the parent's state is touched.
+// - Damage is never served and never kills the process: a stored record that
+//   fails its checksum is kCorruption naming the cell; a read that faults on
+//   damaged storage is kCorruption, and the backend then refuses every call
+//   until the store is opened again. A persistent store whose durable history
+//   went back in time is refused at open (kCorruption) unless
+//   options.restored says it was restored from a copy on purpose.
 // - Close drains commits already submitted, then refuses new ones (kClosed).
 #pragma once
 
@@ -88,6 +94,9 @@ struct BackendOptions {
   size_t initial_map_size = size_t{1} << 30;  // lmdb: grows by doubling when full
   unsigned max_readers = 2046;                // lmdb: one slot per open transaction
   size_t max_batch = 4096;                    // most commits in one group commit
+  // lmdb: the data file was restored from a copy on purpose, so a store that
+  // went back in time opens (and its durable mark starts again from it).
+  bool restored = false;
 };
 
 // What a backend offers; the layers above ask instead of assuming.

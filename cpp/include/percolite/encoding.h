@@ -69,17 +69,30 @@ std::string StoredKeyFor(std::string_view encoded_key);
 inline bool IsHashedStoredKey(std::string_view stored) { return stored.size() == kHashedKeySize; }
 
 // A stored record: the commit timestamp of the last write, whether that write
-// was a delete (a tombstone), the whole key when the stored key is hashed, and
-// the value.
+// was a delete (a tombstone), the whole key when the stored key is hashed, the
+// value, and last a CRC32C of the stored key followed by everything before
+// the checksum. Damage to a key or to any byte of its record is found by the
+// first read that meets it (DecodeRecord), not served as data.
 struct RecordView {
   uint64_t commit_ts = 0;
   bool tombstone = false;
   std::string_view full_key;  // empty unless the stored key is hashed
   std::string_view value;
 };
-std::string EncodeRecord(uint64_t commit_ts, bool tombstone, std::string_view full_key_if_hashed,
-                         std::string_view value);
-bool DecodeRecord(std::string_view bytes, RecordView* out);
+constexpr size_t kRecordChecksumSize = 4;
+std::string EncodeRecord(std::string_view stored_key, uint64_t commit_ts, bool tombstone,
+                         std::string_view full_key_if_hashed, std::string_view value);
+enum class RecordCheck { kOk, kMalformed, kBadChecksum };
+// Verifies the checksum of a record read under `stored_key`, then decodes it;
+// `out` holds views into `bytes`.
+RecordCheck DecodeRecord(std::string_view stored_key, std::string_view bytes, RecordView* out);
+// The record as the format before checksums (percolite/3) wrote it, given
+// its checksum; for upgrading stores of that format.
+std::string AddRecordChecksum(std::string_view stored_key, std::string_view unchecked_record);
+
+// CRC32C (Castagnoli), continuing from `crc` (0 to start): the SSE4.2
+// instruction where the processor has it, a table elsewhere; same results.
+uint32_t Crc32c(std::string_view bytes, uint32_t crc = 0);
 
 // Big-endian fixed-width integers: they sort numerically as bytes.
 void AppendUint64BE(std::string* out, uint64_t value);

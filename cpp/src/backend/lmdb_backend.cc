@@ -28,8 +28,10 @@ namespace {
 constexpr std::string_view kCounterKey = "ts";
 constexpr std::string_view kFormatKey = "format";
 // Bumped whenever what older versions wrote would be misread. 2: combine-queue
-// values moved to <id>:d:<bucket>:<key> (combine_queue.h).
-constexpr std::string_view kFormat = "percolite/3";
+// values moved to <id>:d:<bucket>:<key> (combine_queue.h). 4: every record
+// ends with a checksum (encoding.h); opening a store of format 3 adds them.
+constexpr std::string_view kFormat = "percolite/4";
+constexpr std::string_view kFormatBeforeChecksums = "percolite/3";
 constexpr std::string_view kObservedKey = "observed";
 constexpr size_t kTombstonesPerBatch = 1024;
 
@@ -126,13 +128,47 @@ void RefuseLink(const std::string& file) {
   }
 }
 
+// The durable mark: the LMDB txnid of the newest commit known to be durable
+// (8 bytes, big-endian, then their CRC32C), written after each group commit
+// with sync="full" by a plain write that rides on the batch's own sync: it
+// is written only once the commit is durable, so after any crash it names a
+// transaction the data file holds, or an older one. A data file whose newest
+// meta page is older than the mark went back in time.
+constexpr const char* kDurableMarkFile = "/durable-txn";
+constexpr size_t kDurableMarkSize = 12;
+
+std::optional<uint64_t> ReadDurableMark(const std::string& dir) {
+  const int fd = ::open((dir + kDurableMarkFile).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  char bytes[kDurableMarkSize];
+  const bool read_whole = ::pread(fd, bytes, sizeof bytes, 0) == ssize_t{sizeof bytes};
+  ::close(fd);
+  if (!read_whole) return std::nullopt;
+  const std::string_view txnid(bytes, 8);
+  uint32_t crc = 0;
+  for (int i = 8; i < 12; ++i) crc = (crc << 8) | static_cast<unsigned char>(bytes[i]);
+  if (crc != Crc32c(txnid)) return std::nullopt;  // torn or damaged: it proves nothing
+  return ReadUint64BE(txnid);
+}
+
+void WriteDurableMark(int fd, uint64_t txnid) {
+  std::string bytes;
+  AppendUint64BE(&bytes, txnid);
+  const uint32_t crc = Crc32c(bytes);
+  for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>(crc >> shift));
+  // Best effort: a mark not written only weakens the check at the next open.
+  [[maybe_unused]] ssize_t written = ::pwrite(fd, bytes.data(), bytes.size(), 0);
+}
+
 // Checks the store's files before LMDB maps them: LMDB trusts what it maps,
 // so a truncated or damaged data file must be refused here, not fault later.
-// Only a missing data file may be created, and only with `create`.
-void CheckStoreFilesOnce(const std::string& dir, bool create) {
+// Only a missing data file may be created, and only with `create`. Unless
+// `restored`, a data file older than the durable mark is refused too.
+void CheckStoreFilesOnce(const std::string& dir, bool create, bool restored) {
   const std::string data = dir + "/data.mdb";
   RefuseLink(data);
   RefuseLink(dir + "/lock.mdb");
+  RefuseLink(dir + kDurableMarkFile);
   const int fd = ::open(data.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) {
@@ -197,15 +233,25 @@ void CheckStoreFilesOnce(const std::string& dir, bool create) {
                   " pages of " + std::to_string(newest.page_size) + " bytes (" +
                   std::to_string(needed) + " bytes), the file holds " + std::to_string(size));
   }
+  if (restored) return;
+  if (const std::optional<uint64_t> mark = ReadDurableMark(dir); mark && *mark > newest.txnid) {
+    throw Error(ErrorCode::kCorruption,
+                "opening store '" + dir + "': data.mdb went back in time: transaction " +
+                    std::to_string(*mark) + " was durably committed, but its newest meta page is " +
+                    "transaction " + std::to_string(newest.txnid) +
+                    " (a damaged meta page, or a copy put in its place); the last commits are "
+                    "missing. It is left untouched. If you restored data.mdb from a backup on "
+                    "purpose, open it once with restored=True");
+  }
 }
 
-void CheckStoreFiles(const std::string& dir, bool create) {
+void CheckStoreFiles(const std::string& dir, bool create, bool restored) {
   // A process creating the store writes its meta pages right after creating
   // the file: what looks empty or short may be that, for a moment. Look again
   // for up to 100 ms before calling it damaged.
   for (int tries = 1;; ++tries) {
     try {
-      CheckStoreFilesOnce(dir, create);
+      CheckStoreFilesOnce(dir, create, restored);
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kCorruption || tries >= 20) throw;
@@ -230,12 +276,13 @@ const char* SyncName(SyncMode mode) {
 }
 
 uint64_t ReadCounter(MDB_txn* txn, MDB_dbi meta) {
+  constexpr const char* kWhat = "reading the timestamp counter";
   MDB_val key = ToVal(kCounterKey), data;
-  int rc = mdb_get(txn, meta, &key, &data);
+  int rc = GuardedGet(txn, meta, &key, &data, kWhat);
   if (rc == MDB_NOTFOUND) return 0;
-  CheckLmdb(rc, "reading the timestamp counter");
+  CheckLmdb(rc, kWhat);
   if (data.mv_size != 8) throw Error(ErrorCode::kCorruption, "the timestamp counter is malformed");
-  return ReadUint64BE(FromVal(data));
+  return ReadUint64BE(CopyOut(data, kWhat));
 }
 
 // The oldest snapshot (LMDB txnid) any reader in any process still holds.
@@ -316,8 +363,9 @@ const BackendCapabilities& LmdbBackend::capabilities() const {
 std::shared_ptr<LmdbBackend> LmdbBackend::Acquire(const std::string& path,
                                                   const BackendOptions& options) {
   InstallForkHandlers();
+  InstallFaultHandlers();
   std::string canonical = CanonicalDirectory(path, options);
-  CheckStoreFiles(canonical, options.create);
+  CheckStoreFiles(canonical, options.create, options.restored);
   std::lock_guard<std::mutex> lock(g_registry_mu);
   auto it = g_registry->find(canonical);
   if (it != g_registry->end() && it->second->ForkedAway()) {
@@ -339,6 +387,7 @@ std::shared_ptr<LmdbBackend> LmdbBackend::Acquire(const std::string& path,
   }
   std::shared_ptr<LmdbBackend> store(new LmdbBackend(canonical, options));
   store->OpenEnvironment();
+  store->OpenDurableMark();
   store->writer_ = std::make_unique<std::thread>([s = store.get()] { s->WriterLoop(); });
   store->handles_ = 1;
   (*g_registry)[canonical] = store;
@@ -387,31 +436,57 @@ void LmdbBackend::CheckUsable() const {
   if (closed_.load()) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
   if (failed_.load()) {
     std::lock_guard<std::mutex> lock(failure_mu_);
-    throw Error(ErrorCode::kStorage, failure_);
+    throw Error(failure_code_, failure_);
   }
 }
 
 void LmdbBackend::Fail(const std::string& cause) {
+  Poison(ErrorCode::kStorage,
+         "store '" + path_ + "' is unusable after a failed write to disk (" + cause +
+             "): what that write held was never shown to any reader; close every handle of "
+             "the store in this process and open it again");
+}
+
+void LmdbBackend::Poison(ErrorCode code, const std::string& message) {
   std::lock_guard<std::mutex> lock(failure_mu_);
   if (failed_.load()) return;
-  failure_ = "store '" + path_ + "' is unusable after a failed write to disk (" + cause +
-             "): what that write held was never shown to any reader; close every handle of "
-             "the store in this process and open it again";
+  failure_ = message;
+  failure_code_ = code;
   failed_ = true;
+}
+
+void LmdbBackend::FailDamaged(const FaultError& fault) {
+  Poison(ErrorCode::kCorruption,
+         "store '" + path_ + "' is unusable after reading damaged pages (" + fault.what() +
+             "); close every handle of the store in this process, run 'percolite check' on it "
+             "and restore it from a copy");
 }
 
 void LmdbBackend::OpenEnvironment() {
   MDB_env* env = nullptr;
   CheckLmdb(mdb_env_create(&env), "creating the LMDB environment");
   env_ = env;
-  auto fail = [&](int rc, const std::string& what) {
+  mdb_env_set_assert(env_, PercoliteOnLmdbAssert);
+  MDB_txn* txn = nullptr;
+  auto close_env = [&] {
+    if (txn) mdb_txn_abort(txn);
+    txn = nullptr;
     mdb_env_close(env_);
     env_ = nullptr;
+  };
+  auto fail = [&](int rc, const std::string& what) {
+    close_env();
     if (rc == EACCES || rc == EROFS || rc == EPERM) {
       throw Error(ErrorCode::kStorage, "opening store '" + path_ + "': " + what +
                                            ": permission denied (" + ErrnoText(rc) + ")");
     }
     throw LmdbError(rc, "opening store '" + path_ + "': " + what);
+  };
+  auto damaged = [&](const std::string& what) {
+    close_env();
+    return Error(ErrorCode::kCorruption, "opening store '" + path_ + "': " + what +
+                                             "; it is left untouched: restore the store from "
+                                             "a copy");
   };
   int rc = mdb_env_set_maxdbs(env_, 16);
   if (!rc) rc = mdb_env_set_maxreaders(env_, options_.max_readers);
@@ -426,75 +501,108 @@ void LmdbBackend::OpenEnvironment() {
   // "none" leaves all flushing to the OS.
   if (options_.sync == SyncMode::kMeta) flags |= MDB_NOMETASYNC;
   if (options_.sync == SyncMode::kNone) flags |= MDB_NOSYNC;
-  rc = mdb_env_open(env_, path_.c_str(), flags, options_.file_mode);
-  if (rc) fail(rc, "opening the LMDB environment");
+  try {
+    rc = LmdbCall("opening the LMDB environment",
+                  [&] { return mdb_env_open(env_, path_.c_str(), flags, options_.file_mode); });
+    if (rc) fail(rc, "opening the LMDB environment");
+    rc = LmdbCall("beginning the set-up transaction",
+                  [&] { return mdb_txn_begin(env_, nullptr, 0, &txn); });
+    if (rc) fail(rc, "beginning the set-up transaction");
+    // Only a new store (nothing in LMDB's main table yet) gets its tables
+    // created. In an existing one a missing table is damage: creating it
+    // empty would serve a store that lost its data as if nothing happened.
+    MDB_stat main_stat;
+    rc = LmdbCall("reading the list of tables",
+                  [&] { return mdb_stat(txn, MAIN_DBI_INDEX, &main_stat); });
+    if (rc) fail(rc, "reading the list of tables");
+    const bool new_store = main_stat.ms_entries == 0;
+    auto open_db = [&](const char* name, unsigned* dbi) {
+      MDB_dbi handle = 0;
+      int r = LmdbCall("opening a table", [&] {
+        return mdb_dbi_open(txn, name, new_store ? MDB_CREATE : 0, &handle);
+      });
+      if (r == MDB_NOTFOUND) {
+        throw damaged(std::string("its table '") + name +
+                      "' is missing (the store's pages are damaged)");
+      }
+      if (r) fail(r, std::string("opening table '") + name + "'");
+      *dbi = handle;
+    };
+    open_db("data", &data_dbi_);
+    open_db("meta", &meta_dbi_);
+    open_db("tombstones", &tombstone_dbi_);
+    open_db("notify", &notify_dbi_);
+    open_db("ack", &ack_dbi_);
 
-  MDB_txn* txn = nullptr;
-  rc = mdb_txn_begin(env_, nullptr, 0, &txn);
-  if (rc) fail(rc, "beginning the set-up transaction");
-  // Only a new store (nothing in LMDB's main table yet) gets its tables
-  // created. In an existing one a missing table is damage: creating it
-  // empty would serve a store that lost its data as if nothing happened.
-  MDB_stat main_stat;
-  rc = mdb_stat(txn, MAIN_DBI_INDEX, &main_stat);
-  if (rc) {
-    mdb_txn_abort(txn);
-    fail(rc, "reading the list of tables");
-  }
-  const bool new_store = main_stat.ms_entries == 0;
-  auto open_db = [&](const char* name, MDB_dbi* dbi) {
-    int r = mdb_dbi_open(txn, name, new_store ? MDB_CREATE : 0, dbi);
-    if (r == MDB_NOTFOUND) {
-      mdb_txn_abort(txn);
-      mdb_env_close(env_);
-      env_ = nullptr;
-      throw Error(ErrorCode::kCorruption,
-                  "opening store '" + path_ + "': its table '" + name +
-                      "' is missing (the store's pages are damaged); it is left untouched: "
-                      "restore the store from a copy");
+    constexpr const char* kWhat = "checking the store format";
+    MDB_val key = ToVal(kFormatKey), value;
+    rc = GuardedGet(txn, meta_dbi_, &key, &value, kWhat);
+    if (rc == MDB_NOTFOUND) {
+      value = ToVal(kFormat);
+      rc = GuardedPut(txn, meta_dbi_, &key, &value, kWhat);
+    } else if (rc == 0) {
+      const std::string found = CopyOut(value, kWhat);
+      if (found == kFormatBeforeChecksums) {
+        AddChecksums(txn);
+        value = ToVal(kFormat);
+        rc = GuardedPut(txn, meta_dbi_, &key, &value, kWhat);
+      } else if (found != kFormat) {
+        throw damaged("its format is '" + found + "', this version of percolite reads '" +
+                      std::string(kFormat) + "' (and upgrades '" +
+                      std::string(kFormatBeforeChecksums) + "')");
+      }
     }
-    if (r) {
-      mdb_txn_abort(txn);
-      fail(r, std::string("opening table '") + name + "'");
-    }
-  };
-  MDB_dbi data, meta, tombstones, notify, ack;
-  open_db("data", &data);
-  open_db("meta", &meta);
-  open_db("tombstones", &tombstones);
-  open_db("notify", &notify);
-  open_db("ack", &ack);
-  data_dbi_ = data;
-  meta_dbi_ = meta;
-  tombstone_dbi_ = tombstones;
-  notify_dbi_ = notify;
-  ack_dbi_ = ack;
-
-  MDB_val key = ToVal(kFormatKey), value;
-  rc = mdb_get(txn, meta, &key, &value);
-  if (rc == MDB_NOTFOUND) {
-    value = ToVal(kFormat);
-    rc = mdb_put(txn, meta, &key, &value, 0);
-  } else if (rc == 0 && FromVal(value) != kFormat) {
-    std::string found(FromVal(value));
-    mdb_txn_abort(txn);
-    mdb_env_close(env_);
-    env_ = nullptr;
-    throw Error(ErrorCode::kCorruption, "opening store '" + path_ + "': its format is '" + found +
-                                            "', this version of percolite reads '" +
-                                            std::string(kFormat) + "'");
+    if (rc) fail(rc, kWhat);
+    rc = LmdbCall("committing the set-up transaction", [&] { return mdb_txn_commit(txn); });
+    txn = nullptr;  // freed by mdb_txn_commit, even on failure
+    if (rc) fail(rc, "committing the set-up transaction");
+  } catch (const FaultError& fault) {
+    close_env();
+    throw Error(ErrorCode::kCorruption, "opening store '" + path_ + "': " + fault.what() +
+                                            "; it is left untouched: restore the store from a "
+                                            "copy");
   }
-  if (rc) {
-    mdb_txn_abort(txn);
-    fail(rc, "checking the store format");
-  }
-  rc = mdb_txn_commit(txn);
-  if (rc) fail(rc, "committing the set-up transaction");
   int dead = 0;
   mdb_reader_check(env_, &dead);  // free slots of processes that died holding readers
   MDB_envinfo info;
   mdb_env_info(env_, &info);
   map_size_ = info.me_mapsize;
+}
+
+void LmdbBackend::AddChecksums(MDB_txn* txn) {
+  // Every record of the cell, notification and acknowledgement tables gets
+  // the checksum the current format ends each record with. One write
+  // transaction: the store is upgraded whole or not at all.
+  constexpr const char* kWhat = "upgrading the store to records with checksums";
+  for (MDB_dbi dbi : {data_dbi_, notify_dbi_, ack_dbi_}) {
+    MDB_cursor* cursor = nullptr;
+    CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_open(txn, dbi, &cursor); }), kWhat);
+    std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
+    MDB_val key, value;
+    int rc = GuardedCursorGet(cursor, &key, &value, MDB_FIRST, kWhat);
+    for (; rc == MDB_SUCCESS; rc = GuardedCursorGet(cursor, &key, &value, MDB_NEXT, kWhat)) {
+      const std::string stored = CopyOut(key, kWhat);
+      const std::string record = AddRecordChecksum(stored, CopyOut(value, kWhat));
+      MDB_val k = ToVal(stored), v = ToVal(record);
+      CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_put(cursor, &k, &v, MDB_CURRENT); }),
+                kWhat);
+    }
+    if (rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
+  }
+}
+
+void LmdbBackend::OpenDurableMark() {
+  // Only sync="full" commits are durable when they return; with "meta" or
+  // "none" a crash may take back commits a mark had already named.
+  if (options_.sync != SyncMode::kFull) return;
+  durable_mark_fd_ = ::open((path_ + kDurableMarkFile).c_str(),
+                            O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, options_.file_mode);
+  if (durable_mark_fd_ < 0 || !options_.restored) return;
+  // A data file restored on purpose: the mark starts again from what it holds.
+  MDB_envinfo info;
+  mdb_env_info(env_, &info);
+  WriteDurableMark(durable_mark_fd_, info.me_last_txnid);
+  ::fdatasync(durable_mark_fd_);
 }
 
 void LmdbBackend::Close() {
@@ -517,6 +625,8 @@ void LmdbBackend::CloseEnvironment() {
   if (env_ == nullptr || live_snapshots_.load() > 0) return;
   mdb_env_close(env_);
   env_ = nullptr;
+  if (durable_mark_fd_ >= 0) ::close(durable_mark_fd_);
+  durable_mark_fd_ = -1;
 }
 
 BackendStats LmdbBackend::Stats() const {
@@ -536,7 +646,8 @@ void LmdbBackend::GrowMap(bool adopt_only) {
   MDB_envinfo info;
   mdb_env_info(env_, &info);
   size_t new_size = adopt_only ? 0 : info.me_mapsize * 2;
-  CheckLmdb(mdb_env_set_mapsize(env_, new_size), "growing the memory map");
+  CheckLmdb(LmdbCall("growing the memory map", [&] { return mdb_env_set_mapsize(env_, new_size); }),
+            "growing the memory map");
   mdb_env_info(env_, &info);
   map_size_ = info.me_mapsize;
   if (!adopt_only) map_growths_.fetch_add(1);
@@ -550,7 +661,7 @@ MDB_txn* LmdbBackend::TryBeginTxn(MapLock::Shared& lock, unsigned flags, const c
     throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
   }
   MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_, nullptr, flags, &txn);
+  int rc = LmdbCall(what, [&] { return mdb_txn_begin(env_, nullptr, flags, &txn); });
   if (rc == MDB_MAP_RESIZED) {  // another process grew the map: adopt its size
     lock.unlock();
     GrowMap(/*adopt_only=*/true);
@@ -571,11 +682,16 @@ std::unique_ptr<Snapshot> LmdbBackend::BeginSnapshot() {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
-    MDB_txn* txn = TryBeginTxn(lock, MDB_RDONLY, "beginning a transaction");
+    MDB_txn* txn =
+        Contain([&] { return TryBeginTxn(lock, MDB_RDONLY, "beginning a transaction"); });
     if (txn == nullptr) continue;
     uint64_t start_ts;
     try {
       start_ts = ReadCounter(txn, meta_dbi_);
+    } catch (const FaultError& fault) {
+      mdb_txn_abort(txn);
+      FailDamaged(fault);
+      throw;
     } catch (...) {
       mdb_txn_abort(txn);
       throw;
@@ -614,11 +730,10 @@ void LmdbSnapshot::Release() {
 std::optional<std::string> LmdbSnapshot::Get(std::string_view encoded_key) {
   CheckOpen("reading from");
   LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
-  std::string raw;
-  if (!ReadRecord(txn_, store_->data_dbi_, encoded_key, &raw)) return std::nullopt;
   RecordView record;
-  if (!DecodeRecord(raw, &record))
-    throw Error(ErrorCode::kCorruption, "reading a cell: malformed record");
+  if (!store_->Contain([&] { return ReadRecord(txn_, store_->data_dbi_, encoded_key, &record); })) {
+    return std::nullopt;
+  }
   if (record.tombstone) return std::nullopt;
   return std::string(record.value);
 }
@@ -628,11 +743,12 @@ std::optional<uint64_t> LmdbSnapshot::NotificationStamp(std::string_view cell_ke
   Cell cell;
   if (!DecodeCellKey(cell_key, &cell)) return std::nullopt;
   LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
-  std::string raw;
-  if (!ReadRecord(txn_, store_->notify_dbi_, NotificationKey(RowHash(cell.row), cell_key), &raw)) {
+  RecordView record;
+  const std::string key = NotificationKey(RowHash(cell.row), cell_key);
+  if (!store_->Contain([&] { return ReadRecord(txn_, store_->notify_dbi_, key, &record); })) {
     return std::nullopt;
   }
-  return ReadUint64BE(raw);
+  return record.commit_ts;
 }
 
 bool LmdbSnapshot::Visit(std::string_view from, bool exclusive, std::string_view end,
@@ -647,17 +763,19 @@ bool LmdbSnapshot::Visit(std::string_view from, bool exclusive, std::string_view
     LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
     size_t visited = 0;
     bool stopped = false;
-    const bool exhausted = ScanRecords(
-        txn_, store_->data_dbi_, first ? from : std::string_view(resume), first ? exclusive : true,
-        end, [&](std::string_view key, const RecordView& record) {
-          if (!record.tombstone && !visit(key, record.value)) {
-            stopped = true;
-            return false;
-          }
-          if (++visited < kVisitChunk) return true;
-          last.assign(key);  // the next chunk resumes after it
-          return false;
-        });
+    const bool exhausted = store_->Contain([&] {
+      return ScanRecords(txn_, store_->data_dbi_, first ? from : std::string_view(resume),
+                         first ? exclusive : true, end,
+                         [&](std::string_view key, const RecordView& record) {
+                           if (!record.tombstone && !visit(key, record.value)) {
+                             stopped = true;
+                             return false;
+                           }
+                           if (++visited < kVisitChunk) return true;
+                           last.assign(key);  // the next chunk resumes after it
+                           return false;
+                         });
+    });
     if (exhausted) return true;
     if (stopped) return false;
   }
@@ -812,43 +930,39 @@ namespace {
 // and the walk ends only past every key whose first bytes could be in range.
 size_t PurgeStoredRange(MDB_txn* txn, MDB_dbi dbi, std::string_view from, std::string_view end) {
   MDB_cursor* cursor = nullptr;
-  CheckLmdb(mdb_cursor_open(txn, dbi, &cursor), "opening a cursor to purge queue entries");
+  constexpr const char* kWhat = "purging consumed queue entries";
+  CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_open(txn, dbi, &cursor); }), kWhat);
   std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
   const std::string_view end_inline = end.substr(0, kMaxInlineKey);
   MDB_val key = ToVal(from.substr(0, kMaxInlineKey)), value;
-  int rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE);
+  int rc = GuardedCursorGet(cursor, &key, &value, MDB_SET_RANGE, kWhat);
   size_t purged = 0;
   while (rc == MDB_SUCCESS) {
     const std::string_view stored = FromVal(key);
-    if (stored.substr(0, kMaxInlineKey) > end_inline) break;
-    std::string_view whole = stored;
     RecordView record;
-    if (IsHashedStoredKey(stored)) {
-      if (!DecodeRecord(FromVal(value), &record)) {
-        throw Error(ErrorCode::kCorruption, "a stored record is malformed");
-      }
-      whole = record.full_key;
-    }
+    VerifyRecord(stored, value, &record, kWhat);
+    if (stored.substr(0, kMaxInlineKey) > end_inline) break;
+    const std::string_view whole = IsHashedStoredKey(stored) ? record.full_key : stored;
     if (whole >= from && whole < end) {
-      CheckLmdb(mdb_cursor_del(cursor, 0), "purging consumed queue entries");
+      CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_del(cursor, 0); }), kWhat);
       ++purged;
       // The cursor now rests on the next item (or past the last).
-      rc = mdb_cursor_get(cursor, &key, &value, MDB_GET_CURRENT);
+      rc = GuardedCursorGet(cursor, &key, &value, MDB_GET_CURRENT, kWhat);
       if (rc == EINVAL) rc = MDB_NOTFOUND;  // the table became empty
     } else {
-      rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT);
+      rc = GuardedCursorGet(cursor, &key, &value, MDB_NEXT, kWhat);
     }
   }
-  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading queue entries to purge");
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
   return purged;
 }
 
 void PutRecordAt(MDB_txn* txn, MDB_dbi dbi, std::string_view full_key, uint64_t ts) {
   std::string stored = StoredKeyFor(full_key);
   std::string_view hashed = IsHashedStoredKey(stored) ? full_key : std::string_view();
-  std::string record = EncodeRecord(ts, false, hashed, "");
+  std::string record = EncodeRecord(stored, ts, false, hashed, "");
   MDB_val k = ToVal(stored), v = ToVal(record);
-  CheckLmdb(mdb_put(txn, dbi, &k, &v, 0), "writing a notification");
+  CheckLmdb(GuardedPut(txn, dbi, &k, &v, "writing a notification"), "writing a notification");
 }
 
 // The tables of one LMDB write transaction, as commit_rules.h uses them.
@@ -870,9 +984,9 @@ class LmdbTables {
   void PutCell(std::string_view key, uint64_t commit_ts, bool is_delete, std::string_view value) {
     std::string stored = StoredKeyFor(key);
     std::string_view full = IsHashedStoredKey(stored) ? key : std::string_view();
-    std::string record = EncodeRecord(commit_ts, is_delete, full, value);
+    std::string record = EncodeRecord(stored, commit_ts, is_delete, full, value);
     MDB_val k = ToVal(stored), v = ToVal(record);
-    CheckLmdb(mdb_put(txn_, data_, &k, &v, 0), "writing a cell");
+    CheckLmdb(GuardedPut(txn_, data_, &k, &v, "writing a cell"), "writing a cell");
     if (!is_delete) return;
     // Index the tombstone by the LMDB txn that wrote it (CollectTombstones).
     std::string index_key, ts_bytes;
@@ -880,12 +994,13 @@ class LmdbTables {
     index_key += stored;
     AppendUint64BE(&ts_bytes, commit_ts);
     MDB_val tk = ToVal(index_key), tv = ToVal(ts_bytes);
-    CheckLmdb(mdb_put(txn_, tombstones_, &tk, &tv, 0), "indexing a tombstone");
+    CheckLmdb(GuardedPut(txn_, tombstones_, &tk, &tv, "indexing a tombstone"),
+              "indexing a tombstone");
   }
   void PurgeCell(std::string_view key) {
     std::string stored = StoredKeyFor(key);
     MDB_val k = ToVal(stored);
-    int rc = mdb_del(txn_, data_, &k, nullptr);
+    int rc = GuardedDel(txn_, data_, &k, "purging a consumed queue entry");
     if (rc != MDB_NOTFOUND) CheckLmdb(rc, "purging a consumed queue entry");
   }
   void PurgeRange(std::string_view from, std::string_view end) {
@@ -897,7 +1012,7 @@ class LmdbTables {
   void RemoveNotification(std::string_view key) {
     std::string stored = StoredKeyFor(key);
     MDB_val k = ToVal(stored);
-    CheckLmdb(mdb_del(txn_, notify_, &k, nullptr), "removing a notification");
+    CheckLmdb(GuardedDel(txn_, notify_, &k, "removing a notification"), "removing a notification");
   }
   void PutAck(std::string_view cell_key, uint64_t commit_ts) {
     PutRecordAt(txn_, ack_, cell_key, commit_ts);
@@ -905,23 +1020,24 @@ class LmdbTables {
 
  private:
   std::optional<uint64_t> TsIn(MDB_dbi dbi, std::string_view key) {
-    if (!ReadRecord(txn_, dbi, key, &raw_)) return std::nullopt;
-    return ReadUint64BE(raw_);
+    RecordView record;
+    if (!ReadRecord(txn_, dbi, key, &record)) return std::nullopt;
+    return record.commit_ts;
   }
 
   MDB_txn* txn_;
   uint64_t txnid_;
   MDB_dbi data_, tombstones_, notify_, ack_;
-  std::string raw_;  // scratch for reads
 };
 
 }  // namespace
 
 void LmdbBackend::RefreshObserved(MDB_txn* txn) {
+  constexpr const char* kWhat = "reading the observed columns";
   MDB_val key = ToVal(kObservedKey), data;
-  int rc = mdb_get(txn, meta_dbi_, &key, &data);
-  std::string_view raw = rc == MDB_SUCCESS ? FromVal(data) : std::string_view();
-  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading the observed columns");
+  int rc = GuardedGet(txn, meta_dbi_, &key, &data, kWhat);
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
+  const std::string raw = rc == MDB_SUCCESS ? CopyOut(data, kWhat) : std::string();
   if (!strong_.Load(raw)) {
     throw Error(ErrorCode::kCorruption, "the stored observed columns are malformed");
   }
@@ -953,15 +1069,18 @@ bool LmdbBackend::WriteBatch(std::vector<PendingCommit*>& batch,
   std::string ts_bytes;
   AppendUint64BE(&ts_bytes, ts);
   MDB_val ck = ToVal(kCounterKey), cv = ToVal(ts_bytes);
-  CheckLmdb(mdb_put(txn, meta_dbi_, &ck, &cv, 0), "advancing the timestamp counter");
+  CheckLmdb(GuardedPut(txn, meta_dbi_, &ck, &cv, "advancing the timestamp counter"),
+            "advancing the timestamp counter");
   aborter.txn = nullptr;  // mdb_txn_commit frees the transaction, even on failure
-  if (const int rc = mdb_txn_commit(txn); rc != MDB_SUCCESS) {
+  if (const int rc = LmdbCall("committing a group commit", [&] { return mdb_txn_commit(txn); });
+      rc != MDB_SUCCESS) {
     // Writing or syncing failed: whether any of it reached the disk is
     // unknown, so, as PostgreSQL does after a failed fsync, the handle
     // refuses all further work until the store is opened again.
     if (rc != MDB_MAP_FULL) Fail(std::string("committing a group commit: ") + mdb_strerror(rc));
     CheckLmdb(rc, "committing a group commit");
   }
+  if (durable_mark_fd_ >= 0) WriteDurableMark(durable_mark_fd_, txnid);
   commits_.fetch_add(committed);
   conflicts_.fetch_add(refused);
   batches_.fetch_add(1);
@@ -990,6 +1109,10 @@ bool LmdbBackend::ProcessBatch(std::vector<PendingCommit*>& batch) {
       }
       for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
       return false;
+    } catch (const FaultError& e) {
+      FailDamaged(e);
+      for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
+      return false;
     } catch (const Error& e) {
       for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
       return false;
@@ -1005,39 +1128,56 @@ bool LmdbBackend::ProcessBatch(std::vector<PendingCommit*>& batch) {
 
 uint64_t LmdbBackend::CollectTombstones(MDB_txn* txn, uint64_t current_txnid) {
   MDB_cursor* cursor = nullptr;
-  CheckLmdb(mdb_cursor_open(txn, tombstone_dbi_, &cursor), "opening the tombstone index");
+  constexpr const char* kWhat = "collecting tombstones";
+  CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_open(txn, tombstone_dbi_, &cursor); }), kWhat);
+  std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
   std::vector<std::pair<std::string, uint64_t>> due;  // (index key, commit_ts)
   MDB_val key, value;
-  int rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST);
+  int rc = GuardedCursorGet(cursor, &key, &value, MDB_FIRST, kWhat);
   if (rc == MDB_SUCCESS) {
     // A tombstone written by LMDB txn W is visible to a reader of snapshot R
     // when R >= W; once every reader is that recent, no commit can need it.
     uint64_t oldest = OldestReaderTxnid(env_);
     while (rc == MDB_SUCCESS && due.size() < kTombstonesPerBatch) {
-      std::string_view k = FromVal(key);
+      std::string k = CopyOut(key, kWhat);
+      const std::string v = CopyOut(value, kWhat);
+      if (k.size() < 8 || v.size() != 8) {
+        throw Error(ErrorCode::kCorruption, "the tombstone index holds a malformed entry");
+      }
       uint64_t written_in = ReadUint64BE(k);
       if (written_in >= current_txnid || written_in > oldest) break;
-      due.emplace_back(std::string(k), ReadUint64BE(FromVal(value)));
-      rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT);
+      due.emplace_back(std::move(k), ReadUint64BE(v));
+      rc = GuardedCursorGet(cursor, &key, &value, MDB_NEXT, kWhat);
     }
   }
-  mdb_cursor_close(cursor);
-  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, "reading the tombstone index");
+  closer.reset();
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
   uint64_t collected = 0;
   for (const auto& [index_key, commit_ts] : due) {
     std::string_view stored = std::string_view(index_key).substr(8);
     MDB_val k = ToVal(stored), v;
-    if (mdb_get(txn, data_dbi_, &k, &v) == MDB_SUCCESS) {
+    if (GuardedGet(txn, data_dbi_, &k, &v, kWhat) == MDB_SUCCESS) {
       RecordView record;
-      if (DecodeRecord(FromVal(v), &record) && record.tombstone && record.commit_ts == commit_ts) {
-        CheckLmdb(mdb_del(txn, data_dbi_, &k, nullptr), "collecting a tombstone");
+      VerifyRecord(stored, v, &record, kWhat);
+      if (record.tombstone && record.commit_ts == commit_ts) {
+        CheckLmdb(GuardedDel(txn, data_dbi_, &k, kWhat), kWhat);
         ++collected;
       }
     }
     MDB_val ik = ToVal(index_key);
-    CheckLmdb(mdb_del(txn, tombstone_dbi_, &ik, nullptr), "collecting a tombstone");
+    CheckLmdb(GuardedDel(txn, tombstone_dbi_, &ik, kWhat), kWhat);
   }
   return collected;
+}
+
+template <typename Fn>
+auto LmdbBackend::Contain(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const FaultError& fault) {
+    FailDamaged(fault);
+    throw;
+  }
 }
 
 template <typename Fn>
@@ -1045,21 +1185,22 @@ auto LmdbBackend::WithReadTxn(Fn&& fn) {
   CheckUsable();
   for (;;) {
     MapLock::Shared lock(*map_lock_);
-    MDB_txn* txn = TryBeginTxn(lock, MDB_RDONLY, "beginning a read");
+    MDB_txn* txn = Contain([&] { return TryBeginTxn(lock, MDB_RDONLY, "beginning a read"); });
     if (txn == nullptr) continue;
     TxnAborter aborter{txn};
-    return fn(txn);
+    return Contain([&] { return fn(txn); });
   }
 }
 
 std::vector<ObservedColumn> LmdbBackend::ObservedColumns() {
   return WithReadTxn([&](MDB_txn* txn) {
+    constexpr const char* kWhat = "reading the observed columns";
     std::vector<ObservedColumn> columns;
     MDB_val key = ToVal(kObservedKey), data;
-    int rc = mdb_get(txn, meta_dbi_, &key, &data);
+    int rc = GuardedGet(txn, meta_dbi_, &key, &data, kWhat);
     if (rc == MDB_NOTFOUND) return columns;
-    CheckLmdb(rc, "reading the observed columns");
-    if (!DecodeObservedColumns(FromVal(data), &columns)) {
+    CheckLmdb(rc, kWhat);
+    if (!DecodeObservedColumns(CopyOut(data, kWhat), &columns)) {
       throw Error(ErrorCode::kCorruption, "the stored observed columns are malformed");
     }
     return columns;
@@ -1072,13 +1213,15 @@ void LmdbBackend::SetObservedColumns(const std::vector<ObservedColumn>& columns)
   for (;;) {
     try {
       MapLock::Shared lock(*map_lock_);
-      MDB_txn* txn = TryBeginTxn(lock, 0, "storing the observed columns");
+      constexpr const char* kWhat = "storing the observed columns";
+      MDB_txn* txn = Contain([&] { return TryBeginTxn(lock, 0, kWhat); });
       if (txn == nullptr) continue;
       TxnAborter aborter{txn};
       MDB_val key = ToVal(kObservedKey), value = ToVal(encoded);
-      CheckLmdb(mdb_put(txn, meta_dbi_, &key, &value, 0), "storing the observed columns");
+      CheckLmdb(Contain([&] { return GuardedPut(txn, meta_dbi_, &key, &value, kWhat); }), kWhat);
       aborter.txn = nullptr;
-      CheckLmdb(mdb_txn_commit(txn), "storing the observed columns");
+      CheckLmdb(Contain([&] { return LmdbCall(kWhat, [&] { return mdb_txn_commit(txn); }); }),
+                kWhat);
       lock.unlock();
       SyncMeta().ThrowIfError();
       return;
@@ -1117,7 +1260,8 @@ bool LmdbBackend::SignalWaiting() {
 uint64_t LmdbBackend::PendingNotifications() {
   return WithReadTxn([&](MDB_txn* txn) {
     MDB_stat stat;
-    CheckLmdb(mdb_stat(txn, notify_dbi_, &stat), "counting notifications");
+    CheckLmdb(LmdbCall("counting notifications", [&] { return mdb_stat(txn, notify_dbi_, &stat); }),
+              "counting notifications");
     return static_cast<uint64_t>(stat.ms_entries);
   });
 }
@@ -1139,57 +1283,118 @@ bool LmdbBackend::ScanNotifications(std::string_view after, size_t limit,
 }
 
 std::vector<std::string> LmdbBackend::VerifyStructure() {
-  return WithReadTxn([&](MDB_txn* txn) {
+  std::optional<FaultError> fault;
+  auto problems = WithReadTxn([&](MDB_txn* txn) {
     std::vector<std::string> problems;
-    const std::pair<const char*, unsigned> tables[] = {{"data", data_dbi_},
-                                                       {"meta", meta_dbi_},
-                                                       {"tombstones", tombstone_dbi_},
-                                                       {"notify", notify_dbi_},
-                                                       {"ack", ack_dbi_}};
-    for (const auto& [name, dbi] : tables) {
+    const struct {
+      const char* name;
+      unsigned dbi;
+      bool records;  // values are records with checksums (encoding.h)
+    } tables[] = {{"data", data_dbi_, true},
+                  {"meta", meta_dbi_, false},
+                  {"tombstones", tombstone_dbi_, false},
+                  {"notify", notify_dbi_, true},
+                  {"ack", ack_dbi_, true}};
+    uint64_t newest_stamp = 0;  // the largest commit_ts any record carries
+    for (const auto& table : tables) {
+      const std::string name = std::string("table '") + table.name + "'";
+      std::string walk_problem;
+      uint64_t seen = 0, bad_records = 0, misplaced = 0, unreachable = 0;
+      std::string first_bad, previous;
       MDB_stat stat;
-      int rc = mdb_stat(txn, dbi, &stat);
-      if (rc != 0) {
-        problems.push_back(std::string("table '") + name + "': " + mdb_strerror(rc));
-        continue;
-      }
-      MDB_cursor* cursor = nullptr;
-      rc = mdb_cursor_open(txn, dbi, &cursor);
-      if (rc != 0) {
-        problems.push_back(std::string("table '") + name + "': " + mdb_strerror(rc));
-        continue;
-      }
-      uint64_t seen = 0, malformed = 0;
-      MDB_val key, value;
-      for (rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST); rc == 0;
-           rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)) {
-        ++seen;
-        if (dbi == data_dbi_) {
-          RecordView record;
-          Cell cell;
-          const std::string_view stored = FromVal(key);
-          if (!DecodeRecord(FromVal(value), &record) ||
-              (!IsHashedStoredKey(stored) && !DecodeCellKey(stored, &cell))) {
-            ++malformed;
-          }
+      int rc = 0;
+      try {
+        rc = LmdbCall("checking a table", [&] { return mdb_stat(txn, table.dbi, &stat); });
+        if (rc != 0) {
+          problems.push_back(name + ": " + mdb_strerror(rc));
+          continue;
         }
+        MDB_cursor* cursor = nullptr;
+        rc = LmdbCall("checking a table", [&] { return mdb_cursor_open(txn, table.dbi, &cursor); });
+        if (rc != 0) {
+          problems.push_back(name + ": " + mdb_strerror(rc));
+          continue;
+        }
+        std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
+        MDB_val key, value;
+        for (rc = GuardedCursorGet(cursor, &key, &value, MDB_FIRST, "checking a table"); rc == 0;
+             rc = GuardedCursorGet(cursor, &key, &value, MDB_NEXT, "checking a table")) {
+          ++seen;
+          const std::string stored = CopyOut(key, "checking a table");
+          if (seen > 1 && stored <= previous) ++misplaced;  // LMDB orders keys as bytes
+          // Searching for the key must land on this very entry: damaged
+          // branch pages send searches astray while a walk still finds it.
+          MDB_val again = ToVal(stored), found;
+          if (GuardedGet(txn, table.dbi, &again, &found, "checking a table") != 0 ||
+              found.mv_data != value.mv_data || found.mv_size != value.mv_size) {
+            ++unreachable;
+          }
+          if (table.records) {
+            RecordView record;
+            const RecordCheck check = RunGuarded(
+                "checking a table", [&] { return DecodeRecord(stored, FromVal(value), &record); });
+            bool ok = check == RecordCheck::kOk;
+            if (ok && table.dbi == data_dbi_) {
+              Cell cell;
+              ok = IsHashedStoredKey(stored) || DecodeCellKey(stored, &cell);
+            }
+            if (!ok && bad_records++ == 0) {
+              first_bad = DescribeKey(stored.size() > 8 && table.dbi != data_dbi_
+                                          ? std::string_view(stored).substr(8)
+                                          : std::string_view(stored));
+            }
+            if (ok) newest_stamp = std::max(newest_stamp, record.commit_ts);
+          }
+          previous = stored;
+        }
+      } catch (const FaultError& e) {
+        if (!fault) fault.emplace(e);
+        walk_problem =
+            name + ": reading entry " + std::to_string(seen + 1) + " faulted (" + e.what() + ")";
+      } catch (const Error& e) {
+        walk_problem =
+            name + ": reading entry " + std::to_string(seen + 1) + " failed (" + e.what() + ")";
       }
-      mdb_cursor_close(cursor);
-      if (rc != MDB_NOTFOUND) {
-        problems.push_back(std::string("table '") + name + "': reading entry " +
-                           std::to_string(seen + 1) + " failed: " + mdb_strerror(rc));
+      if (!walk_problem.empty()) {
+        problems.push_back(walk_problem);
+      } else if (rc != MDB_NOTFOUND) {
+        problems.push_back(name + ": reading entry " + std::to_string(seen + 1) +
+                           " failed: " + mdb_strerror(rc));
       } else if (seen != stat.ms_entries) {
-        problems.push_back(std::string("table '") + name + "' records " +
-                           std::to_string(stat.ms_entries) + " entries, its pages hold " +
-                           std::to_string(seen));
+        problems.push_back(name + " records " + std::to_string(stat.ms_entries) +
+                           " entries, its pages hold " + std::to_string(seen));
       }
-      if (malformed > 0) {
-        problems.push_back(std::string("table '") + name + "': " + std::to_string(malformed) +
-                           " records do not decode");
+      if (misplaced > 0) {
+        problems.push_back(name + ": " + std::to_string(misplaced) + " keys out of order");
+      }
+      if (unreachable > 0) {
+        problems.push_back(name + ": " + std::to_string(unreachable) +
+                           " entries found by a walk are not found by a search for their key");
+      }
+      if (bad_records > 0) {
+        problems.push_back(
+            name + ": " + std::to_string(bad_records) +
+            " records are malformed or fail their checksum (the first: " + first_bad + ")");
+      }
+    }
+    if (!fault) {
+      try {
+        const uint64_t counter = ReadCounter(txn, meta_dbi_);
+        if (newest_stamp > counter) {
+          problems.push_back("a record carries commit timestamp " + std::to_string(newest_stamp) +
+                             ", past the store's timestamp counter " + std::to_string(counter));
+        }
+      } catch (const FaultError& e) {
+        fault.emplace(e);
+        problems.push_back(std::string("reading the timestamp counter faulted (") + e.what() + ")");
+      } catch (const Error& e) {
+        problems.push_back(std::string("reading the timestamp counter failed (") + e.what() + ")");
       }
     }
     return problems;
   });
+  if (fault) FailDamaged(*fault);  // as after any fault: reopen before going on
+  return problems;
 }
 
 std::map<std::pair<std::string, std::string>, uint64_t> LmdbBackend::CountPendingByColumn() {

@@ -22,8 +22,18 @@
 // - A failed write or sync of a batch makes the backend refuse every later
 //   call (kStorage, naming the cause) until the store is opened again: what
 //   reached the disk is unknown, and nothing of it was shown to readers.
+// - Damage never kills the process: every LMDB call runs under the fault
+//   guard (fault_guard.h), and every record is verified against its checksum
+//   before it is used (encoding.h). A bad checksum is kCorruption naming the
+//   cell; a fault or an LMDB assertion is kCorruption too, and makes the
+//   backend refuse every later call until the store is opened again.
 // - Tombstones carry their commit_ts and are collected once every reader in
 //   every process began after the write that made them.
+// - No silent rollback: with SyncMode::kFull each group commit, once durable,
+//   records its LMDB txnid in the store's durable mark (the file
+//   "durable-txn"); opening a store whose data file holds an older newest
+//   transaction (a damaged meta page let the older one take over, or an old
+//   copy was put in its place) is kCorruption, unless options.restored.
 // - The memory map grows by itself; users never see MDB_MAP_FULL.
 // - WatchForWork: inotify on the data file (every commit of every process
 //   writes it) and on the signal file "waiting" in the store directory, which
@@ -54,6 +64,7 @@
 #include <vector>
 
 #include "commit_rules.h"
+#include "fault_guard.h"
 #include "percolite/backend.h"
 #include "percolite/status.h"
 
@@ -164,6 +175,9 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
 
   LmdbBackend(std::string path, const BackendOptions& options);
   void OpenEnvironment();
+  // Opens the durable mark (kDurableMarkFile) with sync="full"; with
+  // options_.restored, resets it to what the data file holds.
+  void OpenDurableMark();
   void CloseEnvironment();
   void WriterLoop();
   // One step of the group-commit leader (the caller holds leadership, not
@@ -182,6 +196,15 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   Status SyncMeta();
   // Marks the backend unusable after a failed write or sync (CheckUsable).
   void Fail(const std::string& cause);
+  // Marks it unusable after reading damaged pages faulted (fault_guard.h).
+  void FailDamaged(const FaultError& fault);
+  // Every later call throws Error(code, message) until the store is opened again.
+  void Poison(ErrorCode code, const std::string& message);
+  // Runs fn(); a FaultError it throws marks the backend unusable on its way out.
+  template <typename Fn>
+  auto Contain(Fn&& fn) -> decltype(fn());
+  // Opening a store of the format before checksums: adds them to every record.
+  void AddChecksums(MDB_txn* txn);
   void RefreshObserved(MDB_txn* txn);
   // Hands notifications a batch wrote to this process's sink.
   void Deliver(const std::vector<Notification>& written);
@@ -201,6 +224,7 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   BackendOptions options_;
   uint64_t fork_generation_;
   MDB_env* env_ = nullptr;
+  int durable_mark_fd_ = -1;  // the durable mark, written after each group commit
   unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
 
   // The writer's cache of the strongly observed columns (from the meta table).
@@ -222,8 +246,9 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   // After a failed write or sync: every call throws failure_ (Fail).
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mu_;
-  std::string failure_;  // GUARDED_BY(failure_mu_)
-  int handles_ = 0;      // GUARDED_BY(registry mutex)
+  std::string failure_;                           // GUARDED_BY(failure_mu_)
+  ErrorCode failure_code_ = ErrorCode::kStorage;  // GUARDED_BY(failure_mu_)
+  int handles_ = 0;                               // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, inline_batches_{0},

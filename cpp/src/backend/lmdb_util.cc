@@ -1,7 +1,11 @@
 #include "lmdb_util.h"
 
 #include <algorithm>
+#include <cstring>
+#include <tuple>
 #include <vector>
+
+#include "commit_rules.h"
 
 namespace percolite {
 namespace {
@@ -28,27 +32,66 @@ void CheckLmdb(int rc, const char* what) {
   if (rc != MDB_SUCCESS) throw LmdbError(rc, what);
 }
 
-bool ReadRecord(MDB_txn* txn, MDB_dbi dbi, std::string_view encoded_key, std::string* record) {
+int GuardedGet(MDB_txn* txn, MDB_dbi dbi, MDB_val* key, MDB_val* data, const char* what) {
+  return LmdbCall(what, [&] { return mdb_get(txn, dbi, key, data); });
+}
+
+int GuardedCursorGet(MDB_cursor* cursor, MDB_val* key, MDB_val* data, MDB_cursor_op op,
+                     const char* what) {
+  return LmdbCall(what, [&] { return mdb_cursor_get(cursor, key, data, op); });
+}
+
+int GuardedPut(MDB_txn* txn, MDB_dbi dbi, MDB_val* key, MDB_val* data, const char* what) {
+  return LmdbCall(what, [&] { return mdb_put(txn, dbi, key, data, 0); });
+}
+
+int GuardedDel(MDB_txn* txn, MDB_dbi dbi, MDB_val* key, const char* what) {
+  return LmdbCall(what, [&] { return mdb_del(txn, dbi, key, nullptr); });
+}
+
+std::string CopyOut(const MDB_val& bytes, const char* what) {
+  std::string copy(bytes.mv_size, '\0');
+  RunGuarded(what, [&] { std::memcpy(copy.data(), bytes.mv_data, bytes.mv_size); });
+  return copy;
+}
+
+void ThrowBadRecord(std::string_view stored_key, RecordCheck check, const char* what) {
+  // Notification and ack keys carry an 8-byte row hash in front of the cell key.
+  std::string cell = DescribeKey(stored_key);
+  if (cell == "an internal key" && stored_key.size() > 8) cell = DescribeKey(stored_key.substr(8));
+  throw Error(ErrorCode::kCorruption,
+              std::string(what) + ": the record of " + cell +
+                  (check == RecordCheck::kBadChecksum ? " fails its checksum" : " is malformed") +
+                  ": the store's pages are damaged; run 'percolite check' and restore the store "
+                  "from a copy");
+}
+
+void VerifyRecord(std::string_view stored_key, const MDB_val& data, RecordView* record,
+                  const char* what) {
+  const RecordCheck check =
+      RunGuarded(what, [&] { return DecodeRecord(stored_key, FromVal(data), record); });
+  if (check != RecordCheck::kOk) ThrowBadRecord(stored_key, check, what);
+}
+
+bool ReadRecord(MDB_txn* txn, MDB_dbi dbi, std::string_view encoded_key, RecordView* record) {
   std::string stored = StoredKeyFor(encoded_key);
   MDB_val key = ToVal(stored), data;
-  int rc = mdb_get(txn, dbi, &key, &data);
+  int rc = GuardedGet(txn, dbi, &key, &data, "reading a cell");
   if (rc == MDB_NOTFOUND) return false;
   CheckLmdb(rc, "reading a cell");
-  if (IsHashedStoredKey(stored)) {
-    RecordView view;
-    if (!DecodeRecord(FromVal(data), &view) || view.full_key != encoded_key) {
-      throw Error(ErrorCode::kCorruption,
-                  "reading a cell: the record stored under a hashed long key holds another key");
-    }
+  VerifyRecord(stored, data, record, "reading a cell");
+  if (IsHashedStoredKey(stored) && record->full_key != encoded_key) {
+    throw Error(ErrorCode::kCorruption,
+                "reading a cell: the record stored under a hashed long key holds another key");
   }
-  record->assign(static_cast<const char*>(data.mv_data), data.mv_size);
   return true;
 }
 
 bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusive,
                  std::string_view end, const RecordVisitor& visit) {
   MDB_cursor* cursor = nullptr;
-  CheckLmdb(mdb_cursor_open(txn, dbi, &cursor), "opening a cursor");
+  CheckLmdb(LmdbCall("opening a cursor", [&] { return mdb_cursor_open(txn, dbi, &cursor); }),
+            "opening a cursor");
   struct Closer {
     MDB_cursor* c;
     ~Closer() { mdb_cursor_close(c); }
@@ -56,46 +99,46 @@ bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusiv
 
   auto before_start = [&](std::string_view key) { return exclusive ? key <= from : key < from; };
   auto past_end = [&](std::string_view key) { return !end.empty() && key >= end; };
+  constexpr const char* kWhat = "scanning cells";
 
   std::string_view seek = from.substr(0, std::min(from.size(), kMaxInlineKey));
   MDB_val key = ToVal(seek), data;
-  int rc = mdb_cursor_get(cursor, &key, &data, seek.empty() ? MDB_FIRST : MDB_SET_RANGE);
+  int rc = GuardedCursorGet(cursor, &key, &data, seek.empty() ? MDB_FIRST : MDB_SET_RANGE, kWhat);
   while (rc == MDB_SUCCESS) {
+    // Verified before anything looks at the key: the checksum covers the
+    // key's bytes too, and reading them all under the guard makes them safe.
     std::string_view stored = FromVal(key);
+    RecordView record;
+    VerifyRecord(stored, data, &record, kWhat);
     if (!IsHashedStoredKey(stored)) {
       if (past_end(stored)) return true;
-      RecordView record;
-      if (!DecodeRecord(FromVal(data), &record)) {
-        throw Error(ErrorCode::kCorruption, "scanning cells: malformed record");
-      }
       if (!before_start(stored) && !visit(stored, record)) return false;
-      rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT);
+      rc = GuardedCursorGet(cursor, &key, &data, MDB_NEXT, kWhat);
       continue;
     }
     // A group of hashed long keys sharing their first kMaxInlineKey bytes is
     // contiguous in LMDB but ordered by hash: gather it and sort by full key.
     std::string group_prefix(stored.substr(0, kMaxInlineKey));
-    std::vector<std::pair<std::string, std::string>> group;  // (full key, raw record)
+    // (full key, stored key, raw record), copied out of the map.
+    std::vector<std::tuple<std::string, std::string, std::string>> group;
     while (rc == MDB_SUCCESS) {
       std::string_view k = FromVal(key);
+      VerifyRecord(k, data, &record, kWhat);
       if (!IsHashedStoredKey(k) || k.substr(0, kMaxInlineKey) != group_prefix) break;
-      RecordView record;
-      if (!DecodeRecord(FromVal(data), &record) || record.full_key.empty()) {
-        throw Error(ErrorCode::kCorruption, "scanning cells: malformed long-key record");
-      }
-      group.emplace_back(std::string(record.full_key), std::string(FromVal(data)));
-      rc = mdb_cursor_get(cursor, &key, &data, MDB_NEXT);
+      if (record.full_key.empty()) ThrowBadRecord(k, RecordCheck::kMalformed, kWhat);
+      group.emplace_back(std::string(record.full_key), std::string(k), std::string(FromVal(data)));
+      rc = GuardedCursorGet(cursor, &key, &data, MDB_NEXT, kWhat);
     }
     std::sort(group.begin(), group.end());
-    for (const auto& [full_key, raw] : group) {
+    for (const auto& [full_key, stored_key, raw] : group) {
       if (before_start(full_key)) continue;
       if (past_end(full_key)) return true;
       RecordView record;
-      DecodeRecord(raw, &record);
+      DecodeRecord(stored_key, raw, &record);  // verified above
       if (!visit(full_key, record)) return false;
     }
   }
-  if (rc != MDB_NOTFOUND) CheckLmdb(rc, "scanning cells");
+  if (rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
   return true;
 }
 
