@@ -1,0 +1,115 @@
+"""Children of test_damage.py: the populated store every damaged copy starts
+from, and the reader that opens a copy and reads all of it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import percolite
+
+DOC = ("doc", "text")
+META = ("doc", "meta")
+
+
+def contents() -> list[tuple[bytes, tuple[str, str], bytes]]:
+    """The cells of the populated store, in the order they are written:
+    small values, values large enough for LMDB's overflow pages, and rows
+    longer than LMDB's key limit (stored under a hashed key)."""
+    rng = random.Random(2024)
+    cells = []
+    for i in range(2400):
+        cells.append((f"doc{i:05}".encode(), DOC, rng.randbytes(rng.randint(1, 160))))
+    for i in range(60):
+        cells.append((f"big{i:03}".encode(), META, rng.randbytes(rng.randint(3000, 9000))))
+    for i in range(20):
+        cells.append((b"L" * 600 + str(i).encode(), META, rng.randbytes(40)))
+    return cells
+
+
+def app() -> percolite.App:
+    """An app observing DOC, so the store holds pending notifications too."""
+    made = percolite.App("damage")
+
+    @made.observer(DOC)
+    def index(tx, row, col):
+        pass
+
+    return made
+
+
+def populate(path) -> str:
+    """Writes contents() in 40 transactions, each durable (so the store's
+    durable mark is kept), leaving every notification pending. Returns the
+    digest a reader of the intact store prints."""
+    cells = contents()
+    with percolite.open(path, app=app()) as env:
+        for start in range(0, len(cells), len(cells) // 40 + 1):
+            chunk = cells[start : start + len(cells) // 40 + 1]
+
+            def write(tx, chunk=chunk):
+                for row, col, value in chunk:
+                    tx.set(row, col, value)
+
+            env.run(write)
+    return _digest(sorted(cells), sum(1 for _, col, _ in cells if col == DOC))
+
+
+def _digest(cells, notifications: int) -> str:
+    h = hashlib.sha256()
+    for row, (family, qualifier), value in cells:
+        for part in (row, family.encode(), qualifier.encode(), value):
+            h.update(len(part).to_bytes(4, "big") + part)
+    h.update(notifications.to_bytes(8, "big"))
+    return h.hexdigest()
+
+
+def read(path) -> None:
+    """Opens the store at ``path`` (never creating one) and reads it all
+    back: a scan of every cell, a look-up of every cell the store was
+    written with, and a walk of the pending notifications. Prints one JSON
+    line: the outcome and, when everything read, the digest."""
+    try:
+        with percolite.open(path, create=False) as env:
+            with env.transaction() as tx:
+                scanned = [
+                    (bytes(row), (bytes(f).decode(), bytes(q).decode()), bytes(value))
+                    for row, (f, q), value in tx.scan()
+                ]
+                looked_up = [tx.get(row, col) for row, col, _ in contents()]
+            notifications, after = 0, b""
+            while True:
+                chunk = env._core.scan_notifications(after, 512)
+                notifications += len(chunk)
+                if len(chunk) < 512:
+                    break
+                after = chunk[-1][4]
+        same_lookups = looked_up == [value for _, _, value in contents()]
+        digest = _digest(scanned, notifications) if same_lookups else "look-ups differ"
+        print(json.dumps({"outcome": "read", "digest": digest}))
+    except percolite.Error as e:
+        print(json.dumps({"outcome": "refused", "error": type(e).__name__, "message": str(e)}))
+    except Exception as e:  # anything but percolite's errors is a bug the test reports
+        print(json.dumps({"outcome": "other", "error": type(e).__name__, "message": str(e)}))
+
+
+def fault_then_reuse(path, row: bytes, elsewhere: bytes) -> None:
+    """Reads ``row`` (whose value's size field was damaged, so reading it
+    runs off the end of the map), then uses the same handle again, then
+    reopens the store and reads ``elsewhere``. Prints what each step did."""
+    steps = {}
+    env = percolite.open(path, create=False)
+    for step, action in (
+        ("read", lambda: env.transaction().get(row, META)),
+        ("again", lambda: env.transaction()),
+    ):
+        try:
+            action()
+            steps[step] = "ok"
+        except percolite.Error as e:
+            steps[step] = f"{type(e).__name__}: {e}"
+    env.close()
+    with percolite.open(path, create=False) as reopened, reopened.transaction() as tx:
+        steps["reopened"] = tx.get(elsewhere, DOC).hex()
+    print(json.dumps(steps))

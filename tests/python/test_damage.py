@@ -1,0 +1,208 @@
+"""Damaged stores: never a crash, never a hang, never silent loss.
+
+One populated store, 120 copies of it damaged in seeded ways (truncation,
+zeroed or random pages, meta pages swapped or damaged, scattered bytes, an
+empty data file). Each copy is opened and read back whole in a child
+process. A copy may be refused with percolite's error, or read back exactly
+as written; what reads back differently must be reported damaged by
+``percolite check``. No copy may kill its reader or hang it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import percolite
+import pytest
+from _isolated import run_child_json, start_child
+from children import damage
+
+PAGE = 4096
+COPIES = 120
+READ_TIMEOUT = 60
+
+
+def _pages(raw: bytearray) -> int:
+    return len(raw) // PAGE
+
+
+def _newest_meta(raw: bytearray) -> int:
+    """The meta page (0 or 1) with the larger transaction id."""
+    txnid = [
+        int.from_bytes(raw[p * PAGE + 16 + 128 : p * PAGE + 16 + 136], "little") for p in (0, 1)
+    ]
+    return 0 if txnid[0] >= txnid[1] else 1
+
+
+def _damage(raw: bytearray, kind: str, rng: random.Random) -> bytearray:
+    pages = _pages(raw)
+    if kind == "truncated":
+        return raw[: rng.choice([0, rng.randrange(1, PAGE * 2), rng.randrange(PAGE * 2, len(raw))])]
+    if kind == "zeroed pages":
+        for page in rng.sample(range(2, pages), rng.randint(1, 4)):
+            raw[page * PAGE : (page + 1) * PAGE] = bytes(PAGE)
+    elif kind == "random pages":
+        for page in rng.sample(range(2, pages), rng.randint(1, 4)):
+            raw[page * PAGE : (page + 1) * PAGE] = rng.randbytes(PAGE)
+    elif kind == "metas swapped":
+        raw[0:PAGE], raw[PAGE : 2 * PAGE] = raw[PAGE : 2 * PAGE], raw[0:PAGE]
+    elif kind == "newest meta damaged":
+        at = _newest_meta(raw) * PAGE
+        start = at + rng.randrange(16, 16 + 136)
+        raw[start : start + 8] = rng.randbytes(8)
+    elif kind == "scattered bytes":
+        for _ in range(rng.randint(1, 40)):
+            raw[rng.randrange(2 * PAGE, len(raw))] = rng.randrange(256)
+    elif kind == "a run of bytes":
+        start = rng.randrange(2 * PAGE, len(raw) - 64)
+        raw[start : start + rng.randint(8, 64)] = rng.randbytes(64)[: rng.randint(8, 64)]
+    elif kind == "page headers":
+        for page in rng.sample(range(2, pages), rng.randint(1, 8)):
+            raw[page * PAGE : page * PAGE + 16] = rng.randbytes(16)
+    return raw
+
+
+KINDS = [
+    "truncated",
+    "zeroed pages",
+    "random pages",
+    "metas swapped",
+    "newest meta damaged",
+    "scattered bytes",
+    "a run of bytes",
+    "page headers",
+]
+
+
+def _find_all(raw: bytearray, needle: bytes) -> list[int]:
+    found, at = [], raw.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = raw.find(needle, at + 1)
+    return found
+
+
+def _read(copy) -> dict:
+    """Reads ``copy`` in a child; its outcome, or how it died."""
+    proc = start_child("children.damage:read", copy, timeout=READ_TIMEOUT)
+    try:
+        out, err = proc.communicate(timeout=READ_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"outcome": "hang"}
+    if proc.returncode < 0:
+        return {"outcome": "killed", "signal": signal.Signals(-proc.returncode).name}
+    lines = out.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"outcome": "other", "message": err.strip()[-800:]}
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module")
+def populated(tmp_path_factory):
+    original = tmp_path_factory.mktemp("damage") / "db"
+    digest = damage.populate(original)
+    return original, digest
+
+
+def test_the_intact_store_reads_back_and_checks_clean(populated):
+    original, digest = populated
+    assert _read(original) == {"outcome": "read", "digest": digest}
+    report = percolite.check(original)
+    assert report["ok"], report
+
+
+def test_damaged_copies_are_refused_or_read_back_exactly_never_a_crash(populated, tmp_path):
+    original, digest = populated
+    raw = bytearray((original / "data.mdb").read_bytes())
+    copies = []
+    for seed in range(COPIES):
+        kind = KINDS[seed % len(KINDS)]
+        copy = tmp_path / f"copy{seed:03}"
+        shutil.copytree(original, copy)
+        (copy / "data.mdb").write_bytes(_damage(bytearray(raw), kind, random.Random(seed)))
+        copies.append((seed, kind, copy))
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        outcomes = list(pool.map(lambda c: _read(c[2]), copies))
+
+    tally, bad = Counter(), []
+    for (seed, kind, copy), outcome in zip(copies, outcomes):
+        what = outcome["outcome"]
+        if what == "read" and outcome["digest"] != digest:
+            report = percolite.check(copy)
+            what = "differs, check reports it" if not report["ok"] else "differs, check clean"
+        tally[what] += 1
+        if what in ("killed", "hang", "other", "differs, check clean"):
+            bad.append((seed, kind, outcome))
+    summary = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
+    print(summary)
+    assert not bad, f"{summary}\nseed, kind, outcome: {bad}"
+    # The damage is real: most copies are refused, and every kind was tried.
+    assert tally["refused"] >= COPIES // 2, summary
+
+
+def test_a_read_that_faults_is_an_error_and_the_handle_refuses_until_reopened(populated, tmp_path):
+    """The size of an overflow value lives in its leaf node: set to 4 GiB,
+    reading the value runs off the end of the file (SIGBUS) or the map
+    (SIGSEGV) inside the checksum. That is CorruptionError, the process lives
+    on, the handle refuses further work, and a reopened store reads on."""
+    original, _ = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    raw = bytearray((copy / "data.mdb").read_bytes())
+    key = b"big000\x00\x01doc\x00\x01meta\x00\x01"
+    # Every leaf node of the key (F_BIGDATA set): pages LMDB copied on write
+    # keep older versions of it, so the live one is among them.
+    nodes = [at for at in _find_all(raw, key) if raw[at - 4] & 1]
+    assert nodes
+    for at in nodes:
+        raw[at - 8 : at - 4] = b"\xff\xff\xff\xff"  # mn_lo, mn_hi: the value's size
+    (copy / "data.mdb").write_bytes(raw)
+    out = run_child_json("children.damage:fault_then_reuse", copy, b"big000", b"doc00001")
+    assert out["read"].startswith("CorruptionError"), out
+    assert "pages are damaged" in out["read"] and (
+        "SIGBUS" in out["read"] or "SIGSEGV" in out["read"]
+    )
+    assert (
+        out["again"].startswith("CorruptionError")
+        and "unusable after reading damaged" in out["again"]
+    )
+    expected = next(v for r, _, v in damage.contents() if r == b"doc00001")
+    assert bytes.fromhex(out["reopened"]) == expected
+    report = percolite.check(copy)
+    assert not report["ok"] and "faulted" in " ".join(report["problems"]), report
+
+
+def test_a_data_file_that_went_back_in_time_is_refused_unless_restored(populated, tmp_path):
+    """With the newest meta page's transaction id damaged lower, LMDB takes
+    the older meta page and would serve the store without its last commit.
+    The durable mark, written after each durable commit, says a newer
+    transaction was committed: refused, untouched. restored=True opens it
+    (a backup put back on purpose)."""
+    original, _ = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    raw = bytearray((copy / "data.mdb").read_bytes())
+    txnid_at = _newest_meta(raw) * PAGE + 16 + 128
+    raw[txnid_at : txnid_at + 8] = (1).to_bytes(8, "little")
+    (copy / "data.mdb").write_bytes(raw)
+    with pytest.raises(percolite.CorruptionError, match="went back in time.*restored=True"):
+        percolite.open(copy)
+    assert (copy / "data.mdb").read_bytes() == raw
+    out = _read(copy)
+    assert out["outcome"] == "refused" and "went back in time" in out["message"]
+    with percolite.open(copy, restored=True) as env, env.transaction() as tx:
+        rows = sum(1 for _ in tx.scan())
+    # The last commit was percolite's own (metrics flushed at close): the
+    # older transaction still holds every cell.
+    assert rows == len(damage.contents())
+    with percolite.open(copy) as env, env.transaction() as tx:  # the mark starts again
+        assert sum(1 for _ in tx.scan()) == rows
