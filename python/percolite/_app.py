@@ -121,6 +121,8 @@ class App:
     """A registry of observers (and queues) shared by every process of an application."""
 
     def __init__(self, name: str = "app") -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"an app's name must be a str, not {type(name).__name__}")
         self.name = name
         self._observers: dict[Column, _Observer] = {}
         self._queues: dict[str, Any] = {}

@@ -47,13 +47,18 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict:
     ``{"ok", "problems": [str], "counts": {...}}``; ``ok`` is True when
     nothing is damaged. Raises percolite.StorageError when there is no
     store at ``path`` or it cannot be opened (nothing is created)."""
-    from ._env import store_directory
+    from ._env import check_timeout, store_directory
     from .errors import StorageError
 
-    directory = store_directory(os.fspath(path))
+    limit = check_timeout(timeout)
+    try:
+        target = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"path must be str or os.PathLike, not {type(path).__name__}") from None
+    directory = store_directory(target)
     command = [sys.executable, "-m", "percolite._check", directory]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         return _damaged(f"reading the store did not finish in {timeout:g} s")
     if done.returncode < 0:

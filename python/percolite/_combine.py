@@ -229,7 +229,7 @@ class CombineQueue:
         Every key and update is encoded first: if one cannot be, nothing is
         queued and the error names it."""
         what = f"combine queue {self.id!r}"
-        core_tx = require_transaction(tx, f"{what}: add")
+        core_tx = require_transaction(tx, f"{what}: add", self)
         native = self._native_codecs
         if native is not None and self._core.add_native(core_tx, updates, *native):
             return  # encoded in C++: a dict or list of pairs of the codecs' exact types
@@ -255,8 +255,9 @@ class CombineQueue:
 
     def get(self, tx: Transaction, key: Any, default: Any = None) -> Any:
         """The current value of ``key`` in ``tx``'s view, or ``default``."""
-        core_tx = require_transaction(tx, f"combine queue {self.id!r}: get")
-        data = self._core.get(core_tx, self.key_codec.encode(key))
+        what = f"combine queue {self.id!r}"
+        core_tx = require_transaction(tx, f"{what}: get")
+        data = self._core.get(core_tx, encode_or_raise(self.key_codec, key, f"{what}: key {key!r}"))
         return default if data is None else self.value_codec.decode(data)
 
     def scan(self, tx: Transaction, prefix: Any = None) -> Iterator[tuple[Any, Any]]:

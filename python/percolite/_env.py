@@ -128,6 +128,18 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     return env
 
 
+def check_timeout(timeout: Any) -> float | None:
+    """``timeout`` checked: a number of seconds >= 0, or None (or infinity)
+    for no limit; TypeError or ValueError naming it otherwise."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
+    if not timeout >= 0:  # NaN too
+        raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
+    return None if timeout == float("inf") else float(timeout)
+
+
 def store_directory(target: str | os.PathLike) -> str:
     """The directory of the on-disk store ``target`` names (a path or
     ``lmdb://PATH``), for tools that share a store between processes;
@@ -302,7 +314,7 @@ class Env:
 
     def transaction(self) -> Transaction:
         """Begin a transaction on a snapshot of everything committed so far."""
-        return Transaction(self._core.begin())
+        return Transaction(self._core.begin(), self._app)
 
     def run(
         self,
@@ -487,13 +499,7 @@ class Env:
         work is pending raises :class:`percolite.Error` at once instead of
         hanging (start workers, or call :meth:`process`).
         """
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
-            if not timeout >= 0:  # NaN too
-                raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
-            if timeout == float("inf"):
-                timeout = None
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = Progress("notifications done", enabled=progress, unit="notification")
         if bar.enabled:
@@ -576,6 +582,10 @@ class Env:
         bucket's row, and ``key`` the key (decoded with the queue's key codec
         when the app declares the queue, else as stored); for an observer's
         work both are None. Only ``observer``'s (by name) when given."""
+        if observer is not None and not isinstance(observer, str):
+            raise TypeError(
+                f"parked: observer must be a name (str) or None, not {type(observer).__name__}"
+            )
         records = self._core.work_records(True)
         if observer is not None:
             records = [r for r in records if r["observer"] == observer]
@@ -655,6 +665,8 @@ class Env:
         frequent polling); the worker leases of every process (``leases``:
         owner, group, threads, expiry, live, partitions taken); and this
         process's commit counters."""
+        if not isinstance(queues, bool):
+            raise TypeError(f"status: queues must be True or False, not {type(queues).__name__}")
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()

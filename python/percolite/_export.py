@@ -159,7 +159,7 @@ class ExportQueue:
         ``tx`` commits. ``value=None`` exports a deletion of ``key``. Key and
         value are encoded first: if either cannot be, nothing is queued and
         the error names it."""
-        core_tx = require_transaction(tx, f"export queue {self.id!r}: add")
+        core_tx = require_transaction(tx, f"export queue {self.id!r}: add", self)
         k = encode_or_raise(self.key_codec, key, f"export queue {self.id!r}: key {key!r}")
         if value is None:
             v = _DELETED

@@ -77,14 +77,26 @@ def check_linger(kind: str, queue_id: str, linger: Any) -> float:
     return float(linger)
 
 
-def require_transaction(tx: Any, what: str) -> Any:
+def require_transaction(tx: Any, what: str, queue: Any = None) -> Any:
     """``tx``'s core transaction; TypeError naming ``what`` when ``tx`` is
-    not a :class:`percolite.Transaction`."""
+    not a :class:`percolite.Transaction`. With ``queue``, ValueError when the
+    app bound to ``tx``'s store has no such queue (its entries would never be
+    processed there)."""
     if not isinstance(tx, Transaction):
         raise TypeError(
             f"{what} needs a percolite.Transaction (from env.transaction(), env.run, "
             f"a loader or an observer) as its first argument, not {type(tx).__name__}"
         )
+    app = tx._app
+    if queue is not None and app is not None:
+        bound = app._queues.get(queue.id)
+        if bound is not queue and (bound is None or bound._identity() != queue._identity()):
+            has = "has no queue" if bound is None else "declares another queue"
+            raise ValueError(
+                f"{what}: the store is bound to app {app.name!r}, which {has} named "
+                f"{queue.id!r}: what you add would never be processed there. Declare the queue "
+                "on that app, or bind the app that declares it"
+            )
     return tx._tx
 
 

@@ -75,10 +75,13 @@ class Transaction:
     as ``bytes``.
     """
 
-    __slots__ = ("_tx", "__weakref__")
+    __slots__ = ("_tx", "_app", "__weakref__")
 
-    def __init__(self, core_transaction: Any) -> None:
+    def __init__(self, core_transaction: Any, app: Any = None) -> None:
         self._tx = core_transaction
+        # The app bound to the store when the transaction began (None when
+        # unknown): queues check that they belong to it (_queues.py).
+        self._app = app
 
     # -- reads ------------------------------------------------------------
     def get(self, row: BytesLike, column: ColumnLike, default: Any = None) -> Any:

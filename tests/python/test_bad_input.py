@@ -564,7 +564,298 @@ ENTRY_POINT_CASES = [
         ValueError,
         r"give worker_index and worker_count together",
     ),
+    # open(): every argument, checked before anything is created
+    ("open-path-int", lambda env, d, q: percolite.open(5), TypeError, r"path must be str or os"),
+    (
+        "open-mode-str",
+        lambda env, d, q: percolite.open(d / "c", mode="600"),
+        TypeError,
+        r"mode must be an int, not str",
+    ),
+    (
+        "open-mode-range",
+        lambda env, d, q: percolite.open(d / "c", mode=0o7777),
+        ValueError,
+        r"mode must be a permission mask between 0 and 0o777",
+    ),
+    (
+        "open-map-size-small",
+        lambda env, d, q: percolite.open(d / "c", map_size=10),
+        ValueError,
+        r"map_size must be at least 1 MiB, not 10",
+    ),
+    (
+        "open-map-size-float",
+        lambda env, d, q: percolite.open(d / "c", map_size=1e9),
+        TypeError,
+        r"map_size must be an int, not float",
+    ),
+    (
+        "open-max-readers-0",
+        lambda env, d, q: percolite.open(d / "c", max_readers=0),
+        ValueError,
+        r"max_readers must be between 1 and 65536, not 0",
+    ),
+    (
+        "open-restored-str",
+        lambda env, d, q: percolite.open(d / "c", restored="yes"),
+        TypeError,
+        r"restored must be True or False, not str",
+    ),
+    (
+        "open-sync-upper",
+        lambda env, d, q: percolite.open(d / "c", sync="FULL"),
+        ValueError,
+        r"sync must be one of 'full', 'meta', 'none', not 'FULL'",
+    ),
+    (
+        "open-app-int",
+        lambda env, d, q: percolite.open(d / "c", app=5),
+        TypeError,
+        r"app must be a percolite.App, not int",
+    ),
+    (
+        "open-backend-int",
+        lambda env, d, q: percolite.open(d / "c", backend=5),
+        TypeError,
+        r"backend must be a str or None, not int",
+    ),
+    (
+        "open-backend-unknown",
+        lambda env, d, q: percolite.open(d / "c", backend="sqlite"),
+        ValueError,
+        r"unknown backend 'sqlite'",
+    ),
+    # the handle's own calls
+    (
+        "process-timeout-str",
+        lambda env, d, q: env.process(timeout="x"),
+        TypeError,
+        r"timeout must be a number or None, not str",
+    ),
+    (
+        "status-queues-str",
+        lambda env, d, q: env.status(queues="yes"),
+        TypeError,
+        r"status: queues must be True or False, not str",
+    ),
+    (
+        "parked-int",
+        lambda env, d, q: env.parked(5),
+        TypeError,
+        r"parked: observer must be a name \(str\) or None, not int",
+    ),
+    (
+        "retry-parked-queue-int",
+        lambda env, d, q: env.retry_parked(queue=5),
+        TypeError,
+        r"retry_parked: queue must be a name",
+    ),
+    (
+        "retry-parked-unknown-queue",
+        lambda env, d, q: env.retry_parked(queue="nope"),
+        ValueError,
+        r"no queue named 'nope'",
+    ),
+    (
+        "loader-zero",
+        lambda env, d, q: env.loader(max_in_flight=0),
+        ValueError,
+        r"max_in_flight must be >= 1, not 0",
+    ),
+    (
+        "loader-float",
+        lambda env, d, q: env.loader(max_in_flight=2.5),
+        TypeError,
+        r"max_in_flight must be an int, not float",
+    ),
+    (
+        "start-workers-zero",
+        lambda env, d, q: env.start_workers(0),
+        ValueError,
+        r"threads must be at least 1, not 0",
+    ),
+    (
+        "start-workers-str",
+        lambda env, d, q: env.start_workers("4"),
+        TypeError,
+        r"threads must be an int, not str",
+    ),
+    (
+        "start-workers-count-zero",
+        lambda env, d, q: env.start_workers(1, worker_index=0, worker_count=0),
+        ValueError,
+        r"worker_index must be in range\(worker_count\)",
+    ),
+    # queues: keys and values through their codecs, transactions of the right store
+    (
+        "cq-add-key-type",
+        lambda env, d, q: q["cq"].add(env.transaction(), {5: 1}),
+        TypeError,
+        r"combine queue 'cq': key 5: expected str, not int",
+    ),
+    (
+        "cq-add-value-too-big",
+        lambda env, d, q: q["cq"].add(env.transaction(), {"a": 2**70}),
+        ValueError,
+        r"combine queue 'cq': value 1180591620717411303424 for key 'a'.*signed 64-bit",
+    ),
+    (
+        "cq-add-value-none",
+        lambda env, d, q: q["cq"].add(env.transaction(), {"a": None}),
+        TypeError,
+        r"combine queue 'cq': value None for key 'a': expected int",
+    ),
+    (
+        "cq-get-key-type",
+        lambda env, d, q: q["cq"].get(env.transaction(), 5),
+        TypeError,
+        r"combine queue 'cq': key 5: expected str, not int",
+    ),
+    (
+        "cq-add-ended-tx",
+        lambda env, d, q: q["cq"].add(q["ended"](env), {"a": 1}),
+        percolite.Error,
+        r"the transaction was already committed",
+    ),
+    (
+        "cq-of-another-app",
+        lambda env, d, q: q["other_cq"].add(env.transaction(), {"a": 1}),
+        ValueError,
+        r"combine queue 'ocq': add: the store is bound to app 'bad', which has no queue named "
+        r"'ocq': what you add would never be processed there",
+    ),
+    (
+        "cq-declared-otherwise",
+        lambda env, d, q: q["cq_elsewhere"].add(env.transaction(), {"a": 1}),
+        ValueError,
+        r"which declares another queue named 'cq'",
+    ),
+    (
+        "eq-add-nan",
+        lambda env, d, q: q["eq"].add(env.transaction(), "a", float("nan")),
+        TypeError,
+        r"export queue 'eq': value nan for key 'a': expected int, not float",
+    ),
+    (
+        "eq-of-another-app",
+        lambda env, d, q: q["other_eq"].add(env.transaction(), "a", 1),
+        ValueError,
+        r"export queue 'oeq': add: the store is bound to app 'bad', which has no queue",
+    ),
+    (
+        "counter-add-str",
+        lambda env, d, q: q["counter"].add(env.transaction(), "x"),
+        TypeError,
+        r"sharded counter 'hits': amount must be an int, not str",
+    ),
+    (
+        "counter-add-too-big",
+        lambda env, d, q: q["counter"].add(env.transaction(), 2**64),
+        ValueError,
+        r"sharded counter 'hits': amount 18446744073709551616 does not fit",
+    ),
+    (
+        "counter-add-no-tx",
+        lambda env, d, q: q["counter"].add(None, 1),
+        TypeError,
+        r"sharded counter 'hits': add needs a percolite.Transaction, not NoneType",
+    ),
+    # transactions used after they ended, and handles after close
+    (
+        "tx-set-after-commit",
+        lambda env, d, q: q["ended"](env).set("r", COL, "v"),
+        percolite.Error,
+        r"the transaction was already committed",
+    ),
+    (
+        "closed-env-transaction",
+        lambda env, d, q: q["closed"](d).transaction(),
+        percolite.ClosedError,
+        r"closed",
+    ),
+    # declarations
+    ("app-name-int", lambda env, d, q: percolite.App(5), TypeError, r"app's name must be a str"),
+    (
+        "cq-buckets-zero",
+        lambda env, d, q: percolite.App().combine_queue("q", buckets=0),
+        ValueError,
+        r"buckets must be between 1 and 999999, not 0",
+    ),
+    (
+        "cq-unknown-combiner",
+        lambda env, d, q: percolite.App().combine_queue("q", combiner="avg"),
+        ValueError,
+        r"combiner must be one of 'sum', 'max', 'min', 'last' or a callable, not 'avg'",
+    ),
+    (
+        "cq-unknown-codec",
+        lambda env, d, q: percolite.App().combine_queue("q", value_codec="int128"),
+        ValueError,
+        r"value_codec must be one of .* not 'int128'",
+    ),
+    (
+        "cq-id-reserved-character",
+        lambda env, d, q: percolite.App().combine_queue("a:b"),
+        ValueError,
+        r"combine queue id 'a:b' contains a character the layout reserves",
+    ),
+    (
+        "eq-exporter-not-callable",
+        lambda env, d, q: percolite.App().export_queue("e", 5),
+        TypeError,
+        r"export queue 'e': the exporter must be callable, not int",
+    ),
+    (
+        "counter-shards-zero",
+        lambda env, d, q: percolite.ShardedCounter("c", shards=0),
+        ValueError,
+        r"sharded counter 'c': shards must be between 1 and 65536, not 0",
+    ),
+    (
+        "codec-unknown",
+        lambda env, d, q: percolite.codecs.get_codec("int65"),
+        ValueError,
+        r"codec must be one of .* not 'int65'",
+    ),
+    (
+        "codec-int64-too-big",
+        lambda env, d, q: percolite.codecs.get_codec("int64").encode(2**64),
+        ValueError,
+        r"18446744073709551616 does not fit in a signed 64-bit integer",
+    ),
+    # percolite.check
+    (
+        "check-path-int",
+        lambda env, d, q: percolite.check(5),
+        TypeError,
+        r"path must be str or os.PathLike, not int",
+    ),
+    (
+        "check-timeout-negative",
+        lambda env, d, q: percolite.check(d / "db", timeout=-1),
+        ValueError,
+        r"timeout must be >= 0 or None, not -1",
+    ),
+    (
+        "check-no-store",
+        lambda env, d, q: percolite.check(d / "nope"),
+        percolite.StorageError,
+        r"no such directory, and create is off",
+    ),
 ]
+
+
+def _ended(env):
+    tx = env.transaction()
+    tx.commit()
+    return tx
+
+
+def _closed(directory):
+    other = percolite.open(":memory:")
+    other.close()
+    return other
 
 
 @pytest.mark.parametrize(
@@ -572,11 +863,17 @@ ENTRY_POINT_CASES = [
     [pytest.param(c, e, p, id=i) for i, c, e, p in ENTRY_POINT_CASES],
 )
 def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
-    app = percolite.App()
+    app, other, elsewhere = percolite.App("bad"), percolite.App("other"), percolite.App("else")
     objects = {
-        "cq": app.combine_queue("cq"),
-        "eq": app.export_queue("eq", lambda entries: None),
+        "cq": app.combine_queue("cq", key_codec="str", value_codec="int64"),
+        "eq": app.export_queue("eq", lambda entries: None, key_codec="str", value_codec="int64"),
+        "other_cq": other.combine_queue("ocq"),
+        "other_eq": other.export_queue("oeq", lambda entries: None),
+        "cq_elsewhere": elsewhere.combine_queue("cq", key_codec="str", value_codec="float64"),
+        "counter": percolite.ShardedCounter("hits", shards=4),
         "never": lambda tx: pytest.fail("fn ran despite bad options"),
+        "ended": _ended,
+        "closed": _closed,
     }
     store = tmp_path / "db"
     with percolite.open(store, app=app, sync="none") as env:
