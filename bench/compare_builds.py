@@ -16,6 +16,8 @@ Figures (percolite's only; the modules' py-lmdb and SQLite runs are ignored):
   (``sync="full"``);
 * ``bench_storage.py``: combine-queue updates/s, end to end (its own commit
   runs are cut to 0.1 s: the commit figures come from ``bench_commit.py``);
+* ``bench_reads.py``: random look-ups/s and scanned cells/s in one
+  transaction (the read path every checksum and fault guard sits on);
 * ``bench_hotkeys.py``: combine queue with the native sum, 4 threads,
   updates/s;
 * ``bench_phrasecount.py``: the phrase count of the built-in corpus, seconds
@@ -121,6 +123,11 @@ def _storage_figures(report: dict[str, Any]) -> dict[str, float]:
     return {"storage_combine_queue": report["results"]["combine_queue"]["median_per_s"]}
 
 
+def _reads_figures(report: dict[str, Any]) -> dict[str, float]:
+    results = report["results"]
+    return {f"reads_{op}": results[op]["percolite"]["median_per_s"] for op in ("lookups", "scan")}
+
+
 def _hotkeys_figures(report: dict[str, Any]) -> dict[str, float]:
     (result,) = [r for r in report["results"] if r["threads"] == HOTKEYS_THREADS]
     if not result["cq-native"]["exact"]:
@@ -160,6 +167,12 @@ MEASUREMENTS = (
         _storage_figures,
     ),
     Measurement(
+        "reads",
+        "bench_reads.py",
+        lambda args: ["--repeat", "1"] + _quick(args),
+        _reads_figures,
+    ),
+    Measurement(
         "hotkeys",
         "bench_hotkeys.py",
         lambda args: (
@@ -186,6 +199,8 @@ FIGURES = (
         for n in COMMIT_THREADS
     ),
     Figure("storage_combine_queue", "storage: combine queue", "storage", "updates/s"),
+    Figure("reads_lookups", "reads: random look-ups", "reads", "reads/s"),
+    Figure("reads_scan", "reads: full scan", "reads", "cells/s"),
     Figure(
         f"hotkeys_native_{HOTKEYS_THREADS}t",
         f"hotkeys: CQ native, {HOTKEYS_THREADS} threads",

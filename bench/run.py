@@ -33,6 +33,7 @@ import bench_hotkeys
 import bench_loader
 import bench_notify
 import bench_phrasecount
+import bench_reads
 import bench_storage
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
 from report import SUMMARY_NAME, format_targets_table, write_report
@@ -42,6 +43,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_notify,
     bench_hotkeys,
     bench_storage,
+    bench_reads,
     bench_loader,
     bench_export,
     bench_phrasecount,

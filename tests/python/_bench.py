@@ -32,6 +32,7 @@ BENCHMARK_ORDER = [
     "notify",
     "hotkeys",
     "storage",
+    "reads",
     "loader",
     "export",
     "phrasecount",

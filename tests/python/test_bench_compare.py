@@ -32,6 +32,8 @@ FIGURES = (
     "commit_1t",
     "commit_16t",
     "storage_combine_queue",
+    "reads_lookups",
+    "reads_scan",
     "hotkeys_native_4t",
     "phrasecount_builtin",
 )
@@ -85,9 +87,9 @@ def test_self_quick_reports_every_figure(tmp_path: Path) -> None:
         memory = report["memory_backend"][key]
         assert memory["current"]["median"] > 0 and memory["memory_vs_lmdb"] > 0, memory
 
-    # Four measurements on both sides and the memory backend on one, per pair.
+    # Five measurements on both sides and the memory backend on one, per pair.
     runs = report["runs"]
-    assert len(runs) == 2 * (4 * 2 + 1)
+    assert len(runs) == 2 * (5 * 2 + 1)
     assert all(run["percolite_module"] == module for run in runs)
     memory_runs = [run for run in runs if run["measurement"] == "memory"]
     assert [run["side"] for run in memory_runs] == ["current", "current"]
@@ -96,14 +98,14 @@ def test_self_quick_reports_every_figure(tmp_path: Path) -> None:
     # A and B back to back, the first side alternating from one pair to the next.
     paired = [run for run in runs if run["measurement"] != "memory"]
     firsts = [paired[i]["side"] for i in range(0, len(paired), 2)]
-    assert firsts == ["current", "baseline"] * 4
+    assert firsts == ["current", "baseline"] * 5
     for first, second in zip(paired[::2], paired[1::2]):
         assert first["measurement"] == second["measurement"]
         assert {first["side"], second["side"]} == {"current", "baseline"}
 
     assert "against itself (--self)" in stdout
     assert "commits, 16 threads" in stdout and "Memory backend" in stdout
-    assert "all 5 figures >= 0.95: " in stdout
+    assert "all 7 figures >= 0.95: " in stdout
     assert list(stores.iterdir()) == [], "scratch stores were left behind"
 
 

@@ -1,0 +1,262 @@
+"""Reads: point look-ups and scans through percolite's transactions, against py-lmdb.
+
+Every read of percolite checks what it reads: each stored record carries a
+CRC32C of its key and contents, verified on every read, and every call into
+LMDB runs under a guard that turns a fault on damaged pages into an error.
+This benchmark measures the read path those checks sit on, so that their
+cost shows when two builds are compared (``compare_builds.py``), and puts
+py-lmdb's raw reads of the same data beside it for scale.
+
+* **Look-ups**, reads/s: ``--reads-lookups`` random existing keys read one
+  by one in one transaction (percolite: ``tx.get(row, column)``; py-lmdb:
+  ``txn.get(key)``).
+* **Scan**, cells/s: every cell of the store, in key order, in one
+  transaction (percolite: ``tx.scan()``; py-lmdb: a cursor over the table).
+
+Both stores hold ``--reads-cells`` cells of ``--reads-value-size`` bytes,
+written once before the timing. One thread: percolite's reads come back to
+Python through its bindings, and this measures that path whole. No target:
+the figures matter as ratios between builds, and beside py-lmdb's.
+
+Run it alone (``python bench/bench_reads.py``, report in
+``bench/results/reads.json``) or through ``bench/run.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import percolite
+from common import (
+    OptionGroup,
+    Plot,
+    Table,
+    Target,
+    chosen,
+    format_table,
+    log,
+    machine_info,
+    median,
+    run_standalone,
+    scratch_dir,
+)
+
+NAME = "reads"
+COLUMN = ("c", "v")
+SYSTEMS = ("percolite", "lmdb")
+SYSTEM_LABELS = {"percolite": "percolite", "lmdb": "py-lmdb"}
+OPERATIONS = ("lookups", "scan")
+DEFAULT_CELLS, QUICK_CELLS = 200_000, 20_000
+DEFAULT_LOOKUPS, QUICK_LOOKUPS = 200_000, 20_000
+DEFAULT_VALUE_SIZE = 100
+LMDB_MAP_SIZE = 1 << 30
+
+
+def _row(i: int) -> bytes:
+    return b"row%09d" % i
+
+
+def add_arguments(parser: OptionGroup) -> None:
+    """Options of this benchmark only."""
+    parser.add_argument(
+        "--reads-cells",
+        type=int,
+        metavar="N",
+        help=f"cells in each store (default: {DEFAULT_CELLS:,}; {QUICK_CELLS:,} with --quick)",
+    )
+    parser.add_argument(
+        "--reads-lookups",
+        type=int,
+        metavar="N",
+        help=f"random look-ups per run (default: {DEFAULT_LOOKUPS:,}; "
+        f"{QUICK_LOOKUPS:,} with --quick)",
+    )
+    parser.add_argument(
+        "--reads-value-size",
+        type=int,
+        default=DEFAULT_VALUE_SIZE,
+        metavar="BYTES",
+        help="bytes of each value (default: %(default)s)",
+    )
+
+
+def _fill_percolite(store: Path, cells: int, value: bytes) -> percolite.Env:
+    env = percolite.open(store, sync="none")
+    for start in range(0, cells, 10_000):
+
+        def write(tx: Any, start: int = start) -> None:
+            for i in range(start, min(cells, start + 10_000)):
+                tx.set(_row(i), COLUMN, value)
+
+        env.run(write)
+    return env
+
+
+def _fill_lmdb(store: Path, cells: int, value: bytes) -> lmdb.Environment:
+    env = lmdb.open(str(store), sync=False, map_size=LMDB_MAP_SIZE)
+    with env.begin(write=True) as txn:
+        for i in range(cells):
+            txn.put(_row(i), value)
+    return env
+
+
+def _time(fn: Any) -> tuple[float, int]:
+    start = time.perf_counter()
+    count = fn()
+    return time.perf_counter() - start, count
+
+
+def _measure_percolite(env: percolite.Env, keys: list[bytes]) -> dict[str, float]:
+    with env.transaction() as tx:
+
+        def lookups() -> int:
+            for key in keys:
+                if tx.get(key, COLUMN) is None:
+                    raise RuntimeError(f"percolite lost {key!r}")
+            return len(keys)
+
+        lookup_seconds, looked_up = _time(lookups)
+        scan_seconds, scanned = _time(lambda: sum(1 for _ in tx.scan()))
+    return {"lookups": looked_up / lookup_seconds, "scan": scanned / scan_seconds}
+
+
+def _measure_lmdb(env: lmdb.Environment, keys: list[bytes]) -> dict[str, float]:
+    with env.begin() as txn:
+
+        def lookups() -> int:
+            for key in keys:
+                if txn.get(key) is None:
+                    raise RuntimeError(f"py-lmdb lost {key!r}")
+            return len(keys)
+
+        lookup_seconds, looked_up = _time(lookups)
+        scan_seconds, scanned = _time(lambda: sum(1 for _ in txn.cursor()))
+    return {"lookups": looked_up / lookup_seconds, "scan": scanned / scan_seconds}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Fill both stores once, then measure each ``args.repeat`` times,
+    alternating which goes first; return the report."""
+    cells = chosen(args.reads_cells, QUICK_CELLS if args.quick else DEFAULT_CELLS)
+    lookups = chosen(args.reads_lookups, QUICK_LOOKUPS if args.quick else DEFAULT_LOOKUPS)
+    if cells < 1 or lookups < 1 or args.reads_value_size < 0:
+        raise ValueError(
+            "--reads-cells and --reads-lookups must be positive, --reads-value-size not negative"
+        )
+    value = b"v" * args.reads_value_size
+    rng = random.Random(7)
+    keys = [_row(rng.randrange(cells)) for _ in range(lookups)]
+    runs: dict[str, list[dict[str, float]]] = {system: [] for system in SYSTEMS}
+    with scratch_dir(args.dir, f"{NAME}-") as scratch:
+        log(f"{NAME}: writing {cells:,} cells to each store")
+        stores = {
+            "percolite": _fill_percolite(scratch / "percolite", cells, value),
+            "lmdb": _fill_lmdb(scratch / "lmdb", cells, value),
+        }
+        measure = {"percolite": _measure_percolite, "lmdb": _measure_lmdb}
+        try:
+            for repetition in range(args.repeat):
+                order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
+                for system in order:
+                    measured = measure[system](stores[system], keys)
+                    runs[system].append({k: round(v, 1) for k, v in measured.items()})
+                    log(
+                        f"{NAME}: {SYSTEM_LABELS[system]:>9} run {repetition + 1}/{args.repeat}: "
+                        f"{measured['lookups']:,.0f} look-ups/s, {measured['scan']:,.0f} cells/s"
+                    )
+        finally:
+            for store in stores.values():
+                store.close()
+    results = {
+        operation: {
+            **{
+                system: {
+                    "median_per_s": median([r[operation] for r in runs[system]]),
+                    "runs": [r[operation] for r in runs[system]],
+                }
+                for system in SYSTEMS
+            }
+        }
+        for operation in OPERATIONS
+    }
+    for operation in OPERATIONS:
+        ours = results[operation]["percolite"]["median_per_s"]
+        theirs = results[operation]["lmdb"]["median_per_s"]
+        results[operation]["ratio"] = round(ours / theirs, 3) if theirs else None
+    return {
+        "benchmark": NAME,
+        "measures": "random look-ups and a full scan per second, one thread, one transaction",
+        "settings": {
+            "cells": cells,
+            "lookups": lookups,
+            "value_size": args.reads_value_size,
+            "repeat": args.repeat,
+            "quick": args.quick,
+        },
+        "versions": {
+            "percolite": percolite.__version__,
+            "percolite_module": str(Path(percolite.__file__).parent),
+            "py_lmdb": lmdb.__version__,
+        },
+        "machine": machine_info(),
+        "results": results,
+    }
+
+
+_HEADERS = ["read", "percolite /s", "py-lmdb /s", "percolite / py-lmdb"]
+_LABELS = {"lookups": "random look-ups", "scan": "full scan (cells)"}
+
+
+def _rows(report: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for operation in OPERATIONS:
+        result = report["results"][operation]
+        ratio = result["ratio"]
+        rows.append(
+            [
+                _LABELS[operation],
+                f"{result['percolite']['median_per_s']:,.0f}",
+                f"{result['lmdb']['median_per_s']:,.0f}",
+                "-" if ratio is None else f"{ratio:.2f}x",
+            ]
+        )
+    return rows
+
+
+def _title(settings: dict[str, Any]) -> str:
+    return (
+        f"Reads in one transaction, one thread, median of {settings['repeat']} runs: "
+        f"{settings['cells']:,} cells of {settings['value_size']} bytes, "
+        f"{settings['lookups']:,} random look-ups"
+    )
+
+
+def tables(report: dict[str, Any]) -> list[Table]:
+    """The table of ``REPORT.md`` (see ``common.py``)."""
+    return [Table(_title(report["settings"]), _HEADERS, _rows(report), [])]
+
+
+def plots(report: dict[str, Any]) -> list[Plot]:
+    return []
+
+
+def targets(report: dict[str, Any]) -> list[Target]:
+    return []
+
+
+def format_report(report: dict[str, Any]) -> str:
+    return "\n".join([_title(report["settings"]), "", format_table(_HEADERS, _rows(report))])
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
