@@ -41,13 +41,15 @@ class FaultError : public Error {
   explicit FaultError(const std::string& message) : Error(ErrorCode::kCorruption, message) {}
 };
 
-// One guarded call's landing place, on the caller's stack.
+// One guarded call's landing place, on the caller's stack. Nothing in it is
+// initialised up front (it is set up on every guarded call): the handlers
+// fill in what the fault was.
 struct GuardFrame {
   sigjmp_buf jump;
-  GuardFrame* outer = nullptr;
-  int signal = 0;  // SIGSEGV, SIGBUS, or 0 for an LMDB assertion
-  uintptr_t address = 0;
-  char assertion[160] = {0};
+  GuardFrame* outer;
+  int signal;  // SIGSEGV, SIGBUS, or 0 for an LMDB assertion
+  uintptr_t address;
+  char assertion[160];  // the assertion's text, when signal is 0
 };
 
 // The innermost active frame of this thread (null outside any guard).

@@ -224,7 +224,7 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   BackendOptions options_;
   uint64_t fork_generation_;
   MDB_env* env_ = nullptr;
-  int durable_mark_fd_ = -1;  // the durable mark, written after each group commit
+  void* durable_mark_ = nullptr;  // the durable mark's bytes, mapped shared (OpenDurableMark)
   unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
 
   // The writer's cache of the strongly observed columns (from the meta table).

@@ -74,12 +74,19 @@ void VerifyRecord(std::string_view stored_key, const MDB_val& data, RecordView* 
 }
 
 bool ReadRecord(MDB_txn* txn, MDB_dbi dbi, std::string_view encoded_key, RecordView* record) {
+  constexpr const char* kWhat = "reading a cell";
   std::string stored = StoredKeyFor(encoded_key);
   MDB_val key = ToVal(stored), data;
-  int rc = GuardedGet(txn, dbi, &key, &data, "reading a cell");
+  RecordCheck check = RecordCheck::kOk;
+  // One guard for the look-up and the verification of what it found.
+  const int rc = LmdbCall(kWhat, [&] {
+    const int found = mdb_get(txn, dbi, &key, &data);
+    if (found == MDB_SUCCESS) check = DecodeRecord(stored, FromVal(data), record);
+    return found;
+  });
   if (rc == MDB_NOTFOUND) return false;
-  CheckLmdb(rc, "reading a cell");
-  VerifyRecord(stored, data, record, "reading a cell");
+  CheckLmdb(rc, kWhat);
+  if (check != RecordCheck::kOk) ThrowBadRecord(stored, check, kWhat);
   if (IsHashedStoredKey(stored) && record->full_key != encoded_key) {
     throw Error(ErrorCode::kCorruption,
                 "reading a cell: the record stored under a hashed long key holds another key");
@@ -89,9 +96,9 @@ bool ReadRecord(MDB_txn* txn, MDB_dbi dbi, std::string_view encoded_key, RecordV
 
 bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusive,
                  std::string_view end, const RecordVisitor& visit) {
+  constexpr const char* kWhat = "scanning cells";
   MDB_cursor* cursor = nullptr;
-  CheckLmdb(LmdbCall("opening a cursor", [&] { return mdb_cursor_open(txn, dbi, &cursor); }),
-            "opening a cursor");
+  CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_open(txn, dbi, &cursor); }), kWhat);
   struct Closer {
     MDB_cursor* c;
     ~Closer() { mdb_cursor_close(c); }
@@ -99,21 +106,32 @@ bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusiv
 
   auto before_start = [&](std::string_view key) { return exclusive ? key <= from : key < from; };
   auto past_end = [&](std::string_view key) { return !end.empty() && key >= end; };
-  constexpr const char* kWhat = "scanning cells";
+
+  // Each step moves the cursor and verifies the record it lands on under one
+  // guard: the checksum covers the key's bytes too, so nothing below reads a
+  // byte of the map that was not verified first.
+  MDB_val key, data;
+  RecordView record;
+  auto step = [&](MDB_cursor_op op) {
+    RecordCheck check = RecordCheck::kOk;
+    const int rc = LmdbCall(kWhat, [&] {
+      const int moved = mdb_cursor_get(cursor, &key, &data, op);
+      if (moved == MDB_SUCCESS) check = DecodeRecord(FromVal(key), FromVal(data), &record);
+      return moved;
+    });
+    if (rc == MDB_SUCCESS && check != RecordCheck::kOk) ThrowBadRecord(FromVal(key), check, kWhat);
+    return rc;
+  };
 
   std::string_view seek = from.substr(0, std::min(from.size(), kMaxInlineKey));
-  MDB_val key = ToVal(seek), data;
-  int rc = GuardedCursorGet(cursor, &key, &data, seek.empty() ? MDB_FIRST : MDB_SET_RANGE, kWhat);
+  key = ToVal(seek);
+  int rc = step(seek.empty() ? MDB_FIRST : MDB_SET_RANGE);
   while (rc == MDB_SUCCESS) {
-    // Verified before anything looks at the key: the checksum covers the
-    // key's bytes too, and reading them all under the guard makes them safe.
     std::string_view stored = FromVal(key);
-    RecordView record;
-    VerifyRecord(stored, data, &record, kWhat);
     if (!IsHashedStoredKey(stored)) {
       if (past_end(stored)) return true;
       if (!before_start(stored) && !visit(stored, record)) return false;
-      rc = GuardedCursorGet(cursor, &key, &data, MDB_NEXT, kWhat);
+      rc = step(MDB_NEXT);
       continue;
     }
     // A group of hashed long keys sharing their first kMaxInlineKey bytes is
@@ -123,19 +141,18 @@ bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusiv
     std::vector<std::tuple<std::string, std::string, std::string>> group;
     while (rc == MDB_SUCCESS) {
       std::string_view k = FromVal(key);
-      VerifyRecord(k, data, &record, kWhat);
       if (!IsHashedStoredKey(k) || k.substr(0, kMaxInlineKey) != group_prefix) break;
       if (record.full_key.empty()) ThrowBadRecord(k, RecordCheck::kMalformed, kWhat);
       group.emplace_back(std::string(record.full_key), std::string(k), std::string(FromVal(data)));
-      rc = GuardedCursorGet(cursor, &key, &data, MDB_NEXT, kWhat);
+      rc = step(MDB_NEXT);
     }
     std::sort(group.begin(), group.end());
     for (const auto& [full_key, stored_key, raw] : group) {
       if (before_start(full_key)) continue;
       if (past_end(full_key)) return true;
-      RecordView record;
-      DecodeRecord(stored_key, raw, &record);  // verified above
-      if (!visit(full_key, record)) return false;
+      RecordView sorted;
+      DecodeRecord(stored_key, raw, &sorted);  // verified above
+      if (!visit(full_key, sorted)) return false;
     }
   }
   if (rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
