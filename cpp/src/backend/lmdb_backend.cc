@@ -949,22 +949,40 @@ size_t PurgeStoredRange(MDB_txn* txn, MDB_dbi dbi, std::string_view from, std::s
   std::unique_ptr<MDB_cursor, void (*)(MDB_cursor*)> closer(cursor, mdb_cursor_close);
   const std::string_view end_inline = end.substr(0, kMaxInlineKey);
   MDB_val key = ToVal(from.substr(0, kMaxInlineKey)), value;
-  int rc = GuardedCursorGet(cursor, &key, &value, MDB_SET_RANGE, kWhat);
+  // Each step moves the cursor and judges the entry it lands on under one
+  // guard. What is deleted is not read, so only a hashed key's record (which
+  // holds its whole key) is decoded and verified.
+  bool beyond = false, in_range = false;
+  auto step = [&](MDB_cursor_op op) {
+    RecordCheck check = RecordCheck::kOk;
+    const int rc = LmdbCall(kWhat, [&] {
+      const int moved = mdb_cursor_get(cursor, &key, &value, op);
+      if (moved != MDB_SUCCESS) return moved;
+      const std::string_view stored = FromVal(key);
+      beyond = stored.substr(0, kMaxInlineKey) > end_inline;
+      std::string_view whole = stored;
+      if (!beyond && IsHashedStoredKey(stored)) {
+        RecordView record;
+        check = DecodeRecord(stored, FromVal(value), &record);
+        whole = record.full_key;
+      }
+      in_range = check == RecordCheck::kOk && whole >= from && whole < end;
+      return moved;
+    });
+    if (rc == MDB_SUCCESS && check != RecordCheck::kOk) ThrowBadRecord(FromVal(key), check, kWhat);
+    return rc;
+  };
+  int rc = step(MDB_SET_RANGE);
   size_t purged = 0;
-  while (rc == MDB_SUCCESS) {
-    const std::string_view stored = FromVal(key);
-    RecordView record;
-    VerifyRecord(stored, value, &record, kWhat);
-    if (stored.substr(0, kMaxInlineKey) > end_inline) break;
-    const std::string_view whole = IsHashedStoredKey(stored) ? record.full_key : stored;
-    if (whole >= from && whole < end) {
+  while (rc == MDB_SUCCESS && !beyond) {
+    if (in_range) {
       CheckLmdb(LmdbCall(kWhat, [&] { return mdb_cursor_del(cursor, 0); }), kWhat);
       ++purged;
       // The cursor now rests on the next item (or past the last).
-      rc = GuardedCursorGet(cursor, &key, &value, MDB_GET_CURRENT, kWhat);
+      rc = step(MDB_GET_CURRENT);
       if (rc == EINVAL) rc = MDB_NOTFOUND;  // the table became empty
     } else {
-      rc = GuardedCursorGet(cursor, &key, &value, MDB_NEXT, kWhat);
+      rc = step(MDB_NEXT);
     }
   }
   if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) CheckLmdb(rc, kWhat);
