@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple, overload
 
 from . import _core
 from ._cells import Column
 from ._combine import CombineQueue
-from ._export import ExportQueue
+from ._export import ExportQueue, SequencedExport
 from ._log import failure_text
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction, check_max_attempts
 from ._queues import check_queue_options
+from .codecs import Codec
 from .errors import Error
 
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
@@ -40,7 +41,7 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
-def differences(recorded: dict, current: dict) -> list[str]:
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """How app identity ``current`` differs from ``recorded`` (both as
     :meth:`App._identity` gives them), one sentence each; empty when they
     agree. Observer names, lingers, batch sizes and max_attempts are not
@@ -50,7 +51,7 @@ def differences(recorded: dict, current: dict) -> list[str]:
         out.append(f"the app is named {current['name']!r}, not {recorded.get('name')!r}")
     old, new = recorded.get("observers", {}), current["observers"]
 
-    def column(entry: dict) -> str:
+    def column(entry: dict[str, Any]) -> str:
         family, qualifier = entry["column"]
         return f"column {family}:{qualifier} ({entry['notify']})"
 
@@ -88,7 +89,7 @@ class _Observer(NamedTuple):
     max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS
 
 
-def _check_observer_signature(fn: Callable, name: str) -> None:
+def _check_observer_signature(fn: Callable[..., Any], name: str) -> None:
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -102,12 +103,12 @@ def _check_observer_signature(fn: Callable, name: str) -> None:
         ) from None
 
 
-def _make_runner(fn: Callable) -> Callable:
+def _make_runner(fn: Callable[..., Any]) -> Callable:
     """The function the C++ workers call: wraps the core transaction, calls
     the observer, and reports a failure as its formatted traceback."""
     make_column = Column._from_bytes
 
-    def runner(core_tx, row: bytes, family: bytes, qualifier: bytes) -> tuple:
+    def runner(core_tx, row: bytes, family: bytes, qualifier: bytes) -> tuple[Any, ...]:
         try:
             fn(ObserverTransaction(core_tx), row, make_column(family, qualifier))
         except BaseException:
@@ -152,7 +153,7 @@ class App:
         """
         check_max_attempts(max_attempts, f"observer for {column!r}")
 
-        def register(fn: Callable) -> Callable:
+        def register(fn: Callable[..., Any]) -> Callable:
             self.add_observer(column, fn, notify=notify, name=name, max_attempts=max_attempts)
             return fn
 
@@ -161,7 +162,7 @@ class App:
     def add_observer(
         self,
         column: Any,
-        fn: Callable,
+        fn: Callable[..., Any],
         notify: NotificationType = STRONG,
         *,
         name: str | None = None,
@@ -207,18 +208,83 @@ class App:
         self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
         self._rebind()
 
+    @overload
+    def combine_queue(
+        self,
+        queue_id: str,
+        *,
+        buckets: int = ...,
+        combiner: str | Callable[[Any, list[Any]], Any] = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["int64"] = ...,
+        buffer_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> CombineQueue[str, int]: ...
+    @overload
+    def combine_queue(
+        self,
+        queue_id: str,
+        *,
+        buckets: int = ...,
+        combiner: str | Callable[[Any, list[Any]], Any] = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["float64"],
+        buffer_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> CombineQueue[str, float]: ...
+    @overload
+    def combine_queue(
+        self,
+        queue_id: str,
+        *,
+        buckets: int = ...,
+        combiner: str | Callable[[Any, list[Any]], Any] = ...,
+        key_codec: Literal["bytes"],
+        value_codec: Literal["int64"] = ...,
+        buffer_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> CombineQueue[bytes, int]: ...
+    @overload
+    def combine_queue(
+        self,
+        queue_id: str,
+        *,
+        buckets: int = ...,
+        combiner: str | Callable[[Any, list[Any]], Any] = ...,
+        key_codec: Literal["bytes"],
+        value_codec: Literal["float64"],
+        buffer_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> CombineQueue[bytes, float]: ...
+    @overload
+    def combine_queue(
+        self,
+        queue_id: str,
+        *,
+        buckets: int = ...,
+        combiner: str | Callable[[Any, list[Any]], Any] = ...,
+        key_codec: str | Codec = ...,
+        value_codec: str | Codec = ...,
+        buffer_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> CombineQueue[Any, Any]: ...
     def combine_queue(
         self,
         queue_id: str,
         *,
         buckets: int = _core.DEFAULT_COMBINE_BUCKETS,
-        combiner: Any = "sum",
-        key_codec: Any = "str",
-        value_codec: Any = "int64",
+        combiner: str | Callable[[Any, list[Any]], Any] = "sum",
+        key_codec: str | Codec = "str",
+        value_codec: str | Codec = "int64",
         buffer_size: int = _core.DEFAULT_BUFFER_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
-    ):
+    ) -> CombineQueue[Any, Any]:
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
 
         ``combiner`` is ``"sum"``, ``"max"``, ``"min"``, ``"last"`` (native,
@@ -253,17 +319,85 @@ class App:
             ),
         )
 
+    @overload
     def export_queue(
         self,
         queue_id: str,
-        exporter: Any = None,
+        exporter: Callable[[list[SequencedExport]], object],
+        *,
+        buckets: int = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["int64"],
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> ExportQueue[str, int]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: Callable[[list[SequencedExport]], object],
+        *,
+        buckets: int = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["float64"],
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> ExportQueue[str, float]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: Callable[[list[SequencedExport]], object],
+        *,
+        buckets: int = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["str"],
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> ExportQueue[str, str]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: Callable[[list[SequencedExport]], object],
+        *,
+        buckets: int = ...,
+        key_codec: str | Codec = ...,
+        value_codec: str | Codec = ...,
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> ExportQueue[Any, Any]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: None = ...,
+        *,
+        buckets: int = ...,
+        key_codec: str | Codec = ...,
+        value_codec: str | Codec = ...,
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]: ...
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: Callable[[list[SequencedExport]], object] | None = None,
         *,
         buckets: int = 16,
-        key_codec: Any = "str",
-        value_codec: Any = "json",
+        key_codec: str | Codec = "str",
+        value_codec: str | Codec = "json",
         batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
+    ) -> (
+        ExportQueue[Any, Any]
+        | Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
         whose ``exporter(entries)`` receives lists of
@@ -291,7 +425,7 @@ class App:
         give a flaky sink ``None`` or longer retries.
         """
 
-        def declare(fn: Any) -> ExportQueue:
+        def declare(fn: Any) -> ExportQueue[Any, Any]:
             return self._add_queue(
                 "export queue",
                 queue_id,
@@ -376,7 +510,7 @@ class App:
             if not env.closed:
                 env._bind(self, upgrade=True)  # this app, changed in this process
 
-    def _identity(self) -> dict:
+    def _identity(self) -> dict[str, Any]:
         """What a store records of the app bound to it (see :func:`differences`):
         its name, its observed columns and its queues' layouts."""
         observers = {

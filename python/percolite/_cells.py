@@ -53,7 +53,7 @@ class Column(tuple):
     def __repr__(self) -> str:
         return f"Column({self[0]!r}, {self[1]!r})"
 
-    def __getnewargs__(self):  # pickling
+    def __getnewargs__(self) -> tuple[bytes, bytes]:  # pickling
         return tuple(self)
 
 

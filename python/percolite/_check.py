@@ -42,7 +42,7 @@ _QUEUE_ENTRY_ROW = re.compile(rb"^[^:]+:(u|e):[0-9]{6}$")
 _STAMP = 12  # bytes in front of a queued entry's key (backend.h kStampSize)
 
 
-def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict:
+def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
     """Reads the whole store at ``path`` back in a child process and returns
     ``{"ok", "problems": [str], "counts": {...}}``; ``ok`` is True when
     nothing is damaged. Raises percolite.StorageError when there is no
@@ -76,11 +76,11 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict:
     return report
 
 
-def _damaged(problem: str) -> dict:
+def _damaged(problem: str) -> dict[str, Any]:
     return {"ok": False, "problems": [problem], "counts": {}}
 
 
-def _walk(directory: str) -> dict:
+def _walk(directory: str) -> dict[str, Any]:
     """The child's work: everything the module docstring lists."""
     from . import _core
     from ._counters import check_cell as counter_cell_problem

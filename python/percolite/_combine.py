@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, TypeVar
 
 from . import _core
 from ._export import ExportQueue
@@ -43,24 +43,31 @@ if TYPE_CHECKING:
 
 __all__ = ["CombineQueue", "Change", "NATIVE_COMBINERS"]
 
-NATIVE_COMBINERS: tuple = _core.NATIVE_COMBINERS
+NATIVE_COMBINERS: tuple[str, ...] = _core.NATIVE_COMBINERS
 # Most buffer_size for export_to: half of the 2**SEQ_INDEX_BITS export entries
 # a transaction may add.
 _EXPORT_BUFFER_BITS = _core.SEQ_INDEX_BITS - 1
 _EXPORT_BUFFER_LIMIT = 1 << _EXPORT_BUFFER_BITS
 
 
-class Change(NamedTuple):
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Change(NamedTuple, Generic[K, V]):
     """One key's change in a processed batch; ``old``/``new`` are ``None`` when absent."""
 
-    key: Any
-    old: Any
-    new: Any
+    key: K
+    old: V | None
+    new: V | None
 
 
-class CombineQueue:
+class CombineQueue(Generic[K, V]):
     """Queued updates of keys, folded into current values by the workers.
 
+    ``CombineQueue[K, V]`` for type checkers: keys of type ``K``, values and
+    updates of type ``V`` (what its codecs encode; :meth:`App.combine_queue`
+    infers them from the common codec names, else ``Any``).
     Create it with :meth:`percolite.App.combine_queue`; see
     ``docs/combine_queue.md``. Attributes: ``id``, ``buckets``,
     ``buffer_size``, ``linger``, ``combiner``, ``key_codec``, ``value_codec`` (as
@@ -103,14 +110,16 @@ class CombineQueue:
         self.key_codec: Codec = get_codec(key_codec, "key_codec")
         self.value_codec: Codec = get_codec(value_codec, "value_codec")
         self._on_change: Callable | None = None
-        self._export_to: list = []
+        self._export_to: list[Any] = []
         kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
         self._native_codecs = None if kl is None or vl is None else (kl, vl)
         self._core = None
         self._core = self._make_core()  # validates id and value type now
 
     # -- declaration ------------------------------------------------------
-    def on_change(self, fn: Callable) -> Callable:
+    def on_change(
+        self, fn: Callable[[Transaction, list[Change[K, V]]], None]
+    ) -> Callable[[Transaction, list[Change[K, V]]], None]:
         """Decorator registering ``fn(tx, changes)``, called once per processed
         batch, inside the processing transaction, with a list of
         :class:`Change`. It may add to an export queue or another combine
@@ -127,7 +136,7 @@ class CombineQueue:
         self.app._rebind()
         return fn
 
-    def export_to(self, queue: ExportQueue) -> ExportQueue:
+    def export_to(self, queue: ExportQueue[K, V]) -> ExportQueue[K, V]:
         """Feed every change of this queue into the export queue ``queue``:
         each processed batch adds ``(key, new)`` to it for every changed key
         (``new`` is ``None`` for a deleted key), in C++, inside the processing
@@ -171,7 +180,7 @@ class CombineQueue:
         if not isinstance(combiner, str):
             fn = combiner
 
-            def combiner(key_bytes: bytes, values: list) -> tuple:
+            def combiner(key_bytes: bytes, values: list[Any]) -> tuple[Any, ...]:
                 try:
                     result = fn(kc.decode(key_bytes), [vc.decode(v) for v in values])
                     return (True, None if result is None else vc.encode(result))
@@ -182,7 +191,7 @@ class CombineQueue:
         if self._on_change is not None:
             user_fn = self._on_change
 
-            def on_change(core_tx, items: list) -> tuple:
+            def on_change(core_tx, items: list[Any]) -> tuple[Any, ...]:
                 try:
                     changes = [
                         Change(
@@ -210,10 +219,10 @@ class CombineQueue:
             check_max_attempts(self.max_attempts, f"combine queue {self.id!r}"),
         )
 
-    def _core_spec(self) -> tuple:
+    def _core_spec(self) -> tuple[Any, ...]:
         return core_spec(self._core)
 
-    def _identity(self) -> dict:
+    def _identity(self) -> dict[str, Any]:
         """What a store records of this queue: what its stored rows mean."""
         return {
             "kind": "combine queue",
@@ -224,7 +233,7 @@ class CombineQueue:
         }
 
     # -- use ----------------------------------------------------------------
-    def add(self, tx: Transaction, updates: Mapping | Iterable[tuple]) -> None:
+    def add(self, tx: Transaction, updates: Mapping[K, V] | Iterable[tuple[K, V]]) -> None:
         """Queue ``{key: update}`` (or ``(key, update)`` pairs) in ``tx``.
         Every key and update is encoded first: if one cannot be, nothing is
         queued and the error names it."""
@@ -253,14 +262,14 @@ class CombineQueue:
             encoded.append((k, v))
         self._core.add(core_tx, encoded)
 
-    def get(self, tx: Transaction, key: Any, default: Any = None) -> Any:
+    def get(self, tx: Transaction, key: K, default: V | None = None) -> V | None:
         """The current value of ``key`` in ``tx``'s view, or ``default``."""
         what = f"combine queue {self.id!r}"
         core_tx = require_transaction(tx, f"{what}: get")
         data = self._core.get(core_tx, encode_or_raise(self.key_codec, key, f"{what}: key {key!r}"))
         return default if data is None else self.value_codec.decode(data)
 
-    def scan(self, tx: Transaction, prefix: Any = None) -> Iterator[tuple[Any, Any]]:
+    def scan(self, tx: Transaction, prefix: K | None = None) -> Iterator[tuple[K, V]]:
         """``(key, value)`` pairs of current values, in key order (of the
         encoded keys); ``prefix`` keeps the keys whose encoding starts with
         the encoding of ``prefix``."""
@@ -283,7 +292,7 @@ class CombineQueue:
         """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""
         return sum(1 for _ in tx.scan(prefix=f"{self.id}:u:"))
 
-    def bucket_of(self, key: Any) -> int:
+    def bucket_of(self, key: K) -> int:
         """The bucket (in ``range(buckets)``) that queues ``key``'s updates:
         a hash of the encoded key modulo ``buckets``."""
         return self._core.bucket_of(self.key_codec.encode(key))
@@ -293,7 +302,7 @@ class CombineQueue:
         return f"<percolite.CombineQueue {self.id!r} buckets={self.buckets} combiner={combiner!r}>"
 
 
-def _pair(item: Any, what: str) -> tuple:
+def _pair(item: Any, what: str) -> tuple[Any, ...]:
     """A (key, update) pair of the updates given to add; TypeError naming
     the queue for anything else."""
     if isinstance(item, (str, bytes)) or not isinstance(item, (tuple, list)) or len(item) != 2:

@@ -22,7 +22,7 @@ __all__ = ["open", "Env", "SYNC_MODES"]
 
 T = TypeVar("T")
 
-SYNC_MODES: tuple = _core.SYNC_MODES
+SYNC_MODES: tuple[str, ...] = _core.SYNC_MODES
 
 # Where a store records the app bound to it (App._identity(), as JSON).
 _APP_ROW = _core.SYSTEM_ROW_PREFIX + b"app"
@@ -30,7 +30,7 @@ _APP_COLUMN = (b"a", b"identity")
 
 
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
-    path: str | os.PathLike | None = None,
+    path: str | os.PathLike[str] | None = None,
     *,
     sync: str = "full",
     create: bool = True,
@@ -140,7 +140,7 @@ def check_timeout(timeout: Any) -> float | None:
     return None if timeout == float("inf") else float(timeout)
 
 
-def store_directory(target: str | os.PathLike) -> str:
+def store_directory(target: str | os.PathLike[str]) -> str:
     """The directory of the on-disk store ``target`` names (a path or
     ``lmdb://PATH``), for tools that share a store between processes;
     ``ValueError`` for an in-memory target, which no other process can open."""
@@ -181,7 +181,7 @@ class Env:
         self._sync = sync
         self._app: App | None = None
         self._workers_running = False
-        self._worker_args: dict | None = None  # start_workers' arguments, for bind()
+        self._worker_args: dict[str, Any] | None = None  # start_workers' arguments, for bind()
         self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
         _open_envs.add(self)
         self._recorder = _metrics.recorder_for(self)
@@ -226,7 +226,7 @@ class Env:
     def _bind(self, app: App, *, upgrade: bool = False) -> None:
         current = app._identity()
 
-        def record(tx: Transaction) -> tuple[list[str], dict]:
+        def record(tx: Transaction) -> tuple[list[str], dict[str, Any]]:
             stored = tx.get(_APP_ROW, _APP_COLUMN)
             recorded = json.loads(stored) if stored is not None else None
             found = [] if recorded is None else differences(recorded, current)
@@ -546,7 +546,7 @@ class Env:
         *,
         timeout: float | None = None,
         progress: Any = False,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Start workers, wait until nothing is left to run, stop them;
         return what they did: ``{"runs", "commits", "conflicts",
         "failures", "parked", "idle"}``. ``parked`` counts the parked
@@ -571,7 +571,7 @@ class Env:
         return totals
 
     # -- failures and parked work -------------------------------------------
-    def parked(self, observer: str | None = None) -> list[dict]:
+    def parked(self, observer: str | None = None) -> list[dict[str, Any]]:
         """The parked work recorded in the store, from any process: one dict
         per parked notification or queue key, ``{"observer", "row",
         "family", "qualifier", "key", "queue", "attempts", "parked",
@@ -591,7 +591,7 @@ class Env:
             records = [r for r in records if r["observer"] == observer]
         return [self._describe_record(r) for r in records]
 
-    def _describe_record(self, record: dict) -> dict:
+    def _describe_record(self, record: dict[str, Any]) -> dict[str, Any]:
         record["queue"] = None
         if record["key"] is None:
             return record
@@ -605,7 +605,7 @@ class Env:
                 pass
         return record
 
-    def failures(self) -> dict[str, dict]:
+    def failures(self) -> dict[str, dict[str, Any]]:
         """Each observer's failure history in the store, by observer name:
         ``{"failures", "parked", "first_failure_unix", "last_failure_unix",
         "last_cell": {"row", "family", "qualifier"}, "last_error": {"type",
@@ -650,7 +650,7 @@ class Env:
     # How many parked records status() lists (parked() lists them all).
     STATUS_PARKED_LIMIT = 100
 
-    def status(self, *, queues: bool = True) -> dict:
+    def status(self, *, queues: bool = True) -> dict[str, Any]:
         """What the engine is doing, read from the store (so from any
         process) where the store keeps it: pending notifications per observed
         column; per observer, this process's runs, commits, conflicts and
@@ -723,7 +723,7 @@ class Env:
             "store": self.stats(),
         }
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """Counters and gauges of the store, totals over every process that
         worked it (each process adds its counts to the store every
         ``percolite._metrics.FLUSH_SECONDS`` seconds, when it closes the
@@ -748,7 +748,7 @@ class Env:
         self._recorder.flush()
         return _metrics.read(self)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counters of this process's commits: ``commits``, ``conflicts``,
         ``batches`` (group commits), ``inline_batches`` (those a committing
         thread ran itself, with no hand-off to the writer thread),
@@ -793,7 +793,7 @@ def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
     return names
 
 
-def _queue_notify_columns(queue_id: str, recorded: dict) -> list[tuple[bytes, bytes]]:
+def _queue_notify_columns(queue_id: str, recorded: dict[str, Any]) -> list[tuple[bytes, bytes]]:
     """The notify column of a queue the recorded app had: the core's layout
     (``<family>:<id>``, ``notify``), asked of a throwaway queue of that kind."""
     kind = recorded.get("kind")

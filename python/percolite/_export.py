@@ -17,7 +17,7 @@ ExportQueue). In short:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, TypeVar
 
 from . import _core
 from ._log import failure_text
@@ -42,6 +42,10 @@ __all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
 SEQ_INDEX_BITS: int = _core.SEQ_INDEX_BITS
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
 class SequencedExport(NamedTuple):
     """One exported entry. ``value`` is ``None`` when the key was deleted.
 
@@ -62,7 +66,7 @@ _DELETED = b"\x00"
 _PRESENT = b"\x01"
 
 
-class ExportQueue:
+class ExportQueue(Generic[K, V]):
     """Entries that leave for an external system once their transaction commits.
 
     Create it with :meth:`percolite.App.export_queue`; see
@@ -124,7 +128,7 @@ class ExportQueue:
         (built-in codecs), else they come as ``(key, value, seq)`` bytes."""
         kc, vc, exporter = self.key_codec, self.value_codec, self.exporter
 
-        def run(items: list) -> tuple:
+        def run(items: list[Any]) -> tuple[Any, ...]:
             try:
                 if decoded:
                     entries = items
@@ -142,10 +146,10 @@ class ExportQueue:
 
         return run
 
-    def _core_spec(self) -> tuple:
+    def _core_spec(self) -> tuple[Any, ...]:
         return core_spec(self._core)
 
-    def _identity(self) -> dict:
+    def _identity(self) -> dict[str, Any]:
         """What a store records of this queue: what its stored rows mean."""
         return {
             "kind": "export queue",
@@ -154,7 +158,7 @@ class ExportQueue:
             "value_codec": self.value_codec.name,
         }
 
-    def add(self, tx: Transaction, key: Any, value: Any) -> None:
+    def add(self, tx: Transaction, key: K, value: V | None) -> None:
         """Queue ``(key, value)`` in ``tx``: the entry exists if and only if
         ``tx`` commits. ``value=None`` exports a deletion of ``key``. Key and
         value are encoded first: if either cannot be, nothing is queued and

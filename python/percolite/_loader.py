@@ -31,7 +31,9 @@ __all__ = ["Loader"]
 class _Job:
     __slots__ = ("fn", "args", "kwargs", "future", "attempts", "result")
 
-    def __init__(self, fn: Callable, args: tuple, kwargs: dict, future: Future) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], future: Future
+    ) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
@@ -131,7 +133,7 @@ class Loader:
         """Whether the loader was closed (no more submissions)."""
         return self._closing
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run ``fn(tx, *args, **kwargs)`` in a fresh transaction on the
         loader's thread and commit it; return a future of ``fn``'s result,
         resolved once the transaction is durable. Blocks while
@@ -161,7 +163,9 @@ class Loader:
         if self._env.closed:
             raise ClosedError(f"store {self._env.path!r} is closed")
 
-    def _post(self, fn: Callable, args: tuple, kwargs: dict) -> Future:
+    def _post(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[Any]:
         future: Future = Future()
         token = next(self._tokens)
         self._jobs[token] = _Job(fn, args, kwargs, future)

@@ -49,14 +49,14 @@ def shown(value: Any) -> str:
     return repr(decoded) if decoded.isprintable() else repr(value)
 
 
-def describe_cell(record: dict) -> str:
+def describe_cell(record: dict[str, Any]) -> str:
     """``row 'r' column 'family:qualifier'`` for a record with row, family and qualifier."""
     text = shown
     column = f"{text(record['family'])[1:-1]}:{text(record['qualifier'])[1:-1]}"
     return f"row {text(record['row'])} column {column!r}"
 
 
-def report_failure(record: dict) -> None:
+def report_failure(record: dict[str, Any]) -> None:
     """Called by the workers after each failed run is recorded in the store
     (``record`` as :meth:`percolite.Env.parked` lists them)."""
     error = record["error"]

@@ -200,14 +200,14 @@ def recorder_for(env: Any) -> _Recorder:
         return recorder
 
 
-def _encode(sample: Sample) -> dict:
-    out: dict = {}
+def _encode(sample: Sample) -> dict[str, Any]:
+    out: dict[Any, Any] = {}
     for (name, label), value in sample.items():
         out.setdefault(name, {})[label] = value
     return out
 
 
-def _decode(stored: dict) -> Sample:
+def _decode(stored: dict[str, Any]) -> Sample:
     return {
         (name, label): value
         for name, labels in stored.items()
@@ -216,7 +216,7 @@ def _decode(stored: dict) -> Sample:
     }
 
 
-def read(env: Any) -> dict:
+def read(env: Any) -> dict[str, Any]:
     """The metrics of ``env``'s store: ``{"counters": {...}, "gauges": {...}}``
     (see :meth:`percolite.Env.metrics`)."""
     totals: Sample = {}
@@ -230,7 +230,7 @@ def read(env: Any) -> dict:
                 continue  # a cell another version wrote
             for key, value in stored.items():
                 totals[key] = totals.get(key, 0) + value
-    counters: dict = {}
+    counters: dict[Any, Any] = {}
     for name, (_help, label) in COUNTERS.items():
         counters[name] = {} if label else 0
     for (name, label), value in totals.items():
@@ -291,7 +291,7 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def prometheus_text(metrics: dict) -> str:
+def prometheus_text(metrics: dict[str, Any]) -> str:
     """``metrics`` (as :func:`read` returns them) in the Prometheus text
     exposition format, every name prefixed ``percolite_``."""
     lines: list[str] = []

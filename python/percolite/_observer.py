@@ -7,7 +7,7 @@ Shared by :class:`percolite.App`'s observers and by the queues' processors
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _core
 from ._transaction import Transaction
@@ -61,7 +61,7 @@ class ObserverTransaction(Transaction):
         the observer instead: its transaction is aborted and retried)."""
         raise Error("an observer's transaction is aborted by percolite when the observer raises")
 
-    def __enter__(self):
+    def __enter__(self) -> NoReturn:
         raise Error("an observer's transaction is managed by percolite; do not use it in 'with'")
 
 

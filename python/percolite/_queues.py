@@ -29,7 +29,7 @@ MAX_BUCKETS: int = _core.MAX_BUCKETS
 MAX_LINGER: float = _core.MAX_LINGER_SECONDS
 
 
-def accepts(fn: Callable, n: int) -> bool:
+def accepts(fn: Callable[..., Any], n: int) -> bool:
     """Whether ``fn`` can be called with ``n`` positional arguments (True
     when its signature cannot be read)."""
     try:
@@ -109,7 +109,7 @@ def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
         raise kind(f"{what}: {e}") from None
 
 
-def core_spec(core: Any) -> tuple:
+def core_spec(core: Any) -> tuple[Any, ...]:
     """The observer spec of a queue's core object: its processor, run as the
     weak observer of the queue's notify column."""
     family, qualifier, name = core.notify_column

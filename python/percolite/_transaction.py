@@ -17,6 +17,7 @@ The contract lives in ``cpp/include/percolite/transaction.h``; in short:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 from . import _core
@@ -89,7 +90,9 @@ class Transaction:
         value = self._tx.get(row, column)
         return default if value is None else value
 
-    def get_many(self, cells: Iterable[tuple[BytesLike, ColumnLike]], default: Any = None) -> list:
+    def get_many(
+        self, cells: Iterable[tuple[BytesLike, ColumnLike]], default: Any = None
+    ) -> list[Any]:
         """Values of many ``(row, column)`` cells at once, in the order given;
         ``default`` where a cell has no value."""
         values = self._tx.get_many(list(cells))
@@ -184,7 +187,12 @@ class Transaction:
     def __enter__(self) -> Transaction:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is not None:
             self._tx.abort()
         elif self._tx.state in ("active", "closed"):

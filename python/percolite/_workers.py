@@ -271,7 +271,7 @@ def run_worker_processes(
 
 def run_workers(
     app: str,
-    db: str | os.PathLike,
+    db: str | os.PathLike[str],
     *,
     processes: int = 1,
     threads: int = _core.DEFAULT_THREADS,

@@ -74,7 +74,7 @@ class _Bytes(Codec):
         return data
 
 
-def _unpack(codec: Any, data: bytes) -> tuple:
+def _unpack(codec: Any, data: bytes) -> tuple[Any, ...]:
     """``codec._struct.unpack(data)``; ValueError naming the codec and the
     sizes when ``data`` has the wrong length."""
     if len(data) != codec._struct.size:
@@ -128,7 +128,7 @@ class int64s(Codec):  # noqa: N801 - reads like the codec's name
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise ValueError(f"int64s needs a tuple length >= 1, not {length!r}")
         self.length = length
-        self.name = f"int64s:{length}"
+        self.name: str = f"int64s:{length}"
         self._struct = struct.Struct(f">{length}q")
 
     def encode(self, value: Any) -> bytes:
@@ -138,7 +138,7 @@ class int64s(Codec):  # noqa: N801 - reads like the codec's name
             raise ValueError(f"expected a tuple of {self.length} ints, not {len(value)}")
         return self._struct.pack(*(_check_int64(v) for v in value))
 
-    def decode(self, data: bytes) -> tuple:
+    def decode(self, data: bytes) -> tuple[int, ...]:
         return _unpack(self, data)
 
 

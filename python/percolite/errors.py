@@ -60,10 +60,12 @@ class WorkParked(Error):
     ``percolite status``; run them again with ``Env.retry_parked()`` or
     ``percolite retry`` once the cause is fixed."""
 
-    def __init__(self, message: str, parked: int = 0, by_observer: dict | None = None) -> None:
+    def __init__(
+        self, message: str, parked: int = 0, by_observer: dict[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.parked = parked
-        self.by_observer = dict(by_observer or {})
+        self.by_observer: dict[str, int] = dict(by_observer or {})
 
 
 class AppMismatch(Error):
@@ -73,6 +75,6 @@ class AppMismatch(Error):
     ``upgrade=True`` (``percolite.open`` or ``Env.bind``) to record the new
     app deliberately."""
 
-    def __init__(self, message: str, differences: list | None = None) -> None:
+    def __init__(self, message: str, differences: list[str] | None = None) -> None:
         super().__init__(message)
-        self.differences = list(differences or [])
+        self.differences: list[str] = list(differences or [])

@@ -32,7 +32,7 @@ if hasattr(os, "register_at_fork"):
 # Connections a forked child inherited. Closing them in the child would end
 # the parent's session (PostgreSQL) or touch the parent's locks (SQLite), so
 # the child keeps them referenced and never uses or finalizes them.
-_INHERITED_CONNECTIONS: list = []
+_INHERITED_CONNECTIONS: list[Any] = []
 
 
 class _Pool:
@@ -43,7 +43,7 @@ class _Pool:
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
         self._lock = threading.Lock()
-        self._idle: list = []
+        self._idle: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
         _FORK_AWARE.add(self)

@@ -34,7 +34,7 @@ def _json_line(key: Any, value: Any, seq: int) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
-def _read_lines(data: bytes, last_seq: dict, state: dict | None = None) -> None:
+def _read_lines(data: bytes, last_seq: dict[str, Any], state: dict[str, Any] | None = None) -> None:
     """Applies the complete lines of ``data`` to ``last_seq`` (key -> highest
     seq) and to ``state`` (key -> value of that seq) when given. A line that
     is not a JSON entry is a torn write from a crashed call: that call did not
@@ -74,20 +74,20 @@ class JSONLines:
     """
 
     def __init__(self, path: Any, *, mode: int = DEFAULT_FILE_MODE) -> None:
-        self.mode = _file_mode(mode)
-        self.path = os.path.abspath(os.fspath(path))
+        self.mode: int = _file_mode(mode)
+        self.path: str = os.path.abspath(os.fspath(path))
         _require_directory(self.path)
         self._lock = threading.Lock()  # one call of this object at a time
         self._offset = 0  # how far this object has read the file
         self._file_id: tuple | None = None  # (device, inode) read so far
-        self._last_seq: dict = {}  # key -> highest seq in the file up to _offset
+        self._last_seq: dict[Any, Any] = {}  # key -> highest seq in the file up to _offset
         self._closed = False
         _FORK_AWARE.add(self)
 
-    def __call__(self, entries: Iterable) -> None:
+    def __call__(self, entries: Iterable[Any]) -> None:
         """Appends the newest entry of each key in ``entries`` (a list of
         :class:`SequencedExport`) whose seq is higher than the file's for that key."""
-        newest: dict = {}
+        newest: dict[Any, Any] = {}
         for entry in entries:
             seq = _check_seq(entry)
             line = _json_line(entry.key, entry.value, seq)
@@ -136,7 +136,7 @@ class JSONLines:
         return self._offset > 0 and os.pread(fd, 1, self._offset - 1) != b"\n"
 
     @staticmethod
-    def load(path: Any) -> dict:
+    def load(path: Any) -> dict[str, Any]:
         """The state the file at ``path`` describes: ``{key: value}`` with,
         per key, the value of its highest seq; deleted keys are absent; keys
         that were tuples or lists come back as tuples. Raises
@@ -146,11 +146,11 @@ class JSONLines:
         with open(path, "rb") as file:
             fcntl.flock(file.fileno(), fcntl.LOCK_SH)  # no half-written call
             data = file.read()
-        state: dict = {}
+        state: dict[Any, Any] = {}
         _read_lines(data, {}, state)
         return {key: value for key, value in state.items() if value is not None}
 
-    def rows(self) -> dict:
+    def rows(self) -> dict[str, Any]:
         """:meth:`load` of this file; {} before the first export."""
         try:
             return self.load(self.path)

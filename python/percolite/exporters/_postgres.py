@@ -79,12 +79,12 @@ class Postgres(_SQLExporter):
         if not isinstance(dsn, str):
             raise ValueError(f"dsn must be a str, not {type(dsn).__name__}")
         self._dsn = dsn
-        self.safe_dsn = _hide_password(dsn)
+        self.safe_dsn: str = _hide_password(dsn)
         try:
             self._psycopg.conninfo.conninfo_to_dict(dsn)
         except self._psycopg.Error as exc:
             raise ValueError(f"bad PostgreSQL DSN {self.safe_dsn!r}: {exc}") from None
-        self.connect_timeout = _positive(connect_timeout, "connect_timeout")
+        self.connect_timeout: float = _positive(connect_timeout, "connect_timeout")
         self._set_up(table, key, columns, create)
         if len(self.guard_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
             raise ValueError(
@@ -111,7 +111,7 @@ class Postgres(_SQLExporter):
             conn.execute("SELECT 1")
             conn.rollback()
 
-    def __call__(self, entries: Iterable) -> None:
+    def __call__(self, entries: Iterable[Any]) -> None:
         """Applies ``entries`` (a list of :class:`SequencedExport`) in one
         PostgreSQL transaction, each only if its seq is newer than the guard's."""
         rows = self._layout.collapse(entries)
@@ -132,7 +132,7 @@ class Postgres(_SQLExporter):
                 cursor.executemany(self._sql.delete, deletes)
         self._tables_ready = has_main
 
-    def _raise_guards(self, cursor: Any, rows: list) -> list:
+    def _raise_guards(self, cursor: Any, rows: list[Any]) -> list[Any]:
         """Runs the guard upsert of every row (pipelined); returns the rows
         whose guard changed, which are the ones to apply."""
         cursor.executemany(
@@ -147,7 +147,7 @@ class Postgres(_SQLExporter):
             cursor.nextset()
         return applied
 
-    def _ensure_tables(self, cursor: Any, rows: list) -> bool:
+    def _ensure_tables(self, cursor: Any, rows: list[Any]) -> bool:
         # Concurrent CREATE TABLE IF NOT EXISTS can fail in PostgreSQL: one
         # creator at a time, until this transaction ends.
         lock_name = f"percolite.exporters {self.table}"
@@ -158,7 +158,7 @@ class Postgres(_SQLExporter):
         cursor.execute("SELECT to_regclass(%s)", (_quote(table),))
         return cursor.fetchone()[0] is not None
 
-    def rows(self) -> dict:
+    def rows(self) -> dict[str, Any]:
         """The main table as ``{key: value}`` (tuple keys and values for
         several columns, in column order); {} before the table exists."""
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:

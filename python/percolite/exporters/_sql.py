@@ -30,7 +30,7 @@ def _quote(name: str) -> str:
     return f'"{name}"'
 
 
-def _names(spec: Any, what: str) -> tuple:
+def _names(spec: Any, what: str) -> tuple[Any, ...]:
     if isinstance(spec, str):
         return (_identifier(spec, what),)
     if not isinstance(spec, (tuple, list)) or not spec:
@@ -66,7 +66,7 @@ def _sql_scalar(item: Any, describe: Callable[[], str]) -> Any:
     )
 
 
-def _all_finite(items: Iterable) -> bool:
+def _all_finite(items: Iterable[Any]) -> bool:
     """No float among ``items`` is NaN or infinite (a loop in C)."""
     return all(map(_finite_or_other, items))
 
@@ -88,7 +88,7 @@ class _Row(NamedTuple):
     seq: int
 
 
-def _sort_key(cells: tuple) -> tuple:
+def _sort_key(cells: tuple[Any, ...]) -> tuple[Any, ...]:
     # A total order even across types: the SQL exporters touch keys in this
     # order, so that concurrent batches lock guard rows in the same order.
     return tuple((type(cell).__name__, cell) for cell in cells)
@@ -118,7 +118,7 @@ class _Layout:
                     f"(key={key!r}, columns={columns!r}; names are compared ignoring case)"
                 )
 
-    def key_cells(self, key: Any) -> tuple:
+    def key_cells(self, key: Any) -> tuple[Any, ...]:
         if isinstance(self.key, str):
             cells: Sequence = (key,)
         elif isinstance(key, (tuple, list)) and len(key) == len(self.key_columns):
@@ -135,7 +135,7 @@ class _Layout:
             out.append(_sql_scalar(cell, lambda c=column: f"key {key!r}, column {c!r}"))
         return tuple(out)
 
-    def value_cells(self, key: Any, value: Any) -> tuple:
+    def value_cells(self, key: Any, value: Any) -> tuple[Any, ...]:
         columns = self.value_columns
 
         def mismatch(expected: str) -> ValueError:
@@ -162,7 +162,7 @@ class _Layout:
             for name, cell in zip(columns, cells)
         )
 
-    def collapse(self, entries: Iterable) -> list:
+    def collapse(self, entries: Iterable[Any]) -> list[Any]:
         """The newest entry of each key, checked and mapped to cells, in key
         order. Raises ValueError for a bad entry before anything is written."""
         if not isinstance(entries, (list, tuple)):
@@ -170,7 +170,7 @@ class _Layout:
         rows = self._collapse_plain(entries)
         if rows is not None:
             return rows
-        newest: dict = {}
+        newest: dict[Any, Any] = {}
         for entry in entries:
             seq = _check_seq(entry)
             key_cells = self.key_cells(entry.key)
@@ -198,8 +198,8 @@ class _Layout:
         # type), the newest of each key is the list's last entry, and neither
         # a dict nor a sort is needed. Out of order, a dict takes over.
         floats = False  # NaN and infinities are refused (by the general path)
-        ordered: list = []
-        newest: dict | None = None
+        ordered: list[Any] = []
+        newest: dict[str, Any] | None = None
         last_key: Any = None
         key_type: Any = None
         for entry in entries:
@@ -319,7 +319,9 @@ class _Layout:
         return f"table={self.table!r} key={self.key!r} columns={self.columns!r}"
 
 
-def _column_types(layout: _Layout, rows: list, types: dict, untyped: str | None) -> list | None:
+def _column_types(
+    layout: _Layout, rows: list[Any], types: dict[str, Any], untyped: str | None
+) -> list | None:
     """SQL types for the key and value columns of a new main table, from the
     Python types of the first non-None cell of each column in ``rows``; None
     when ``rows`` only deletes (the table can wait for a batch with values).
@@ -377,10 +379,10 @@ class _Statements:
         self.delete = f"DELETE FROM {table} WHERE {match} AND seq < {mark}"
         self.select = f"SELECT {key_list}, {', '.join(values)} FROM {table} ORDER BY {key_list}"
 
-    def create_guard(self, key_types: list) -> str:
+    def create_guard(self, key_types: list[Any]) -> str:
         return self._create(self.guard, self._key_definitions(key_types))
 
-    def create_main(self, types: list) -> str:
+    def create_main(self, types: list[Any]) -> str:
         width = len(self.layout.key_columns)
         values = [
             f"{_quote(name)} {sql_type}".rstrip()
@@ -388,20 +390,20 @@ class _Statements:
         ]
         return self._create(self.table, self._key_definitions(types[:width]) + values)
 
-    def _key_definitions(self, key_types: list) -> list:
+    def _key_definitions(self, key_types: list[Any]) -> list[Any]:
         return [
             f"{_quote(name)} {sql_type} NOT NULL"
             for name, sql_type in zip(self.layout.key_columns, key_types)
         ]
 
-    def _create(self, table: str, columns: list) -> str:
+    def _create(self, table: str, columns: list[Any]) -> str:
         key_list = ", ".join(_quote(name) for name in self.layout.key_columns)
         return (
             f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}, "
             f"seq {self.seq_type} NOT NULL, PRIMARY KEY ({key_list}))"
         )
 
-    def rows_from(self, records: Iterable) -> dict:
+    def rows_from(self, records: Iterable[Any]) -> dict[str, Any]:
         layout, width = self.layout, len(self.layout.key_columns)
         return {
             layout.key_from_cells(record[:width]): layout.value_from_cells(record[width:])
@@ -421,7 +423,7 @@ class _SQLExporter:
     def _set_up(self, table: Any, key: Any, columns: Any, create: bool) -> None:
         self._layout = _Layout(table, key, columns)
         self._sql = _Statements(self._layout, self._mark, self._seq_type)
-        self.create = bool(create)
+        self.create: bool = bool(create)
         self._tables_ready = False  # both tables known to exist
         self._pool = _Pool(self._connect)
 
@@ -451,7 +453,7 @@ class _SQLExporter:
         """The value column name, or the tuple of them."""
         return self._layout.columns
 
-    def _ensure_tables(self, handle: Any, rows: list) -> bool:
+    def _ensure_tables(self, handle: Any, rows: list[Any]) -> bool:
         """Creates what is missing (or raises when ``create`` is false), in
         the call's transaction; returns whether the main table exists now
         (the caller records that once the transaction committed). A batch of

@@ -67,14 +67,14 @@ class SQLite(_SQLExporter):
         timeout: float = 30.0,
         mode: int = DEFAULT_FILE_MODE,
     ) -> None:
-        self.mode = _file_mode(mode)
-        self.path = os.path.abspath(os.fspath(path))
+        self.mode: int = _file_mode(mode)
+        self.path: str = os.path.abspath(os.fspath(path))
         if os.fspath(path) == ":memory:":
             raise ValueError(
                 "SQLite needs a file: every connection to ':memory:' is a new database"
             )
         _require_directory(self.path)
-        self.timeout = float(_positive(timeout, "timeout"))
+        self.timeout: float = float(_positive(timeout, "timeout"))
         self._set_up(table, key, columns, create)
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits.
@@ -112,7 +112,7 @@ class SQLite(_SQLExporter):
                     raise
             time.sleep(0.005)
 
-    def __call__(self, entries: Iterable) -> None:
+    def __call__(self, entries: Iterable[Any]) -> None:
         """Applies ``entries`` (a list of :class:`SequencedExport`) in one
         SQLite transaction, each only if its seq is newer than the guard's."""
         layout = self._layout
@@ -136,7 +136,7 @@ class SQLite(_SQLExporter):
                 raise
         self._tables_ready = has_main
 
-    def _upsert_values(self, conn: sqlite3.Connection, values: list) -> bool:
+    def _upsert_values(self, conn: sqlite3.Connection, values: list[Any]) -> bool:
         """Upserts rows of :meth:`_Layout.sorted_values` (values only, one
         per key) with the seq guard, inside the caller's write transaction,
         when the guard table is empty (see :meth:`_apply`); False, with
@@ -147,7 +147,7 @@ class SQLite(_SQLExporter):
         conn.executemany(sql["upsert_rows"], values)
         return True
 
-    def _apply(self, conn: sqlite3.Connection, rows: list, has_main: bool) -> None:
+    def _apply(self, conn: sqlite3.Connection, rows: list[Any], has_main: bool) -> None:
         """Applies the batch inside the caller's write transaction. A batch
         of values only, with no guard rows about, is upserted row by row with
         the seq guard in one executemany. Any other is applied set-wise: the
@@ -215,7 +215,7 @@ class SQLite(_SQLExporter):
                 conn.execute(sql["raise_guards"], chunk)
         conn.execute(sql["clear"])
 
-    def _batch_sql(self) -> dict:
+    def _batch_sql(self) -> dict[str, Any]:
         cached = getattr(self, "_batch_statements", None)
         if cached is not None:
             return cached
@@ -288,7 +288,7 @@ class SQLite(_SQLExporter):
         found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
         return conn.execute(found, (table,)).fetchone() is not None
 
-    def rows(self) -> dict:
+    def rows(self) -> dict[str, Any]:
         """The main table as ``{key: value}`` (tuple keys and values for
         several columns, in column order); {} before the table exists."""
         with self._pool.connection() as conn:

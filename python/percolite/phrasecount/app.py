@@ -63,7 +63,7 @@ INDEXED = ("doc", "indexed")
 NPHRASES = ("doc", "phrases")  # distinct phrases of an indexed document
 HASH = ("loc", "hash")
 
-app = percolite.App("phrasecount")
+app: percolite.App = percolite.App("phrasecount")
 
 # phrase -> (doc_count, total_count), summed natively in C++. A run rewrites
 # the value pages of its bucket that hold its phrases, and phrases are spread
@@ -77,7 +77,7 @@ app = percolite.App("phrasecount")
 # the built-in corpus takes the same time. The
 # lingers cost no time at the end: cli.run waits with env.wait once the
 # documents are loaded, and a linger never idles a waiter.
-phrase_counts = app.combine_queue(
+phrase_counts: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
     "phrases", buckets=16, value_codec="int64s:2", buffer_size=65536, linger=2.5
 )
 
@@ -107,7 +107,7 @@ def set_export(target: str) -> Any:
     return sink
 
 
-_sink: list = []
+_sink: list[Any] = []
 _sink_lock = threading.Lock()
 
 
@@ -127,7 +127,7 @@ def _current_sink() -> Any:
 # again at the checkpoint). Its cost is per call as much as per row, and one
 # bucket lingering 2.5 s makes the fewest calls.
 @app.export_queue("export", buckets=1, value_codec="int64s:2", batch_size=65536, linger=2.5)
-def export(entries: list) -> None:
+def export(entries: list[Any]) -> None:
     """Sends changed counts to the sink (a deletion when a phrase reaches 0)."""
     _current_sink()(entries)
 

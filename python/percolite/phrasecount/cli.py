@@ -44,6 +44,8 @@ STDLIB_PREFIX = "stdlib:"
 
 
 class Summary(NamedTuple):
+    """What a run of the job did, and the top phrases of the sink after it."""
+
     documents: int  # locations read in this run
     loaded: int  # locations whose content was new or changed
     removed: int  # locations gone since the last run
@@ -51,9 +53,9 @@ class Summary(NamedTuple):
     phrases: int  # phrases in the sink
     phrase_updates: int  # (phrase, document) pairs added or subtracted in this run
     elapsed: float
-    problems: list
-    missing: list  # PATH arguments that do not exist
-    top: list  # [(phrase, doc_count, total_count)]
+    problems: list[str]
+    missing: list[str]  # PATH arguments that do not exist
+    top: list[tuple[str, int, int]]  # [(phrase, doc_count, total_count)]
     peak_rss_mib: float
 
 
@@ -78,7 +80,7 @@ LOADER_IN_FLIGHT = 256
 LOADER_IN_FLIGHT_CHARS = 32 * 1024 * 1024
 
 
-def default_export(db: str | os.PathLike) -> str:
+def default_export(db: str | os.PathLike[str]) -> str:
     """``sqlite:<db>.phrases.sqlite``: the sink next to the store."""
     path = Path(db).absolute()
     return "sqlite:" + str(path.with_name(path.name + ".phrases.sqlite"))
@@ -116,7 +118,7 @@ def _stop_worker_processes(proc: subprocess.Popen) -> None:
 
 def run(
     paths: Sequence[str],
-    db: str | os.PathLike,
+    db: str | os.PathLike[str],
     *,
     export: str | None = None,
     threads: int = DEFAULT_THREADS,

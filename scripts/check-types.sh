@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The typed API, checked against the installed package (make install first):
+# - basedpyright --verifytypes: the share of percolite's public symbols whose
+#   types are known must be at least MIN_COMPLETENESS;
+# - mypy --strict on tests/typing/, user programs written like the README's
+#   example, with annotated observers and change handlers: no errors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MIN_COMPLETENESS=0.95
+# basedpyright finds the installed package through the first python on PATH.
+export PATH="$PWD/.venv/bin:$PATH"
+report=$(cd /tmp && basedpyright --verifytypes percolite --ignoreexternal --outputjson || true)
+python - "$MIN_COMPLETENESS" "$report" <<'PY'
+import json, sys
+minimum, report = float(sys.argv[1]), json.loads(sys.argv[2])
+completeness = report["typeCompleteness"]
+score = completeness["completenessScore"]
+print(f"check-types: basedpyright --verifytypes percolite: {score:.1%} of "
+      f"{completeness['exportedSymbolCounts']['withKnownType'] + completeness['exportedSymbolCounts']['withUnknownType'] + completeness['exportedSymbolCounts']['withAmbiguousType']} "
+      f"exported symbols have known types (at least {minimum:.0%} needed)")
+if score < minimum:
+    for symbol in completeness["symbols"]:
+        if not symbol["isTypeKnown"] and symbol["isExported"]:
+            print(f"  unknown: {symbol['name']}")
+    sys.exit(1)
+PY
+mypy --strict --no-incremental tests/typing/
