@@ -35,12 +35,23 @@ py::object ClassFor(ErrorCode code) {
 }
 }  // namespace
 
+namespace {
+// A message may quote bytes read from a damaged store: decoded leniently, so
+// that a bad byte shows as an escape instead of raising UnicodeDecodeError.
+py::str MessageText(const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
+                                        "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+}  // namespace
+
 void TranslateError(const percolite::Error& e) {
-  PyErr_SetString(ClassFor(e.code()).ptr(), e.what());
+  PyErr_SetObject(ClassFor(e.code()).ptr(), MessageText(e.what()).ptr());
 }
 
 py::object ExceptionFor(const percolite::Status& status) {
-  return ClassFor(status.code())(status.message());
+  return ClassFor(status.code())(MessageText(status.message()));
 }
 
 }  // namespace percolite::bindings

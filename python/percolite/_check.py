@@ -20,7 +20,8 @@ itself, and checks what it reads:
   record) decode.
 
 A walk that faults (the core turns that into an error) or hangs is
-reported as damage too.
+reported as damage too. Damage found by the walk's reads is remembered in
+the store (the file ``damaged``), so no process writes over it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
     from .errors import StorageError
 
     limit = check_timeout(timeout)
+    if limit == 0:
+        raise ValueError("timeout must be > 0 or None: a walk of the store takes time")
     try:
         target = os.fspath(path)
     except TypeError:

@@ -105,6 +105,8 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"mode must be a permission mask between 0 and 0o777, not {mode:#o}")
     if map_size < 1 << 20:
         raise ValueError(f"map_size must be at least 1 MiB, not {map_size}")
+    if map_size > 1 << 48:
+        raise ValueError(f"map_size must be at most 256 TiB (2**48), not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
     if not isinstance(create, bool):

@@ -591,6 +591,12 @@ ENTRY_POINT_CASES = [
         r"map_size must be an int, not float",
     ),
     (
+        "open-map-size-huge",
+        lambda env, d, q: percolite.open(d / "c", map_size=2**70),
+        ValueError,
+        r"map_size must be at most 256 TiB",
+    ),
+    (
         "open-max-readers-0",
         lambda env, d, q: percolite.open(d / "c", max_readers=0),
         ValueError,
@@ -836,6 +842,12 @@ ENTRY_POINT_CASES = [
         lambda env, d, q: percolite.check(d / "db", timeout=-1),
         ValueError,
         r"timeout must be >= 0 or None, not -1",
+    ),
+    (
+        "check-timeout-zero",
+        lambda env, d, q: percolite.check(d / "db", timeout=0),
+        ValueError,
+        r"timeout must be > 0 or None",
     ),
     (
         "check-no-store",

@@ -3,9 +3,10 @@
 One populated store, 120 copies of it damaged in seeded ways (truncation,
 zeroed or random pages, meta pages swapped or damaged, scattered bytes, an
 empty data file). Each copy is opened and read back whole in a child
-process. A copy may be refused with percolite's error, or read back exactly
-as written; what reads back differently must be reported damaged by
-``percolite check``. No copy may kill its reader or hang it."""
+process, which then commits sets and deletes across it. A copy may be
+refused with percolite's error, or read back exactly as written; what reads
+back differently must be reported damaged by ``percolite check``. No copy
+may kill the process or hang it, reading or writing."""
 
 from __future__ import annotations
 
@@ -88,9 +89,10 @@ def _find_all(raw: bytearray, needle: bytes) -> list[int]:
     return found
 
 
-def _read(copy) -> dict:
-    """Reads ``copy`` in a child; its outcome, or how it died."""
-    proc = start_child("children.damage:read", copy, timeout=READ_TIMEOUT)
+def _read(copy, write: bool = True) -> dict:
+    """Reads (then, with ``write``, writes) ``copy`` in a child; the outcome,
+    or how the child died."""
+    proc = start_child("children.damage:read", copy, write=write, timeout=READ_TIMEOUT)
     try:
         out, err = proc.communicate(timeout=READ_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -114,7 +116,7 @@ def populated(tmp_path_factory):
 
 def test_the_intact_store_reads_back_and_checks_clean(populated):
     original, digest = populated
-    assert _read(original) == {"outcome": "read", "digest": digest}
+    assert _read(original, write=False) == {"outcome": "read", "digest": digest}
     report = percolite.check(original)
     assert report["ok"], report
 
@@ -136,6 +138,8 @@ def test_damaged_copies_are_refused_or_read_back_exactly_never_a_crash(populated
     tally, bad = Counter(), []
     for (seed, kind, copy), outcome in zip(copies, outcomes):
         what = outcome["outcome"]
+        if outcome.get("write", "ok").startswith("other"):
+            what = "other"
         if what == "read" and outcome["digest"] != digest:
             report = percolite.check(copy)
             what = "differs, check reports it" if not report["ok"] else "differs, check clean"
@@ -181,20 +185,29 @@ def test_a_read_that_faults_is_an_error_and_the_handle_refuses_until_reopened(po
     assert not report["ok"] and "faulted" in " ".join(report["problems"]), report
 
 
-def test_a_data_file_that_went_back_in_time_is_refused_unless_restored(populated, tmp_path):
-    """With the newest meta page's transaction id damaged lower, LMDB takes
-    the older meta page and would serve the store without its last commit.
-    The durable mark, written after each durable commit, says a newer
-    transaction was committed: refused, untouched. restored=True opens it
-    (a backup put back on purpose)."""
+@pytest.mark.parametrize("damage_to", ["newest lowered", "older raised"])
+def test_a_data_file_that_went_back_in_time_is_refused_unless_restored(
+    populated, tmp_path, damage_to
+):
+    """With the newest meta page's transaction id damaged lower, or the
+    older one's damaged higher, LMDB takes the older meta page and would
+    serve the store without its last commit. The durable mark, stored after
+    each durable commit, holds a later commit timestamp than the snapshot
+    LMDB serves: refused, untouched. restored=True opens it (a backup put
+    back on purpose)."""
     original, _ = populated
     copy = tmp_path / "db"
     shutil.copytree(original, copy)
     raw = bytearray((copy / "data.mdb").read_bytes())
-    txnid_at = _newest_meta(raw) * PAGE + 16 + 128
-    raw[txnid_at : txnid_at + 8] = (1).to_bytes(8, "little")
+    newest = _newest_meta(raw)
+    if damage_to == "newest lowered":
+        txnid_at, txnid = newest * PAGE + 16 + 128, 1
+    else:
+        # Readers take the meta page the txnid's parity names: keep the older page's.
+        txnid_at, txnid = (1 - newest) * PAGE + 16 + 128, (1 << 40) | (1 - newest)
+    raw[txnid_at : txnid_at + 8] = txnid.to_bytes(8, "little")
     (copy / "data.mdb").write_bytes(raw)
-    with pytest.raises(percolite.CorruptionError, match="went back in time.*restored=True"):
+    with pytest.raises(percolite.CorruptionError, match="went back in time.*restored=True\\)"):
         percolite.open(copy)
     assert (copy / "data.mdb").read_bytes() == raw
     out = _read(copy)
@@ -206,3 +219,35 @@ def test_a_data_file_that_went_back_in_time_is_refused_unless_restored(populated
     assert rows == len(damage.contents())
     with percolite.open(copy) as env, env.transaction() as tx:  # the mark starts again
         assert sum(1 for _ in tx.scan()) == rows
+
+
+def test_damage_found_by_a_read_stops_every_later_write_until_restored(populated, tmp_path):
+    """Writing over damaged pages can make things worse, or corrupt the
+    writer's memory inside LMDB before anything faults. So once a read finds
+    a bad checksum, the store records it (the file 'damaged'), and every
+    later handle refuses commits, while reads of what is intact go on;
+    restored=True, after a copy is put in place, clears it."""
+    original, _ = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    row, col, value = next(c for c in damage.contents() if len(c[2]) >= 40)
+    raw = bytearray((copy / "data.mdb").read_bytes())
+    for at in _find_all(raw, value):  # the live record and any older copies of its page
+        raw[at + 20] ^= 0xFF
+    (copy / "data.mdb").write_bytes(raw)
+    with percolite.open(copy) as env, env.transaction() as tx:
+        with pytest.raises(percolite.CorruptionError, match="fails its checksum"):
+            tx.get(row, col)
+    assert (copy / "damaged").exists()
+    with percolite.open(copy) as env:  # a new handle (and any other process) knows
+        intact = next(c for c in damage.contents() if c[0] != row)
+        with env.transaction() as tx:
+            assert tx.get(intact[0], intact[1]) == intact[2]
+        with pytest.raises(percolite.CorruptionError, match="was found damaged.*restored=True"):
+            env.run(lambda tx: tx.set("new", damage.DOC, "v"))
+    assert not percolite.check(copy)["ok"]
+    shutil.copy(original / "data.mdb", copy / "data.mdb")  # the backup put back
+    with percolite.open(copy, restored=True) as env:
+        env.run(lambda tx: tx.set("new", damage.DOC, "v"))
+    assert not (copy / "damaged").exists()
+    assert percolite.check(copy)["ok"]

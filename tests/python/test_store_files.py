@@ -68,13 +68,44 @@ def test_a_data_file_without_a_valid_meta_page_is_refused(tmp_path, damage):
     assert data.read_bytes() == bytes(raw)
 
 
-@pytest.mark.parametrize("name", ["data.mdb", "lock.mdb", "durable-txn"])
+@pytest.mark.parametrize("page", [0, 1])
+def test_one_damaged_meta_page_is_named(tmp_path, page):
+    """LMDB needs both meta pages; with one damaged it used to say only
+    'File is not an LMDB file'."""
+    store = tmp_path / "db"
+    make_store(store)
+    data = store / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    raw[page * 4096 : page * 4096 + 64] = bytes(64)
+    data.write_bytes(bytes(raw))
+    with pytest.raises(
+        percolite.CorruptionError, match=f"damaged meta page \\(page {page}; the other"
+    ):
+        percolite.open(store)
+    assert data.read_bytes() == bytes(raw)
+
+
+def test_a_format_tag_of_damaged_bytes_is_corruption_not_a_decode_error(tmp_path):
+    """The store's format tag is quoted in the error: bytes that are not
+    UTF-8 used to surface as UnicodeDecodeError."""
+    import lmdb
+
+    store = tmp_path / "db"
+    make_store(store, rows=5)
+    with lmdb.open(str(store), max_dbs=16) as raw:
+        with raw.begin(write=True) as txn:
+            txn.put(b"format", b"percolite/\xff\xfe", db=raw.open_db(b"meta", txn=txn))
+    with pytest.raises(percolite.CorruptionError, match=r"format is 'percolite/\\xff\\xfe'"):
+        percolite.open(store)
+
+
+@pytest.mark.parametrize("name", ["data.mdb", "lock.mdb", "durable-txn", "damaged"])
 def test_a_symbolic_link_in_the_store_is_refused_and_its_target_untouched(tmp_path, name):
     store = tmp_path / "db"
     make_store(store)
     target = tmp_path / "precious.txt"
     target.write_text("do not touch")
-    if (store / name).exists():  # durable-txn is written by sync="full" commits only
+    if (store / name).exists():  # durable-txn: sync="full" commits only; damaged: on damage
         os.replace(store / name, tmp_path / "moved")
     (store / name).symlink_to(target)
     with pytest.raises(percolite.StorageError, match=f"'{store / name}' is a symbolic link"):

@@ -82,7 +82,8 @@ void ThrowFault(const GuardFrame& frame, const char* what) {
     cause =
         std::string(frame.signal == SIGBUS ? "SIGBUS" : "SIGSEGV") + " reading address " + address;
   }
-  throw FaultError(std::string(what) + ": the store's pages are damaged (" + cause + ")");
+  throw FaultError(std::string(what) + ": the store's pages are damaged (" + cause +
+                   "); run 'percolite check' on it and restore the store from a copy");
 }
 
 }  // namespace percolite

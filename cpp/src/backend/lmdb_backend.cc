@@ -129,15 +129,20 @@ void RefuseLink(const std::string& file) {
   }
 }
 
-// The durable mark: the LMDB txnid of the newest commit known to be durable
-// (8 bytes, big-endian, then their CRC32C), stored after each group commit
-// with sync="full" into a shared mapping of the file, and left to the
-// kernel's writeback: it is stored only once the commit is durable, so after
-// any crash it names a transaction the data file holds, or an older one. A
-// data file whose newest meta page is older than the mark went back in time.
+// The durable mark: the timestamp counter after the newest group commit known
+// to be durable (8 bytes, big-endian, then their CRC32C), stored after each
+// group commit with sync="full" into a shared mapping of the file, and left
+// to the kernel's writeback: it is stored only once the commit is durable,
+// so after any crash it names a commit the data file holds, or an older one.
+// A store whose counter, as LMDB serves it, is below the mark went back in
+// time, whichever meta page LMDB chose and whatever txnid it carries.
 // (A write() per batch cost 14% of a lone durable commit: each one dirtied
 // the mark's inode, and the next fdatasync's journal commit carried it.)
 constexpr const char* kDurableMarkFile = "/durable-txn";
+// Written when a read finds the store damaged (its text says what was found):
+// commits to the store are refused from then on, by every handle and
+// process, until it is opened with restored=True.
+constexpr const char* kDamagedFile = "/damaged";
 constexpr size_t kDurableMarkSize = 12;
 
 std::optional<uint64_t> ReadDurableMark(const std::string& dir) {
@@ -154,9 +159,9 @@ std::optional<uint64_t> ReadDurableMark(const std::string& dir) {
   return ReadUint64BE(txnid);
 }
 
-void StoreDurableMark(void* mark, uint64_t txnid) {
+void StoreDurableMark(void* mark, uint64_t commit_ts) {
   std::string bytes;
-  AppendUint64BE(&bytes, txnid);
+  AppendUint64BE(&bytes, commit_ts);
   const uint32_t crc = Crc32c(bytes);
   for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>(crc >> shift));
   // A torn store (a crash mid-copy, or two processes at once) fails its CRC
@@ -166,13 +171,13 @@ void StoreDurableMark(void* mark, uint64_t txnid) {
 
 // Checks the store's files before LMDB maps them: LMDB trusts what it maps,
 // so a truncated or damaged data file must be refused here, not fault later.
-// Only a missing data file may be created, and only with `create`. Unless
-// `restored`, a data file older than the durable mark is refused too.
-void CheckStoreFilesOnce(const std::string& dir, bool create, bool restored) {
+// Only a missing data file may be created, and only with `create`.
+void CheckStoreFilesOnce(const std::string& dir, bool create) {
   const std::string data = dir + "/data.mdb";
   RefuseLink(data);
   RefuseLink(dir + "/lock.mdb");
   RefuseLink(dir + kDurableMarkFile);
+  RefuseLink(dir + kDamagedFile);
   const int fd = ::open(data.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) {
@@ -221,6 +226,10 @@ void CheckStoreFilesOnce(const std::string& dir, bool create, bool restored) {
         "has no valid meta page (wrong magic, version or page size): not an LMDB "
         "store of this format, or damaged");
   }
+  if (first.valid != second.valid && size >= 2ull * (first.valid ? first.page_size : 4096)) {
+    throw corrupt(std::string("has a damaged meta page (page ") + (first.valid ? "1" : "0") +
+                  "; the other one is intact, but LMDB needs both to open it)");
+  }
   if (first.valid && second.valid && first.page_size != second.page_size) {
     throw corrupt("has meta pages that disagree on the page size");
   }
@@ -237,25 +246,15 @@ void CheckStoreFilesOnce(const std::string& dir, bool create, bool restored) {
                   " pages of " + std::to_string(newest.page_size) + " bytes (" +
                   std::to_string(needed) + " bytes), the file holds " + std::to_string(size));
   }
-  if (restored) return;
-  if (const std::optional<uint64_t> mark = ReadDurableMark(dir); mark && *mark > newest.txnid) {
-    throw Error(ErrorCode::kCorruption,
-                "opening store '" + dir + "': data.mdb went back in time: transaction " +
-                    std::to_string(*mark) + " was durably committed, but its newest meta page is " +
-                    "transaction " + std::to_string(newest.txnid) +
-                    " (a damaged meta page, or a copy put in its place); the last commits are "
-                    "missing. It is left untouched. If you restored data.mdb from a backup on "
-                    "purpose, open it once with restored=True");
-  }
 }
 
-void CheckStoreFiles(const std::string& dir, bool create, bool restored) {
+void CheckStoreFiles(const std::string& dir, bool create) {
   // A process creating the store writes its meta pages right after creating
   // the file: what looks empty or short may be that, for a moment. Look again
   // for up to 100 ms before calling it damaged.
   for (int tries = 1;; ++tries) {
     try {
-      CheckStoreFilesOnce(dir, create, restored);
+      CheckStoreFilesOnce(dir, create);
       return;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kCorruption || tries >= 20) throw;
@@ -310,7 +309,7 @@ uint64_t OldestReaderTxnid(MDB_env* env) {
 struct TxnAborter {
   MDB_txn* txn;
   ~TxnAborter() {
-    if (txn) mdb_txn_abort(txn);
+    if (txn) AbortTxn(txn);
   }
 };
 
@@ -369,7 +368,7 @@ std::shared_ptr<LmdbBackend> LmdbBackend::Acquire(const std::string& path,
   InstallForkHandlers();
   InstallFaultHandlers();
   std::string canonical = CanonicalDirectory(path, options);
-  CheckStoreFiles(canonical, options.create, options.restored);
+  CheckStoreFiles(canonical, options.create);
   std::lock_guard<std::mutex> lock(g_registry_mu);
   auto it = g_registry->find(canonical);
   if (it != g_registry->end() && it->second->ForkedAway()) {
@@ -460,10 +459,38 @@ void LmdbBackend::Poison(ErrorCode code, const std::string& message) {
 }
 
 void LmdbBackend::FailDamaged(const FaultError& fault) {
+  MarkDamaged(fault.what());
   Poison(ErrorCode::kCorruption,
          "store '" + path_ + "' is unusable after reading damaged pages (" + fault.what() +
              "); close every handle of the store in this process, run 'percolite check' on it "
              "and restore it from a copy");
+}
+
+void LmdbBackend::MarkDamaged(const std::string& problem) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (damaged_) return;
+    damaged_ = problem;
+    is_damaged_ = true;
+  }
+  // Best effort: the file tells every later handle and process.
+  const int fd = ::open((path_ + kDamagedFile).c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, options_.file_mode);
+  if (fd < 0) return;
+  [[maybe_unused]] ssize_t written = ::write(fd, problem.data(), problem.size());
+  ::close(fd);
+}
+
+void LmdbBackend::CheckWritable() const {
+  if (!is_damaged_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (!damaged_) return;
+  throw Error(ErrorCode::kCorruption,
+              "store '" + path_ + "' was found damaged (" + *damaged_ +
+                  "), so nothing more is written to it: writing over damaged pages can make "
+                  "things worse. Run 'percolite check' on it and restore it from a copy; after "
+                  "putting a copy of data.mdb in place, open it once with "
+                  "percolite.open(path, restored=True)");
 }
 
 void LmdbBackend::OpenEnvironment() {
@@ -473,7 +500,7 @@ void LmdbBackend::OpenEnvironment() {
   mdb_env_set_assert(env_, PercoliteOnLmdbAssert);
   MDB_txn* txn = nullptr;
   auto close_env = [&] {
-    if (txn) mdb_txn_abort(txn);
+    if (txn) AbortTxn(txn);
     txn = nullptr;
     mdb_env_close(env_);
     env_ = nullptr;
@@ -596,10 +623,38 @@ void LmdbBackend::AddChecksums(MDB_txn* txn) {
 }
 
 void LmdbBackend::OpenDurableMark() {
+  if (options_.restored) {
+    ::unlink((path_ + kDamagedFile).c_str());  // a copy restored on purpose starts afresh
+  } else if (const int fd =
+                 ::open((path_ + kDamagedFile).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+             fd >= 0) {
+    char text[512];
+    const ssize_t n = ::read(fd, text, sizeof text);
+    ::close(fd);
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    damaged_ = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string("no details kept");
+    is_damaged_ = true;
+  }
+  const uint64_t newest = BeginSnapshot()->start_ts();  // the counter, as LMDB serves it
+  if (!options_.restored) {
+    if (const std::optional<uint64_t> mark = ReadDurableMark(path_); mark && *mark > newest) {
+      throw Error(ErrorCode::kCorruption,
+                  "opening store '" + path_ + "': it went back in time: a commit at timestamp " +
+                      std::to_string(*mark) + " was durable, but the newest commit its data " +
+                      "file holds is at timestamp " + std::to_string(newest) +
+                      " (a damaged meta page let an older one take over, or an old copy was put "
+                      "in place of data.mdb); the last commits are missing. It is left "
+                      "untouched: run 'percolite check' on it and restore the store from a copy. "
+                      "If you restored data.mdb from a backup on purpose, open it once with "
+                      "percolite.open(path, restored=True)");
+    }
+  }
   // Only sync="full" commits are durable when they return; with "meta" or
-  // "none" a crash may take back commits a mark had already named.
-  if (options_.sync != SyncMode::kFull) return;
-  // Best effort throughout: without a mark, opening just cannot tell.
+  // "none" a crash may take back commits a mark had already named, so only
+  // "full" keeps it (any mode may reset it, with restored).
+  const bool keep = options_.sync == SyncMode::kFull;
+  if (!keep && !options_.restored) return;
+  // Best effort from here: without a mark, opening just cannot tell.
   const int fd = ::open((path_ + kDurableMarkFile).c_str(),
                         O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, options_.file_mode);
   if (fd < 0) return;
@@ -610,13 +665,16 @@ void LmdbBackend::OpenDurableMark() {
                     : MAP_FAILED;
   if (map != MAP_FAILED && options_.restored) {
     // A data file restored on purpose: the mark starts again from what it holds.
-    MDB_envinfo info;
-    mdb_env_info(env_, &info);
-    StoreDurableMark(map, info.me_last_txnid);
+    StoreDurableMark(map, newest);
     ::msync(map, kDurableMarkSize, MS_SYNC);
   }
   ::close(fd);  // the mapping stays
-  if (map != MAP_FAILED) durable_mark_ = map;
+  if (map == MAP_FAILED) return;
+  if (keep) {
+    durable_mark_ = map;
+  } else {
+    ::munmap(map, kDurableMarkSize);
+  }
 }
 
 void LmdbBackend::Close() {
@@ -703,11 +761,11 @@ std::unique_ptr<Snapshot> LmdbBackend::BeginSnapshot() {
     try {
       start_ts = ReadCounter(txn, meta_dbi_);
     } catch (const FaultError& fault) {
-      mdb_txn_abort(txn);
+      AbortTxn(txn);
       FailDamaged(fault);
       throw;
     } catch (...) {
-      mdb_txn_abort(txn);
+      AbortTxn(txn);
       throw;
     }
     live_snapshots_.fetch_add(1);
@@ -733,7 +791,7 @@ void LmdbSnapshot::Release() {
   }
   {
     LmdbBackend::MapLock::Shared lock(*store_->map_lock_);
-    mdb_txn_abort(txn_);
+    AbortTxn(txn_);
     txn_ = nullptr;
   }
   if (store_->live_snapshots_.fetch_sub(1) == 1 && store_->closed_.load()) {
@@ -801,6 +859,7 @@ bool LmdbSnapshot::Visit(std::string_view from, bool exclusive, std::string_view
 void LmdbBackend::CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations,
                               CommitExtras extras, CommitCallback done) {
   CheckUsable();
+  CheckWritable();
   auto pending = std::make_unique<PendingCommit>();
   pending->start_ts = start_ts;
   pending->owned_mutations = std::move(mutations);
@@ -819,6 +878,7 @@ void LmdbBackend::CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations
 CommitResult LmdbBackend::Commit(uint64_t start_ts, std::vector<Mutation> mutations,
                                  CommitExtras extras) {
   CheckUsable();
+  CheckWritable();
   PendingCommit pending;
   pending.start_ts = start_ts;
   pending.mutations = &mutations;
@@ -1112,7 +1172,7 @@ bool LmdbBackend::WriteBatch(std::vector<PendingCommit*>& batch,
     if (rc != MDB_MAP_FULL) Fail(std::string("committing a group commit: ") + mdb_strerror(rc));
     CheckLmdb(rc, "committing a group commit");
   }
-  if (durable_mark_ != nullptr) StoreDurableMark(durable_mark_, txnid);
+  if (durable_mark_ != nullptr) StoreDurableMark(durable_mark_, ts);
   commits_.fetch_add(committed);
   conflicts_.fetch_add(refused);
   batches_.fetch_add(1);
@@ -1146,6 +1206,7 @@ bool LmdbBackend::ProcessBatch(std::vector<PendingCommit*>& batch) {
       for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
       return false;
     } catch (const Error& e) {
+      if (e.code() == ErrorCode::kCorruption) MarkDamaged(e.what());
       for (PendingCommit* p : batch) p->result = CommitResult{e.ToStatus(), 0};
       return false;
     } catch (const std::exception& e) {
@@ -1209,6 +1270,9 @@ auto LmdbBackend::Contain(Fn&& fn) -> decltype(fn()) {
   } catch (const FaultError& fault) {
     FailDamaged(fault);
     throw;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kCorruption) MarkDamaged(e.what());
+    throw;
   }
 }
 
@@ -1241,6 +1305,7 @@ std::vector<ObservedColumn> LmdbBackend::ObservedColumns() {
 
 void LmdbBackend::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
   CheckUsable();
+  CheckWritable();
   std::string encoded = EncodeObservedColumns(columns);
   for (;;) {
     try {

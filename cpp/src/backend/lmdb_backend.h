@@ -29,11 +29,17 @@
 //   backend refuse every later call until the store is opened again.
 // - Tombstones carry their commit_ts and are collected once every reader in
 //   every process began after the write that made them.
+// - Damage found is remembered: a read that meets a bad checksum or faults
+//   writes the file "damaged" in the store directory, and from then on every
+//   handle in every process refuses commits to the store (kCorruption:
+//   writing over damaged pages can make it worse, or corrupt the writer's
+//   memory inside LMDB before anything faults) until options.restored.
 // - No silent rollback: with SyncMode::kFull each group commit, once durable,
-//   records its LMDB txnid in the store's durable mark (the file
-//   "durable-txn"); opening a store whose data file holds an older newest
-//   transaction (a damaged meta page let the older one take over, or an old
-//   copy was put in its place) is kCorruption, unless options.restored.
+//   records the timestamp counter in the store's durable mark (the file
+//   "durable-txn"); opening a store whose counter, in the snapshot LMDB
+//   serves, is below the mark (a damaged meta page let the older one take
+//   over, or an old copy was put in its place) is kCorruption, unless
+//   options.restored.
 // - The memory map grows by itself; users never see MDB_MAP_FULL.
 // - WatchForWork: inotify on the data file (every commit of every process
 //   writes it) and on the signal file "waiting" in the store directory, which
@@ -175,8 +181,9 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
 
   LmdbBackend(std::string path, const BackendOptions& options);
   void OpenEnvironment();
-  // Opens the durable mark (kDurableMarkFile) with sync="full"; with
-  // options_.restored, resets it to what the data file holds.
+  // Refuses a store whose timestamp counter is below its durable mark
+  // (kDurableMarkFile) unless options_.restored, which resets the mark to the
+  // counter; then keeps the mark mapped, with sync="full", for WriteBatch.
   void OpenDurableMark();
   void CloseEnvironment();
   void WriterLoop();
@@ -198,6 +205,10 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   void Fail(const std::string& cause);
   // Marks it unusable after reading damaged pages faulted (fault_guard.h).
   void FailDamaged(const FaultError& fault);
+  // Records that a read found the store damaged (kDamagedFile): commits are
+  // refused from then on (CheckWritable).
+  void MarkDamaged(const std::string& problem);
+  void CheckWritable() const;
   // Every later call throws Error(code, message) until the store is opened again.
   void Poison(ErrorCode code, const std::string& message);
   // Runs fn(); a FaultError it throws marks the backend unusable on its way out.
@@ -248,6 +259,8 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   mutable std::mutex failure_mu_;
   std::string failure_;                           // GUARDED_BY(failure_mu_)
   ErrorCode failure_code_ = ErrorCode::kStorage;  // GUARDED_BY(failure_mu_)
+  std::optional<std::string> damaged_;            // GUARDED_BY(failure_mu_)
+  std::atomic<bool> is_damaged_{false};           // damaged_ is set: the fast check
   int handles_ = 0;                               // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 

@@ -26,10 +26,23 @@ ErrorCode CodeFor(int rc) {
 }  // namespace
 
 LmdbError::LmdbError(int rc, const std::string& what)
-    : Error(CodeFor(rc), what + ": " + mdb_strerror(rc)), rc_(rc) {}
+    : Error(CodeFor(rc),
+            what + ": " + mdb_strerror(rc) +
+                (CodeFor(rc) == ErrorCode::kCorruption
+                     ? "; the store's pages are damaged: run 'percolite check' on it and restore "
+                       "the store from a copy"
+                     : "")),
+      rc_(rc) {}
 
 void CheckLmdb(int rc, const char* what) {
   if (rc != MDB_SUCCESS) throw LmdbError(rc, what);
+}
+
+void AbortTxn(MDB_txn* txn) {
+  try {
+    RunGuarded("aborting a transaction", [&] { mdb_txn_abort(txn); });
+  } catch (const FaultError&) {
+  }
 }
 
 int GuardedGet(MDB_txn* txn, MDB_dbi dbi, MDB_val* key, MDB_val* data, const char* what) {

@@ -41,6 +41,10 @@ template <typename Fn>
 int LmdbCall(const char* what, Fn&& fn) {
   return RunGuarded(what, std::forward<Fn>(fn));
 }
+// Aborts `txn` under the guard. After a fault the transaction may be half
+// written and aborting it fault again: then it is left as it is (the
+// backend is unusable by then anyway) rather than take the process down.
+void AbortTxn(MDB_txn* txn);
 // mdb_get, mdb_cursor_get, mdb_put and mdb_del under the guard.
 int GuardedGet(MDB_txn* txn, MDB_dbi dbi, MDB_val* key, MDB_val* data, const char* what);
 int GuardedCursorGet(MDB_cursor* cursor, MDB_val* key, MDB_val* data, MDB_cursor_op op,

@@ -65,11 +65,40 @@ def _digest(cells, notifications: int) -> str:
     return h.hexdigest()
 
 
-def read(path) -> None:
+def read(path, write: bool = True) -> None:
     """Opens the store at ``path`` (never creating one) and reads it all
     back: a scan of every cell, a look-up of every cell the store was
-    written with, and a walk of the pending notifications. Prints one JSON
-    line: the outcome and, when everything read, the digest."""
+    written with, and a walk of the pending notifications; then, on a handle
+    of its own, commits sets and deletes across the store. Prints one JSON
+    line: the read's outcome and, when everything read, the digest, and the
+    write's outcome."""
+    outcome = _read_all(path)
+    if write:
+        outcome["write"] = _write_some(path)
+    print(json.dumps(outcome))
+
+
+def _write_some(path) -> str:
+    cells = contents()
+
+    def write(tx):
+        for i, (row, col, _) in enumerate(cells[::15]):
+            if i % 3:
+                tx.set(row, col, b"rewritten")
+            else:
+                tx.delete(row, col)
+
+    try:
+        with percolite.open(path, create=False) as env:
+            env.run(write, retries=0)
+        return "ok"
+    except percolite.Error as e:
+        return type(e).__name__
+    except Exception as e:  # anything but percolite's errors is a bug the test reports
+        return f"other: {type(e).__name__}: {e}"
+
+
+def _read_all(path) -> dict:
     try:
         with percolite.open(path, create=False) as env:
             with env.transaction() as tx:
@@ -87,11 +116,11 @@ def read(path) -> None:
                 after = chunk[-1][4]
         same_lookups = looked_up == [value for _, _, value in contents()]
         digest = _digest(scanned, notifications) if same_lookups else "look-ups differ"
-        print(json.dumps({"outcome": "read", "digest": digest}))
+        return {"outcome": "read", "digest": digest}
     except percolite.Error as e:
-        print(json.dumps({"outcome": "refused", "error": type(e).__name__, "message": str(e)}))
+        return {"outcome": "refused", "error": type(e).__name__, "message": str(e)}
     except Exception as e:  # anything but percolite's errors is a bug the test reports
-        print(json.dumps({"outcome": "other", "error": type(e).__name__, "message": str(e)}))
+        return {"outcome": "other", "error": type(e).__name__, "message": str(e)}
 
 
 def fault_then_reuse(path, row: bytes, elsewhere: bytes) -> None:
