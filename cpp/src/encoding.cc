@@ -162,8 +162,6 @@ uint64_t ReadUint64BE(std::string_view bytes) {
   return value;
 }
 
-namespace {
-
 void AppendUint32BE(std::string* out, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
 }
@@ -173,6 +171,8 @@ uint32_t ReadUint32BE(std::string_view bytes) {
   for (int i = 0; i < 4; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[i]);
   return value;
 }
+
+namespace {
 
 uint32_t RecordChecksum(std::string_view stored_key, std::string_view unchecked_record) {
   return Crc32c(unchecked_record, Crc32c(stored_key));

@@ -97,6 +97,8 @@ uint32_t Crc32c(std::string_view bytes, uint32_t crc = 0);
 // Big-endian fixed-width integers: they sort numerically as bytes.
 void AppendUint64BE(std::string* out, uint64_t value);
 uint64_t ReadUint64BE(std::string_view bytes);  // requires bytes.size() >= 8
+void AppendUint32BE(std::string* out, uint32_t value);
+uint32_t ReadUint32BE(std::string_view bytes);  // requires bytes.size() >= 4
 
 // 64-bit hash of bytes (FNV-1a folded through a 64-bit finalizer); stable across
 // processes, platforms and versions, because bucket numbers on disk depend on it.

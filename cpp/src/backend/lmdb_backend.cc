@@ -152,18 +152,17 @@ std::optional<uint64_t> ReadDurableMark(const std::string& dir) {
   const bool read_whole = ::pread(fd, bytes, sizeof bytes, 0) == ssize_t{sizeof bytes};
   ::close(fd);
   if (!read_whole) return std::nullopt;
-  const std::string_view txnid(bytes, 8);
-  uint32_t crc = 0;
-  for (int i = 8; i < 12; ++i) crc = (crc << 8) | static_cast<unsigned char>(bytes[i]);
-  if (crc != Crc32c(txnid)) return std::nullopt;  // torn or damaged: it proves nothing
-  return ReadUint64BE(txnid);
+  const std::string_view mark(bytes, kDurableMarkSize);
+  if (ReadUint32BE(mark.substr(8)) != Crc32c(mark.substr(0, 8))) {
+    return std::nullopt;  // torn or damaged: it proves nothing
+  }
+  return ReadUint64BE(mark);
 }
 
 void StoreDurableMark(void* mark, uint64_t commit_ts) {
   std::string bytes;
   AppendUint64BE(&bytes, commit_ts);
-  const uint32_t crc = Crc32c(bytes);
-  for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<char>(crc >> shift));
+  AppendUint32BE(&bytes, Crc32c(bytes));
   // A torn store (a crash mid-copy, or two processes at once) fails its CRC
   // and proves nothing at the next open: it only weakens the check.
   std::memcpy(mark, bytes.data(), kDurableMarkSize);
