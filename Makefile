@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Each installs what it needs first.
 PY := .venv/bin/python
 
-.PHONY: demo test install bench lint clean
+.PHONY: demo test install bench lint api-docs clean
 
 install:
 	scripts/bootstrap.sh
@@ -17,6 +17,10 @@ test: install
 
 bench: install
 	$(PY) bench/run.py
+
+# The API reference, from the docstrings: build/api-docs/index.html.
+api-docs: install
+	scripts/build-api-docs.sh
 
 lint:
 	$(PY) -m ruff check python tests bench scripts notebooks

@@ -1,12 +1,16 @@
 """Columns and cells: the names of the data model."""
 
-from __future__ import annotations
-
-from typing import NamedTuple, Union
+# No "from __future__ import annotations" here: the records' field
+# annotations stay real types, which documentation tools and
+# typing.get_type_hints resolve without the module's namespace.
+from typing import Any, Generic, NamedTuple, Self, TypeVar, Union
 
 BytesLike = Union[bytes, str]
 
-__all__ = ["Column", "Cell", "as_bytes"]
+__all__ = ["Column", "Cell", "Change", "SequencedExport", "as_bytes"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def as_bytes(value: object, what: str) -> bytes:
@@ -30,14 +34,14 @@ class Column(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, family: BytesLike, qualifier: BytesLike = b"") -> Column:
+    def __new__(cls, family: BytesLike, qualifier: BytesLike = b"") -> Self:
         fam = as_bytes(family, "column family")
         if not fam:
             raise ValueError("column family must not be empty")
         return tuple.__new__(cls, (fam, as_bytes(qualifier, "column qualifier")))
 
     @classmethod
-    def _from_bytes(cls, family: bytes, qualifier: bytes) -> Column:
+    def _from_bytes(cls, family: bytes, qualifier: bytes) -> Self:
         return tuple.__new__(cls, (family, qualifier))
 
     @property
@@ -63,3 +67,24 @@ class Cell(NamedTuple):
     row: bytes
     column: Column
     value: bytes
+
+
+class Change(NamedTuple, Generic[K, V]):
+    """One key's change in a processed batch; ``old``/``new`` are ``None`` when absent."""
+
+    key: K
+    old: V | None
+    new: V | None
+
+
+class SequencedExport(NamedTuple):
+    """One exported entry. ``value`` is ``None`` when the key was deleted.
+
+    ``seq`` is an int that fits in a signed 64-bit column: the committing
+    transaction's commit timestamp shifted left by 20 bits, plus the entry's
+    index in that transaction. For one key, a later commit has a larger seq.
+    """
+
+    key: Any
+    value: Any
+    seq: int

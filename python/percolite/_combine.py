@@ -21,9 +21,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from . import _core
+from ._cells import Change
 from ._export import ExportQueue
 from ._log import failure_text
 from ._observer import ObserverTransaction, check_max_attempts
@@ -52,14 +53,6 @@ _EXPORT_BUFFER_LIMIT = 1 << _EXPORT_BUFFER_BITS
 
 K = TypeVar("K")
 V = TypeVar("V")
-
-
-class Change(NamedTuple, Generic[K, V]):
-    """One key's change in a processed batch; ``old``/``new`` are ``None`` when absent."""
-
-    key: K
-    old: V | None
-    new: V | None
 
 
 class CombineQueue(Generic[K, V]):

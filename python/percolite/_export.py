@@ -17,9 +17,10 @@ ExportQueue). In short:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from . import _core
+from ._cells import SequencedExport
 from ._log import failure_text
 from ._observer import check_max_attempts
 from ._queues import (
@@ -44,19 +45,6 @@ SEQ_INDEX_BITS: int = _core.SEQ_INDEX_BITS
 
 K = TypeVar("K")
 V = TypeVar("V")
-
-
-class SequencedExport(NamedTuple):
-    """One exported entry. ``value`` is ``None`` when the key was deleted.
-
-    ``seq`` is an int that fits in a signed 64-bit column: the committing
-    transaction's commit timestamp shifted left by 20 bits, plus the entry's
-    index in that transaction. For one key, a later commit has a larger seq.
-    """
-
-    key: Any
-    value: Any
-    seq: int
 
 
 # A queued value is one tag byte, then the encoded value: deletions (None) are
