@@ -251,3 +251,36 @@ def test_damage_found_by_a_read_stops_every_later_write_until_restored(populated
         env.run(lambda tx: tx.set("new", damage.DOC, "v"))
     assert not (copy / "damaged").exists()
     assert percolite.check(copy)["ok"]
+
+
+def test_check_finds_a_free_list_naming_a_page_in_use_and_writes_stop(populated, tmp_path):
+    """LMDB's free list is reached by no entry, so only a walk of the pages
+    sees it. A free list naming a page still in use makes the next commit
+    overwrite that page (or fault): check finds it, and from then on the
+    store refuses commits."""
+    original, _ = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    raw = bytearray((copy / "data.mdb").read_bytes())
+
+    def u64(at: int) -> int:
+        return int.from_bytes(raw[at : at + 8], "little")
+
+    meta = _newest_meta(raw) * PAGE + 16
+    free_root, main_root = u64(meta + 24 + 40), u64(meta + 72 + 40)
+    page = free_root * PAGE
+    assert int.from_bytes(raw[page + 10 : page + 12], "little") & 2, "a one-page free list"
+    node = page + int.from_bytes(raw[page + 16 : page + 18], "little")
+    key_size = int.from_bytes(raw[node + 6 : node + 8], "little")
+    entry = node + 8 + key_size  # the entry's page count, then its pages
+    assert u64(entry) >= 1
+    raw[entry + 8 : entry + 16] = main_root.to_bytes(
+        8, "little"
+    )  # a free page: the table list's root
+    (copy / "data.mdb").write_bytes(raw)
+    report = percolite.check(copy)
+    assert not report["ok"]
+    assert f"the free list names page {main_root}, which is in use" in report["problems"], report
+    with percolite.open(copy) as env:
+        with pytest.raises(percolite.CorruptionError, match="was found damaged"):
+            env.run(lambda tx: tx.set("new", damage.DOC, "v"))

@@ -298,10 +298,12 @@ class Backend {
   virtual BackendStats Stats() const = 0;
 
   // Walks every table of the store and compares what it finds with the
-  // store's own bookkeeping (lmdb: each table's recorded entry count, and
-  // that every record decodes); returns the problems, empty when none were
-  // found. Damaged pages can make the walk fault: call it where a fault is
-  // contained (percolite check runs it in a child process).
+  // store's own bookkeeping (lmdb: each table's recorded entry count, key
+  // order, a search for every key, every checksum, and every page of the
+  // file: each tree's pages and the free list, which must name only pages
+  // no tree uses); returns the problems, empty when none were found, and
+  // when there are some, records the store damaged (commits are refused
+  // from then on, as after any damage a read finds).
   virtual std::vector<std::string> VerifyStructure() = 0;
 
   // Called once by each opener when it is done with the backend: a backend

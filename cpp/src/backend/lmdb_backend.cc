@@ -21,6 +21,7 @@
 
 #include "fork_guard.h"
 #include "lmdb_util.h"
+#include "page_walk.h"
 #include "percolite/encoding.h"
 
 namespace percolite {
@@ -1474,6 +1475,25 @@ std::vector<std::string> LmdbBackend::VerifyStructure() {
       }
     }
     if (!fault) {
+      // Every page, as LMDB lays them out: what no entry leads through (the
+      // free list above all) is seen only this way.
+      int fd = -1;
+      MDB_stat env_stat;
+      struct stat file;
+      if (mdb_env_get_fd(env_, &fd) == 0 && mdb_env_stat(env_, &env_stat) == 0 &&
+          ::fstat(fd, &file) == 0) {
+        const uint32_t page_size = env_stat.ms_psize;
+        const auto read_page = [&](uint64_t pgno, std::string* out) {
+          out->resize(page_size);
+          return ::pread(fd, out->data(), page_size, static_cast<off_t>(pgno * page_size)) ==
+                 static_cast<ssize_t>(page_size);
+        };
+        for (std::string& problem :
+             WalkPages(mdb_txn_id(txn), page_size, static_cast<uint64_t>(file.st_size) / page_size,
+                       read_page)) {
+          problems.push_back(std::move(problem));
+        }
+      }
       try {
         const uint64_t counter = ReadCounter(txn, meta_dbi_);
         if (newest_stamp > counter) {
@@ -1490,6 +1510,7 @@ std::vector<std::string> LmdbBackend::VerifyStructure() {
     return problems;
   });
   if (fault) FailDamaged(*fault);  // as after any fault: reopen before going on
+  if (!problems.empty()) MarkDamaged(problems.front());  // no process writes over it now
   return problems;
 }
 
