@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/api-docs}
 rm -rf "$out"
-.venv/bin/python -W error -m pdoc percolite -o "$out"
+.venv/bin/python -W error -m pdoc --docformat restructuredtext percolite -o "$out"
 echo "build-api-docs: wrote $out/index.html"

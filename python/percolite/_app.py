@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Any, Callable, Literal, NamedTuple, overload
+from typing import Any, Callable, Literal, NamedTuple, TypeVar, overload
 
 from . import _core
 from ._cells import Column
@@ -32,6 +32,9 @@ from .errors import Error
 
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 
+
+# An observer: fn(tx, row, column), its result ignored.
+ObserverFn = TypeVar("ObserverFn", bound=Callable[[ObserverTransaction, bytes, Column], object])
 
 # The form of App._identity() that stores record.
 IDENTITY_VERSION = 1
@@ -137,12 +140,12 @@ class App:
 
     def observer(
         self,
-        column: Any,
+        column: Column | tuple[bytes | str, bytes | str],
         notify: NotificationType = STRONG,
         *,
         name: str | None = None,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
-    ) -> Callable[[Callable], Callable]:
+    ) -> Callable[[ObserverFn], ObserverFn]:
         """Decorator registering ``fn(tx, row, column)`` as the observer of ``column``.
 
         A run that raises is retried with exponential backoff; after
@@ -153,7 +156,7 @@ class App:
         """
         check_max_attempts(max_attempts, f"observer for {column!r}")
 
-        def register(fn: Callable[..., Any]) -> Callable:
+        def register(fn: ObserverFn) -> ObserverFn:
             self.add_observer(column, fn, notify=notify, name=name, max_attempts=max_attempts)
             return fn
 
@@ -371,6 +374,45 @@ class App:
         linger: float = ...,
         max_attempts: int | None = ...,
     ) -> ExportQueue[Any, Any]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: None = ...,
+        *,
+        buckets: int = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["int64"],
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, int]]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: None = ...,
+        *,
+        buckets: int = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["float64"],
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, float]]: ...
+    @overload
+    def export_queue(
+        self,
+        queue_id: str,
+        exporter: None = ...,
+        *,
+        buckets: int = ...,
+        key_codec: Literal["str"] = ...,
+        value_codec: Literal["str"],
+        batch_size: int = ...,
+        linger: float = ...,
+        max_attempts: int | None = ...,
+    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, str]]: ...
     @overload
     def export_queue(
         self,

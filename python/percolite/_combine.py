@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar, overload
 
 from . import _core
 from ._cells import Change
@@ -53,6 +53,7 @@ _EXPORT_BUFFER_LIMIT = 1 << _EXPORT_BUFFER_BITS
 
 K = TypeVar("K")
 V = TypeVar("V")
+D = TypeVar("D")
 
 
 class CombineQueue(Generic[K, V]):
@@ -111,8 +112,8 @@ class CombineQueue(Generic[K, V]):
 
     # -- declaration ------------------------------------------------------
     def on_change(
-        self, fn: Callable[[Transaction, list[Change[K, V]]], None]
-    ) -> Callable[[Transaction, list[Change[K, V]]], None]:
+        self, fn: Callable[[ObserverTransaction, list[Change[K, V]]], object]
+    ) -> Callable[[ObserverTransaction, list[Change[K, V]]], object]:
         """Decorator registering ``fn(tx, changes)``, called once per processed
         batch, inside the processing transaction, with a list of
         :class:`Change`. It may add to an export queue or another combine
@@ -255,7 +256,13 @@ class CombineQueue(Generic[K, V]):
             encoded.append((k, v))
         self._core.add(core_tx, encoded)
 
-    def get(self, tx: Transaction, key: K, default: V | None = None) -> V | None:
+    @overload
+    def get(self, tx: Transaction, key: K) -> V | None: ...
+    @overload
+    def get(self, tx: Transaction, key: K, default: V) -> V: ...
+    @overload
+    def get(self, tx: Transaction, key: K, default: D) -> V | D: ...
+    def get(self, tx: Transaction, key: K, default: Any = None) -> Any:
         """The current value of ``key`` in ``tx``'s view, or ``default``."""
         what = f"combine queue {self.id!r}"
         core_tx = require_transaction(tx, f"{what}: get")

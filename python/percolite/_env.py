@@ -9,7 +9,7 @@ import random
 import time
 import weakref
 from collections.abc import Iterable
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 from . import _core, _log, _metrics
 from ._app import App, differences
@@ -32,14 +32,14 @@ _APP_COLUMN = (b"a", b"identity")
 def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     path: str | os.PathLike[str] | None = None,
     *,
-    sync: str = "full",
+    sync: Literal["full", "meta", "none"] = "full",
     create: bool = True,
     mode: int = _core.DEFAULT_FILE_MODE,
     map_size: int = _core.DEFAULT_MAP_SIZE,
     max_readers: int = _core.DEFAULT_MAX_READERS,
     app: App | None = None,
     upgrade: bool = False,
-    backend: str | None = None,
+    backend: Literal["lmdb", "memory"] | None = None,
     restored: bool = False,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.

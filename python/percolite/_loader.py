@@ -17,13 +17,17 @@ import random
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from . import _core
 from .errors import ClosedError, CommitConflict, Error
 
 if TYPE_CHECKING:
     from ._env import Env
+    from ._transaction import Transaction
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["Loader"]
 
@@ -133,7 +137,9 @@ class Loader:
         """Whether the loader was closed (no more submissions)."""
         return self._closing
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+    def submit(
+        self, fn: Callable[Concatenate[Transaction, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Future[R]:
         """Run ``fn(tx, *args, **kwargs)`` in a fresh transaction on the
         loader's thread and commit it; return a future of ``fn``'s result,
         resolved once the transaction is durable. Blocks while
@@ -145,7 +151,9 @@ class Loader:
             self._check_open()
         return self._post(fn, args, kwargs)
 
-    async def asubmit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    async def asubmit(
+        self, fn: Callable[Concatenate[Transaction, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
         """``submit`` for asyncio: waits for a free slot without blocking the
         event loop, then awaits the transaction's durable result."""
         if not callable(fn):

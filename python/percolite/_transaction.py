@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from . import _core
 from ._cells import BytesLike, Cell, Column
@@ -26,6 +26,7 @@ from ._cells import BytesLike, Cell, Column
 __all__ = ["Transaction"]
 
 ColumnLike = tuple[BytesLike, BytesLike]
+D = TypeVar("D")
 
 _SCAN_CHUNK = 512
 
@@ -85,6 +86,10 @@ class Transaction:
         self._app = app
 
     # -- reads ------------------------------------------------------------
+    @overload
+    def get(self, row: BytesLike, column: ColumnLike) -> bytes | None: ...
+    @overload
+    def get(self, row: BytesLike, column: ColumnLike, default: D) -> bytes | D: ...
     def get(self, row: BytesLike, column: ColumnLike, default: Any = None) -> Any:
         """The value of the cell in this transaction's view, or ``default``."""
         value = self._tx.get(row, column)

@@ -45,3 +45,14 @@ rows: list[tuple[str, int]] = (
     .fetchall()
 )
 print(rows)
+
+
+def counted(tx: percolite.Transaction) -> int:
+    """A default makes get's result non-optional."""
+    return words.get(tx, "to", 0) + 1
+
+
+@words.on_change
+def observed(tx: percolite.ObserverTransaction, changes: list[percolite.Change[str, int]]) -> int:
+    """The transaction handlers really get, and a result that is ignored."""
+    return len(changes)
