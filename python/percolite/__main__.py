@@ -179,6 +179,17 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_DONE if report["ok"] else EXIT_ERROR
 
 
+def _restored(args: argparse.Namespace) -> int:
+    store_directory(args.db)  # a memory target has no copy to restore
+    with percolite.open(args.db, create=False, restored=True):
+        pass
+    print(
+        f"{args.db}: accepted as restored from a copy (its durable mark starts again from it, "
+        "and any record of damage is cleared); run 'percolite check' on it before the workers"
+    )
+    return EXIT_DONE
+
+
 def _scan(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise ValueError(f"--limit must be >= 0, not {args.limit}")
@@ -345,6 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_cmd.add_argument("db")
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     check_cmd.set_defaults(func=_check)
+
+    restored = commands.add_parser(
+        "restored",
+        help="accept a store's data file as restored from a copy on purpose "
+        "(what open(..., restored=True) does)",
+    )
+    restored.add_argument("db")
+    restored.set_defaults(func=_restored)
 
     retry = commands.add_parser("retry", help="put parked work back to run")
     retry.add_argument("db")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, TypeVar
 from . import _core, _log, _metrics
 from ._app import App, differences
 from ._loader import Loader, check_retry_options
-from ._progress import Progress
+from ._progress import Progress, check_progress
 from ._transaction import Transaction
 from .errors import AppMismatch, ClosedError, CommitConflict, Error, WorkParked
 
@@ -555,6 +555,7 @@ class Env:
         notifications in the store at the end (:meth:`parked`); ``idle`` is
         ``False`` when ``timeout`` passed first. Parked work does not raise
         here (it does in :meth:`wait`)."""
+        check_progress(progress)
         self.start_workers(threads)
         try:
             try:
@@ -592,6 +593,20 @@ class Env:
         if observer is not None:
             records = [r for r in records if r["observer"] == observer]
         return [self._describe_record(r) for r in records]
+
+    def _check_observer_names(self, names: list[str]) -> None:
+        """ValueError for names that are neither an observer of the bound
+        app nor the observer of some parked work (a typo, most likely)."""
+        if not names or self._app is None:
+            return
+        known = {o.name for o in self._app.observers}
+        known |= {r["observer"] for r in self._core.work_records(True)}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(
+                f"no observer named {', '.join(map(repr, unknown))} in app "
+                f"{self._app.name!r} or among the parked work"
+            )
 
     def _describe_record(self, record: dict[str, Any]) -> dict[str, Any]:
         record["queue"] = None
@@ -631,15 +646,8 @@ class Env:
         queues = _names(queue, "queue")
         if names is None and queues is None:
             return self._core.retry_parked(None)
+        self._check_observer_names(names or [])
         parked_names = {r["observer"] for r in self._core.work_records(True)}
-        if names and self._app is not None:
-            known = {o.name for o in self._app.observers} | parked_names
-            unknown = [n for n in names if n not in known]
-            if unknown:
-                raise ValueError(
-                    f"no observer named {', '.join(map(repr, unknown))} in app "
-                    f"{self._app.name!r} or among the parked work"
-                )
         wanted = list(names or [])
         for queue_id in queues or []:
             processors = [f"combine queue {queue_id}", f"export queue {queue_id}"]

@@ -23,7 +23,14 @@ def available() -> bool:
     return True
 
 
+def check_progress(enabled: Any) -> None:
+    """ValueError unless ``enabled`` is True, False or ``"auto"``."""
+    if not isinstance(enabled, bool) and enabled != "auto":
+        raise ValueError(f"progress must be True, False or 'auto', not {enabled!r}")
+
+
 def _wanted(enabled: Any, stream: Any) -> bool:
+    check_progress(enabled)
     if enabled == "auto":
         in_notebook = "ipykernel" in sys.modules
         return in_notebook or (hasattr(stream, "isatty") and stream.isatty())

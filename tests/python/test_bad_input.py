@@ -646,6 +646,18 @@ ENTRY_POINT_CASES = [
         r"status: queues must be True or False, not str",
     ),
     (
+        "wait-progress-str",
+        lambda env, d, q: env.wait(timeout=0, progress="maybe"),
+        ValueError,
+        r"progress must be True, False or 'auto', not 'maybe'",
+    ),
+    (
+        "process-progress-int",
+        lambda env, d, q: env.process(progress=5),
+        ValueError,
+        r"progress must be True, False or 'auto', not 5",
+    ),
+    (
         "parked-int",
         lambda env, d, q: env.parked(5),
         TypeError,

@@ -16,12 +16,13 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import percolite
 import pytest
-from _isolated import run_child_json, start_child
+from _isolated import run_child_json, run_command, start_child
 from children import damage
 
 PAGE = 4096
@@ -212,7 +213,10 @@ def test_a_data_file_that_went_back_in_time_is_refused_unless_restored(
     assert (copy / "data.mdb").read_bytes() == raw
     out = _read(copy)
     assert out["outcome"] == "refused" and "went back in time" in out["message"]
-    with percolite.open(copy, restored=True) as env, env.transaction() as tx:
+    assert "percolite restored" in out["message"]
+    result = run_command([sys.executable, "-m", "percolite", "restored", copy], timeout=60)
+    assert result.returncode == 0 and "accepted as restored" in result.stdout, result.stderr
+    with percolite.open(copy) as env, env.transaction() as tx:
         rows = sum(1 for _ in tx.scan())
     # The last commit was percolite's own (metrics flushed at close): the
     # older transaction still holds every cell.

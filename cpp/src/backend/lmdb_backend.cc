@@ -490,7 +490,7 @@ void LmdbBackend::CheckWritable() const {
                   "), so nothing more is written to it: writing over damaged pages can make "
                   "things worse. Run 'percolite check' on it and restore it from a copy; after "
                   "putting a copy of data.mdb in place, open it once with "
-                  "percolite.open(path, restored=True)");
+                  "percolite.open(path, restored=True) or run 'percolite restored DIR'");
 }
 
 void LmdbBackend::OpenEnvironment() {
@@ -646,7 +646,7 @@ void LmdbBackend::OpenDurableMark() {
                       "in place of data.mdb); the last commits are missing. It is left "
                       "untouched: run 'percolite check' on it and restore the store from a copy. "
                       "If you restored data.mdb from a backup on purpose, open it once with "
-                      "percolite.open(path, restored=True)");
+                      "percolite.open(path, restored=True) or run 'percolite restored DIR'");
     }
   }
   // Only sync="full" commits are durable when they return; with "meta" or
