@@ -150,21 +150,22 @@ bool ScanRecords(MDB_txn* txn, MDB_dbi dbi, std::string_view from, bool exclusiv
     // A group of hashed long keys sharing their first kMaxInlineKey bytes is
     // contiguous in LMDB but ordered by hash: gather it and sort by full key.
     std::string group_prefix(stored.substr(0, kMaxInlineKey));
-    // (full key, stored key, raw record), copied out of the map.
-    std::vector<std::tuple<std::string, std::string, std::string>> group;
+    // (full key, value, commit_ts, tombstone) of each verified record,
+    // copied out of the map.
+    std::vector<std::tuple<std::string, std::string, uint64_t, bool>> group;
     while (rc == MDB_SUCCESS) {
       std::string_view k = FromVal(key);
       if (!IsHashedStoredKey(k) || k.substr(0, kMaxInlineKey) != group_prefix) break;
       if (record.full_key.empty()) ThrowBadRecord(k, RecordCheck::kMalformed, kWhat);
-      group.emplace_back(std::string(record.full_key), std::string(k), std::string(FromVal(data)));
+      group.emplace_back(std::string(record.full_key), std::string(record.value), record.commit_ts,
+                         record.tombstone);
       rc = step(MDB_NEXT);
     }
     std::sort(group.begin(), group.end());
-    for (const auto& [full_key, stored_key, raw] : group) {
+    for (const auto& [full_key, value, commit_ts, tombstone] : group) {
       if (before_start(full_key)) continue;
       if (past_end(full_key)) return true;
-      RecordView sorted;
-      DecodeRecord(stored_key, raw, &sorted);  // verified above
+      const RecordView sorted{commit_ts, tombstone, full_key, value};
       if (!visit(full_key, sorted)) return false;
     }
   }
