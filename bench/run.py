@@ -28,6 +28,7 @@ from typing import Any
 
 import bench_commit
 import bench_export
+import bench_first_commit
 import bench_growth
 import bench_hotkeys
 import bench_loader
@@ -44,6 +45,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_hotkeys,
     bench_storage,
     bench_reads,
+    bench_first_commit,
     bench_loader,
     bench_export,
     bench_phrasecount,

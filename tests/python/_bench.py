@@ -33,6 +33,7 @@ BENCHMARK_ORDER = [
     "hotkeys",
     "storage",
     "reads",
+    "first_commit",
     "loader",
     "export",
     "phrasecount",

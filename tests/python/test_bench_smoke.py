@@ -234,6 +234,10 @@ def test_run_quick_writes_every_report(tmp_path: Path) -> None:
     check_export_report(json.loads((out / "export.json").read_text(encoding="utf-8")))
     check_phrasecount_report(json.loads((out / "phrasecount.json").read_text(encoding="utf-8")))
     check_growth_report(json.loads((out / "growth.json").read_text(encoding="utf-8")))
+    first = json.loads((out / "first_commit.json").read_text(encoding="utf-8"))["results"]
+    assert set(first) == {"small values", "8 KB values"}
+    for shape in first.values():
+        assert shape["file_mb"] > 0 and len(shape["first_ms"]) == len(shape["second_ms"]) >= 1
     for name in ("commit", "notify", "hotkeys", "storage", "export", "phrasecount", "growth"):
         report = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
         assert {"machine", "settings"} <= set(report), name

@@ -257,6 +257,23 @@ def test_damage_found_by_a_read_stops_every_later_write_until_restored(populated
     assert percolite.check(copy)["ok"]
 
 
+def _u64(raw: bytearray, at: int) -> int:
+    return int.from_bytes(raw[at : at + 8], "little")
+
+
+def _first_free_page_at(raw: bytearray) -> int:
+    """Where the first page number of the newest snapshot's free list is
+    stored (its free list is one leaf page: the populated store's is)."""
+    meta = _newest_meta(raw) * PAGE + 16
+    page = _u64(raw, meta + 24 + 40) * PAGE  # the free tree's root
+    assert int.from_bytes(raw[page + 10 : page + 12], "little") & 2, "a one-page free list"
+    node = page + int.from_bytes(raw[page + 16 : page + 18], "little")
+    key_size = int.from_bytes(raw[node + 6 : node + 8], "little")
+    entry = node + 8 + key_size  # the entry's page count, then its pages
+    assert _u64(raw, entry) >= 1
+    return entry + 8
+
+
 def test_check_finds_a_free_list_naming_a_page_in_use_and_writes_stop(populated, tmp_path):
     """LMDB's free list is reached by no entry, so only a walk of the pages
     sees it. A free list naming a page still in use makes the next commit
@@ -266,21 +283,9 @@ def test_check_finds_a_free_list_naming_a_page_in_use_and_writes_stop(populated,
     copy = tmp_path / "db"
     shutil.copytree(original, copy)
     raw = bytearray((copy / "data.mdb").read_bytes())
-
-    def u64(at: int) -> int:
-        return int.from_bytes(raw[at : at + 8], "little")
-
-    meta = _newest_meta(raw) * PAGE + 16
-    free_root, main_root = u64(meta + 24 + 40), u64(meta + 72 + 40)
-    page = free_root * PAGE
-    assert int.from_bytes(raw[page + 10 : page + 12], "little") & 2, "a one-page free list"
-    node = page + int.from_bytes(raw[page + 16 : page + 18], "little")
-    key_size = int.from_bytes(raw[node + 6 : node + 8], "little")
-    entry = node + 8 + key_size  # the entry's page count, then its pages
-    assert u64(entry) >= 1
-    raw[entry + 8 : entry + 16] = main_root.to_bytes(
-        8, "little"
-    )  # a free page: the table list's root
+    main_root = _u64(raw, _newest_meta(raw) * PAGE + 16 + 72 + 40)
+    at = _first_free_page_at(raw)
+    raw[at : at + 8] = main_root.to_bytes(8, "little")  # a free page: the table list's root
     (copy / "data.mdb").write_bytes(raw)
     report = percolite.check(copy)
     assert not report["ok"]
@@ -288,3 +293,53 @@ def test_check_finds_a_free_list_naming_a_page_in_use_and_writes_stop(populated,
     with percolite.open(copy) as env:
         with pytest.raises(percolite.CorruptionError, match="was found damaged"):
             env.run(lambda tx: tx.set("new", damage.DOC, "v"))
+
+
+def test_a_damaged_free_list_stops_the_first_commit_unchecked(populated, tmp_path):
+    """Without any check run, a process's first commit proves the free list
+    sound before LMDB hands out a page from it. The first free page is
+    changed to each page of the file in turn: every change is refused with
+    the store read back exactly as it was (the one "change" to the page it
+    already named commits)."""
+    original, digest = populated
+    raw = (original / "data.mdb").read_bytes()
+    at = _first_free_page_at(bytearray(raw))
+    named = _u64(bytearray(raw), at)
+    out = run_child_json("children.damage:free_list_sweep", original, tmp_path, at, timeout=300)
+    assert len(out) == len(raw) // PAGE - 2, "one variant per page but the meta pages"
+    for page, (write, read) in out.items():
+        if int(page) == named:
+            assert write == "ok", (page, write)
+        else:
+            assert write.startswith("CorruptionError: ") and "was found damaged" in write, (
+                page,
+                write,
+            )
+            assert read == {"outcome": "read", "digest": digest}, (page, read)
+
+
+def test_a_table_record_hiding_overflow_pages_stops_the_first_commit(populated, tmp_path):
+    """Before its first commit a process reads only the leaves of tables
+    whose record counts overflow pages (other leaves are claimed from their
+    branch pages unread). A record that hides its table's overflow pages
+    leaves them unaccounted for, which stops the commit as any damage does."""
+    original, _ = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    raw = bytearray((copy / "data.mdb").read_bytes())
+    page = _u64(raw, _newest_meta(raw) * PAGE + 16 + 72 + 40) * PAGE  # the table list
+    assert int.from_bytes(raw[page + 10 : page + 12], "little") & 2, "a one-page table list"
+    lower = int.from_bytes(raw[page + 12 : page + 14], "little")
+    for slot in range(page + 16, page + lower, 2):
+        node = page + int.from_bytes(raw[slot : slot + 2], "little")
+        key_size = int.from_bytes(raw[node + 6 : node + 8], "little")
+        if raw[node + 8 : node + 8 + key_size] == b"data":
+            record = node + 8 + key_size
+            break
+    assert _u64(raw, record + 24) > 0, "the data table has overflow pages"
+    raw[record + 24 : record + 32] = bytes(8)
+    (copy / "data.mdb").write_bytes(raw)
+    with percolite.open(copy) as env:
+        with pytest.raises(percolite.CorruptionError, match="pages are neither in use nor free"):
+            env.run(lambda tx: tx.set("new", damage.DOC, "v"))
+    assert not percolite.check(copy)["ok"]

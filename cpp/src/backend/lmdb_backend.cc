@@ -21,7 +21,6 @@
 
 #include "fork_guard.h"
 #include "lmdb_util.h"
-#include "page_walk.h"
 #include "percolite/encoding.h"
 
 namespace percolite {
@@ -481,7 +480,31 @@ void LmdbBackend::MarkDamaged(const std::string& problem) {
   ::close(fd);
 }
 
-void LmdbBackend::CheckWritable() const {
+std::vector<std::string> LmdbBackend::WalkStorePages(MDB_txn* txn, WalkScope scope) {
+  int fd = -1;
+  MDB_stat env_stat;
+  struct stat file;
+  if (mdb_env_get_fd(env_, &fd) != 0 || mdb_env_stat(env_, &env_stat) != 0 ||
+      ::fstat(fd, &file) != 0) {
+    return {};  // cannot tell; the walk is a check on top of LMDB's own
+  }
+  // Through pread, not the map: a page past a damaged file's end is then
+  // a short read, not a fault.
+  const uint32_t page_size = env_stat.ms_psize;
+  const auto read_page = [&](uint64_t pgno, size_t length, std::string* out) {
+    out->resize(length);
+    return ::pread(fd, out->data(), length, static_cast<off_t>(pgno * page_size)) ==
+           static_cast<ssize_t>(length);
+  };
+  return WalkPages(mdb_txn_id(txn), page_size, static_cast<uint64_t>(file.st_size) / page_size,
+                   read_page, scope);
+}
+
+void LmdbBackend::CheckWritable() {
+  // LMDB hands out pages its free list names without asking whether a tree
+  // still uses them: a damaged free list would let this process's first
+  // commit overwrite live pages. So the first commit proves it sound first.
+  if (!free_list_checked_.load(std::memory_order_acquire)) CheckFreeList();
   if (!is_damaged_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(failure_mu_);
   if (!damaged_) return;
@@ -1379,6 +1402,15 @@ bool LmdbBackend::ScanNotifications(std::string_view after, size_t limit,
   });
 }
 
+void LmdbBackend::CheckFreeList() {
+  std::lock_guard<std::mutex> lock(free_list_mu_);
+  if (free_list_checked_.load()) return;
+  const std::vector<std::string> problems =
+      WithReadTxn([&](MDB_txn* txn) { return WalkStorePages(txn, WalkScope::kFreeList); });
+  if (!problems.empty()) MarkDamaged(problems.front());
+  free_list_checked_ = true;
+}
+
 std::vector<std::string> LmdbBackend::VerifyStructure() {
   std::optional<FaultError> fault;
   auto problems = WithReadTxn([&](MDB_txn* txn) {
@@ -1477,22 +1509,8 @@ std::vector<std::string> LmdbBackend::VerifyStructure() {
     if (!fault) {
       // Every page, as LMDB lays them out: what no entry leads through (the
       // free list above all) is seen only this way.
-      int fd = -1;
-      MDB_stat env_stat;
-      struct stat file;
-      if (mdb_env_get_fd(env_, &fd) == 0 && mdb_env_stat(env_, &env_stat) == 0 &&
-          ::fstat(fd, &file) == 0) {
-        const uint32_t page_size = env_stat.ms_psize;
-        const auto read_page = [&](uint64_t pgno, std::string* out) {
-          out->resize(page_size);
-          return ::pread(fd, out->data(), page_size, static_cast<off_t>(pgno * page_size)) ==
-                 static_cast<ssize_t>(page_size);
-        };
-        for (std::string& problem :
-             WalkPages(mdb_txn_id(txn), page_size, static_cast<uint64_t>(file.st_size) / page_size,
-                       read_page)) {
-          problems.push_back(std::move(problem));
-        }
+      for (std::string& problem : WalkStorePages(txn, WalkScope::kEveryPage)) {
+        problems.push_back(std::move(problem));
       }
       try {
         const uint64_t counter = ReadCounter(txn, meta_dbi_);

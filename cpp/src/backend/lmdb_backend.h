@@ -71,6 +71,7 @@
 
 #include "commit_rules.h"
 #include "fault_guard.h"
+#include "page_walk.h"
 #include "percolite/backend.h"
 #include "percolite/status.h"
 
@@ -208,7 +209,14 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   // Records that a read found the store damaged (kDamagedFile): commits are
   // refused from then on (CheckWritable).
   void MarkDamaged(const std::string& problem);
-  void CheckWritable() const;
+  // Throws when the store was found damaged; first proves the free list
+  // sound (CheckFreeList).
+  void CheckWritable();
+  // Walks the pages the free list's soundness rests on, once per handle
+  // (page_walk.h); a problem marks the store damaged.
+  void CheckFreeList();
+  // The problems WalkPages finds in the snapshot `txn` reads.
+  std::vector<std::string> WalkStorePages(MDB_txn* txn, WalkScope scope);
   // Every later call throws Error(code, message) until the store is opened again.
   void Poison(ErrorCode code, const std::string& message);
   // Runs fn(); a FaultError it throws marks the backend unusable on its way out.
@@ -261,7 +269,9 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   ErrorCode failure_code_ = ErrorCode::kStorage;  // GUARDED_BY(failure_mu_)
   std::optional<std::string> damaged_;            // GUARDED_BY(failure_mu_)
   std::atomic<bool> is_damaged_{false};           // damaged_ is set: the fast check
-  int handles_ = 0;                               // GUARDED_BY(registry mutex)
+  std::mutex free_list_mu_;                       // held while CheckFreeList walks
+  std::atomic<bool> free_list_checked_{false};
+  int handles_ = 0;  // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, inline_batches_{0},

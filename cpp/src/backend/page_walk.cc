@@ -1,5 +1,6 @@
 #include "page_walk.h"
 
+#include <array>
 #include <cstring>
 #include <optional>
 
@@ -10,12 +11,14 @@ namespace {
 // lower 2 and upper 2, or an overflow run's page count 4), then node offsets;
 // a node is lo 2, hi 2, flags 2, key size 2, key, data. A meta page holds,
 // after the header, magic, version, address, map size, the free and main
-// trees' records (48 bytes each: root at +40), the last page and the txnid.
+// trees' records (48 bytes each: depth at +6, the counts of branch, leaf and
+// overflow pages at +8, +16, +24, root at +40), the last page and the txnid.
 constexpr size_t kHeader = 16;
 constexpr uint16_t kBranch = 0x01, kLeaf = 0x02, kOverflow = 0x04;
 constexpr uint16_t kBigData = 0x01, kSubData = 0x02;
 constexpr uint64_t kNoPage = ~uint64_t{0};
-constexpr size_t kDbRecord = 48, kDbRoot = 40;
+constexpr size_t kDbRecord = 48, kDbDepth = 6, kDbBranchPages = 8, kDbLeafPages = 16,
+                 kDbOverflowPages = 24, kDbRoot = 40;
 constexpr size_t kFreeDb = kHeader + 24, kMainDb = kFreeDb + kDbRecord;
 constexpr size_t kLastPage = kHeader + 120;
 constexpr int kMaxDepth = 32;  // LMDB's cursor stack
@@ -29,12 +32,12 @@ T At(const std::string& page, size_t offset) {
 
 class Walk {
  public:
-  Walk(uint32_t page_size, const PageReader& read, size_t limit)
-      : page_size_(page_size), read_(read), limit_(limit) {}
+  Walk(uint32_t page_size, const PageReader& read, WalkScope scope, size_t limit)
+      : page_size_(page_size), read_(read), scope_(scope), limit_(limit) {}
 
   std::vector<std::string> Run(uint64_t txnid, uint64_t file_pages) {
     std::string meta;
-    if (!read_(txnid & 1, &meta))
+    if (!read_(txnid & 1, page_size_, &meta))
       return {"the meta page of transaction " + std::to_string(txnid) + " cannot be read"};
     last_ = At<uint64_t>(meta, kLastPage);
     if (last_ < 1 || last_ >= file_pages) {
@@ -47,13 +50,33 @@ class Walk {
     const uint64_t main_root = At<uint64_t>(meta, kMainDb + kDbRoot);
     Tree(free_root, "the free list", Kind::kFree);
     Tree(main_root, "the table list", Kind::kMain);
-    for (const auto& [name, root] : named_) Tree(root, "table '" + name + "'", Kind::kTable);
+    for (const Named& table : named_) {
+      // Leaves sit at depth md_depth - 1 (the root is depth 0). Unless the
+      // table has overflow runs, kFreeList claims them without reading them.
+      const bool read_leaves = scope_ == WalkScope::kEveryPage || table.pages[2] > 0;
+      leaf_depth_ = read_leaves ? -1 : static_cast<int>(table.depth) - 1;
+      const size_t problems_before = problems_.size();
+      walked_ = {};
+      Tree(table.root, "table '" + table.name + "'", Kind::kTable);
+      // A whole walk also holds the record's page counts to what it found.
+      if (scope_ == WalkScope::kEveryPage && problems_.size() == problems_before &&
+          walked_ != table.pages) {
+        Problem("table '" + table.name + "': its record counts " + Pages(table.pages) +
+                ", its tree holds " + Pages(walked_));
+      }
+    }
     CheckFree();
     return problems_;
   }
 
  private:
   enum class Kind { kFree, kMain, kTable };
+  using PageCounts = std::array<uint64_t, 3>;  // branch, leaf and overflow pages
+
+  static std::string Pages(const PageCounts& counts) {
+    return std::to_string(counts[0]) + " branch, " + std::to_string(counts[1]) + " leaf and " +
+           std::to_string(counts[2]) + " overflow pages";
+  }
 
   void Problem(const std::string& text) {
     if (problems_.size() < limit_) problems_.push_back(text);
@@ -81,9 +104,10 @@ class Walk {
   void Page(uint64_t pgno, const std::string& tree, Kind kind, int depth) {
     if (depth > kMaxDepth) return Problem(tree + ": deeper than LMDB allows");
     if (!Claim(pgno, tree)) return;
+    if (depth == leaf_depth_ && kind == Kind::kTable) return;  // a leaf kFreeList need not read
     std::string page;
     const std::string where = tree + ": page " + std::to_string(pgno);
-    if (!read_(pgno, &page)) return Problem(where + " cannot be read");
+    if (!read_(pgno, page_size_, &page)) return Problem(where + " cannot be read");
     if (At<uint64_t>(page, 0) != pgno) return Problem(where + " carries another page's number");
     const uint16_t flags = At<uint16_t>(page, 10);
     const uint16_t lower = At<uint16_t>(page, 12), upper = At<uint16_t>(page, 14);
@@ -91,6 +115,7 @@ class Walk {
     if (branch == leaf || lower < kHeader || lower > upper || upper > page_size_) {
       return Problem(where + " has a damaged header");
     }
+    ++walked_[branch ? 0 : 1];
     const size_t keys = (lower - kHeader) / 2;
     for (size_t i = 0; i < keys; ++i) {
       const uint16_t offset = At<uint16_t>(page, kHeader + 2 * i);
@@ -119,7 +144,12 @@ class Walk {
       }
       if (kind == Kind::kMain && (node_flags & kSubData)) {
         if (value->size() != kDbRecord) return Problem(where + " holds a damaged table record");
-        named_.emplace_back(page.substr(offset + 8, key_size), At<uint64_t>(*value, kDbRoot));
+        named_.push_back(
+            Named{page.substr(offset + 8, key_size),
+                  At<uint64_t>(*value, kDbRoot),
+                  At<uint16_t>(*value, kDbDepth),
+                  {At<uint64_t>(*value, kDbBranchPages), At<uint64_t>(*value, kDbLeafPages),
+                   At<uint64_t>(*value, kDbOverflowPages)}});
       } else if (kind == Kind::kFree) {
         FreeEntry(*value, where);
       }
@@ -130,8 +160,9 @@ class Walk {
   std::optional<std::string> Overflow(uint64_t first, uint64_t size, const std::string& where,
                                       bool want) {
     std::string page;
-    if (first > last_ || !read_(first, &page) || At<uint64_t>(page, 0) != first ||
-        !(At<uint16_t>(page, 10) & kOverflow)) {
+    // Only the run's header, unless its bytes are wanted.
+    if (first > last_ || !read_(first, want ? page_size_ : kHeader, &page) ||
+        At<uint64_t>(page, 0) != first || !(At<uint16_t>(page, 10) & kOverflow)) {
       Problem(where + ": its value's overflow page " + std::to_string(first) + " is damaged");
       return std::nullopt;
     }
@@ -141,10 +172,11 @@ class Walk {
       return std::nullopt;
     }
     std::string bytes = want ? page.substr(kHeader) : std::string();
+    walked_[2] += pages;
     for (uint64_t p = first; p < first + pages; ++p) {
       if (!Claim(p, where + " (overflow)")) return std::nullopt;
       if (want && p > first) {
-        if (!read_(p, &page)) return std::nullopt;
+        if (!read_(p, page_size_, &page)) return std::nullopt;
         bytes += page;
       }
     }
@@ -181,12 +213,23 @@ class Walk {
     }
   }
 
+  struct Named {  // a table, from its record in the table list
+    std::string name;
+    uint64_t root;
+    uint16_t depth;
+    PageCounts pages;
+  };
+
   const uint32_t page_size_;
   const PageReader& read_;
+  const WalkScope scope_;
   const size_t limit_;
+  int leaf_depth_ = -1;
+  PageCounts walked_{};  // the pages of the table being walked, as read  // the depth of the table
+                         // being walked whose leaves go unread
   uint64_t last_ = 0;
   std::vector<uint8_t> used_;  // 0 unseen, 1 in a tree (or meta), 2 free
-  std::vector<std::pair<std::string, uint64_t>> named_;
+  std::vector<Named> named_;
   std::vector<uint64_t> free_;
   std::vector<std::string> problems_;
 };
@@ -194,8 +237,8 @@ class Walk {
 }  // namespace
 
 std::vector<std::string> WalkPages(uint64_t txnid, uint32_t page_size, uint64_t file_pages,
-                                   const PageReader& read_page, size_t limit) {
-  return Walk(page_size, read_page, limit).Run(txnid, file_pages);
+                                   const PageReader& read_page, WalkScope scope, size_t limit) {
+  return Walk(page_size, read_page, scope, limit).Run(txnid, file_pages);
 }
 
 }  // namespace percolite

@@ -123,6 +123,32 @@ def _read_all(path) -> dict:
         return {"outcome": "other", "error": type(e).__name__, "message": str(e)}
 
 
+def free_list_sweep(original, workdir, at: int) -> None:
+    """For each page X but the meta pages: a copy of ``original`` whose
+    first free page (its number stored at byte ``at``) is X, written to
+    (through percolite only) and then read back whole. Prints, per X, the
+    write's outcome and the read's."""
+    import pathlib
+    import shutil
+
+    raw = bytearray((pathlib.Path(original) / "data.mdb").read_bytes())
+    outcomes = {}
+    for page in range(2, len(raw) // 4096):
+        copy = pathlib.Path(workdir) / f"free{page}"
+        shutil.copytree(original, copy)
+        raw[at : at + 8] = page.to_bytes(8, "little")
+        (copy / "data.mdb").write_bytes(raw)
+        try:
+            with percolite.open(copy, create=False) as env:
+                env.run(lambda tx: tx.set(b"new", DOC, b"v"), retries=0)
+            write = "ok"
+        except percolite.Error as e:
+            write = f"{type(e).__name__}: {e}"
+        outcomes[page] = (write, _read_all(copy))
+        shutil.rmtree(copy)
+    print(json.dumps(outcomes))
+
+
 def fault_then_reuse(path, row: bytes, elsewhere: bytes) -> None:
     """Reads ``row`` (whose value's size field was damaged, so reading it
     runs off the end of the map), then uses the same handle again, then
