@@ -130,6 +130,36 @@ void BindEnv(py::module_& m) {
              py::gil_scoped_release release;
              return self.env->WaitIdle(timeout);
            })
+      .def(
+          "run_here",
+          [](PyEnv& self, uint64_t max_runs, bool stop_on_failure) {
+            percolite::RunHereOptions options;
+            options.max_runs = max_runs;
+            options.stop_on_failure = stop_on_failure;
+            percolite::RunHereSummary s;
+            {
+              py::gil_scoped_release release;
+              s = self.env->RunHere(options);
+            }
+            py::dict d;
+            d["runs"] = s.runs;
+            d["commits"] = s.commits;
+            d["conflicts"] = s.conflicts;
+            d["failures"] = s.failures;
+            d["parked"] = s.parked;
+            d["deferrals"] = s.deferrals;
+            d["failed"] = s.failed;
+            d["stuck"] = s.stuck;
+            d["error"] = s.error;
+            py::list left;
+            for (const percolite::Cell& c : s.left) {
+              left.append(
+                  py::make_tuple(py::bytes(c.row), py::bytes(c.family), py::bytes(c.qualifier)));
+            }
+            d["left"] = left;
+            return d;
+          },
+          py::arg("max_runs"), py::arg("stop_on_failure"))
       .def("worker_stats",
            [](PyEnv& self) {
              percolite::WorkerStats s;

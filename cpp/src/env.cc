@@ -113,6 +113,25 @@ void Env::StopWorkers() {
   if (workers) stopped_workers_ = workers;
 }
 
+RunHereSummary Env::RunHere(const RunHereOptions& options) {
+  RefuseOnWorkerThread("run_until_idle()");
+  backend();  // throws when closed
+  std::shared_ptr<Workers> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (workers_) {
+      throw Error(ErrorCode::kWrongState,
+                  "run_until_idle(): workers run on this handle; stop them first "
+                  "(stop_workers) or wait for them (wait)");
+    }
+    workers = std::make_shared<Workers>(transactions_, observers_, WorkerOptions{});
+  }
+  RunHereSummary summary = workers->RunHere(options);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!workers_) stopped_workers_ = workers;
+  return summary;
+}
+
 namespace {
 // How often a wait without workers touches the signal file; well under
 // Workers' kExternalHurry, so a waiting process keeps the others hurrying.

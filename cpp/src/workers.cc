@@ -254,6 +254,87 @@ Workers::Outcome Workers::RecordFailed(TransactionSource& source, const Notifica
 
 bool Workers::OnWorkerThread() { return t_on_worker_thread; }
 
+RunHereSummary Workers::RunHere(const RunHereOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) throw Error(ErrorCode::kWrongState, "RunHere: the pool runs threads");
+  }
+  // Observers running here are refused what they are refused on a worker.
+  struct OnWorker {
+    bool before = t_on_worker_thread;
+    OnWorker() { t_on_worker_thread = true; }
+    ~OnWorker() { t_on_worker_thread = before; }
+  } on_worker;
+  RunHereSummary summary;
+  for (;;) {
+    std::vector<Notification> pending;
+    backend_->ScanNotifications("", SIZE_MAX, &pending);
+    std::vector<std::pair<Notification, Cell>> runnable;
+    for (Notification& n : pending) {
+      Cell cell;
+      size_t index;
+      if (DecodeCellKey(n.cell_key, &cell) && Find(cell, &index) != nullptr) {
+        runnable.emplace_back(std::move(n), std::move(cell));
+      }
+    }
+    if (runnable.empty()) return summary;
+    bool progressed = false;  // a pass where nothing ran or changed would repeat itself
+    for (const auto& [notification, cell] : runnable) {
+      if (summary.runs >= options.max_runs) {
+        summary.stuck = true;
+        for (size_t i = 0; i < runnable.size() && i < 10; ++i) {
+          summary.left.push_back(runnable[i].second);
+        }
+        return summary;
+      }
+      RunReport report;
+      const Outcome outcome = RunOne(notification, /*hurried=*/true, &report);
+      if (outcome == Outcome::kSkippedParked) progressed = true;
+      if (outcome == Outcome::kGone || outcome == Outcome::kNoObserver ||
+          outcome == Outcome::kSkippedParked) {
+        continue;  // nothing ran
+      }
+      progressed = true;
+      ++summary.runs;
+      std::lock_guard<std::mutex> lock(mu_);
+      ObserverStats& stats = stats_[report.observer_index];
+      switch (outcome) {
+        case Outcome::kCommitted:
+          ++summary.commits;
+          ++stats.commits;
+          break;
+        case Outcome::kConflict:
+          ++summary.conflicts;
+          ++stats.conflicts;
+          break;
+        case Outcome::kDeferred:
+          ++summary.deferrals;
+          ++stats.deferrals;
+          break;
+        case Outcome::kFailed:
+        case Outcome::kParked:
+          ++summary.failures;
+          ++stats.failures;
+          stats.last_error = report.error;
+          stats.last_failure_unix = UnixNow();
+          if (outcome == Outcome::kParked) {
+            ++summary.parked;
+            ++stats.parked;
+          }
+          if (options.stop_on_failure) {
+            summary.failed = true;
+            summary.error = report.error;
+            return summary;
+          }
+          break;
+        default:
+          break;
+      }
+    }
+    if (!progressed) return summary;
+  }
+}
+
 void Workers::WorkerLoop() {
   pthread_setname_np(pthread_self(), "pc-worker");  // shown by top -H, perf, py-spy
   t_on_worker_thread = true;

@@ -12,7 +12,7 @@ LMDB, from Python. Start with :func:`open`::
 
 from __future__ import annotations
 
-from . import codecs, exporters
+from . import codecs, exporters, testing
 from ._app import App
 from ._cells import Cell, Column
 from ._check import check
@@ -52,6 +52,7 @@ __all__ = [
     "ShardedCounter",
     "codecs",
     "exporters",
+    "testing",
     "Env",
     "Loader",
     "Transaction",

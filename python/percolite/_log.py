@@ -16,9 +16,12 @@ Configure them as any library's loggers, e.g.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from . import _core
@@ -34,6 +37,7 @@ __all__ = [
     "report_failure",
     "report_lease_change",
     "failure_text",
+    "capture_failures",
 ]
 
 logger = logging.getLogger("percolite")
@@ -84,11 +88,34 @@ def report_failure(record: dict[str, Any]) -> None:
         )
 
 
+class _Captured(threading.local):
+    on = False
+    exception: BaseException | None = None
+
+
+_captured = _Captured()
+
+
+@contextlib.contextmanager
+def capture_failures() -> Iterator[_Captured]:
+    """While it is entered, the exception of a user callback failing on this
+    thread is kept (the last one) in the yielded object's ``exception``, for
+    code that runs callbacks in its own thread and raises what they raised
+    (``percolite.testing.run_until_idle``)."""
+    _captured.on, _captured.exception = True, None
+    try:
+        yield _captured
+    finally:
+        _captured.on = False
+
+
 def failure_text() -> str:
     """The traceback of the exception being handled, for a runner that
     reports a user callback's failure: from the callback's frame on (the
     runner's own frame, which called it, left out)."""
     kind, value, tb = sys.exc_info()
+    if _captured.on:
+        _captured.exception = value
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return "".join(traceback.format_exception(kind, value, tb))

@@ -215,3 +215,95 @@ TEST_CASE("A work watch wakes on a commit, on a waiter's signal and on Interrupt
   interrupter.join();
   watch.reset();
 }
+
+TEST_CASE("RunHere runs a chain of observers in the calling thread until idle, in store order",
+          "[workers][conformance]") {
+  Layers layers(PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
+  const ObservedColumn length{"doc", "length", NotifyKind::kStrong, "total"};
+  backend->SetObservedColumns({kContent, length});
+  const std::thread::id here = std::this_thread::get_id();
+  std::vector<std::string> order;
+  bool elsewhere = false;
+  Observer measure{kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
+                     elsewhere |= std::this_thread::get_id() != here;
+                     order.push_back(cell.row);
+                     auto value = tx->Get(Ref(cell));
+                     tx->Set(Ref(Cell{cell.row, "doc", "length"}), std::to_string(value->size()));
+                     return Status::Ok();
+                   }};
+  Observer total{length, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
+                   auto value = tx->Get(Ref(cell));
+                   auto sum = tx->Get(Ref(Cell{"total", "doc", "sum"}));
+                   tx->Set(Ref(Cell{"total", "doc", "sum"}),
+                           std::to_string(std::stol(sum.value_or("0")) + std::stol(*value)));
+                   return Status::Ok();
+                 }};
+  for (int i = 0; i < 20; ++i) Set(*source, Cell{"r" + std::to_string(i), "doc", "content"}, "abc");
+  percolite::Workers workers(source, {measure, total}, percolite::WorkerOptions{});
+  const percolite::RunHereSummary summary = workers.RunHere({});
+  CHECK_FALSE(elsewhere);
+  CHECK(summary.runs == 40);
+  CHECK(summary.commits == 40);
+  CHECK_FALSE(summary.failed);
+  CHECK_FALSE(summary.stuck);
+  CHECK(Read(*source, Cell{"total", "doc", "sum"}) == "60");
+  CHECK(backend->PendingNotifications() == 0);
+  // The order is the store's: running again over the same store gives it again.
+  Layers again(PERCOLITE_EACH_BACKEND());
+  again.backend->SetObservedColumns({kContent, length});
+  for (int i = 0; i < 20; ++i) {
+    Set(*again.source, Cell{"r" + std::to_string(i), "doc", "content"}, "abc");
+  }
+  const std::vector<std::string> first = order;
+  order.clear();
+  percolite::Workers(again.source, {measure, total}, percolite::WorkerOptions{}).RunHere({});
+  CHECK(order == first);
+}
+
+TEST_CASE("RunHere stops at a failure, or retries and parks it; max_runs stops an endless chain",
+          "[workers][conformance]") {
+  Layers layers(PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
+  backend->SetObservedColumns({kContent});
+  int calls = 0;
+  Observer broken{kContent, [&](const std::shared_ptr<Transaction>&, const Cell&) {
+                    ++calls;
+                    return Status::Make(ErrorCode::kCallback, "broken");
+                  }};
+  broken.max_attempts = 3;
+  Set(*source, Cell{"r", "doc", "content"}, "v");
+  percolite::Workers workers(source, {broken}, percolite::WorkerOptions{});
+  percolite::RunHereSummary stopped = workers.RunHere({});
+  CHECK(stopped.failed);
+  CHECK(stopped.error == "broken");
+  CHECK(stopped.runs == 1);
+  CHECK(calls == 1);
+  CHECK(Pending(*source, Cell{"r", "doc", "content"}));
+
+  percolite::RunHereOptions keep_going;
+  keep_going.stop_on_failure = false;
+  percolite::RunHereSummary parked = workers.RunHere(keep_going);
+  CHECK_FALSE(parked.failed);
+  CHECK(parked.failures == 2);  // attempts 2 and 3 (the first was recorded above)
+  CHECK(parked.parked == 1);
+  CHECK(calls == 3);
+  CHECK_FALSE(Pending(*source, Cell{"r", "doc", "content"}));
+
+  // An observer that notifies itself again never lets the store go idle.
+  Observer again{kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
+                   tx->Set(Ref(cell), "again");
+                   return Status::Ok();
+                 }};
+  Set(*source, Cell{"s", "doc", "content"}, "v");
+  percolite::RunHereOptions bounded;
+  bounded.max_runs = 25;
+  percolite::RunHereSummary stuck =
+      percolite::Workers(source, {again}, percolite::WorkerOptions{}).RunHere(bounded);
+  CHECK(stuck.stuck);
+  CHECK(stuck.runs == 25);
+  REQUIRE(stuck.left.size() == 1);
+  CHECK(stuck.left[0].row == "s");
+}

@@ -41,6 +41,22 @@ def test_example_runs(tmp_path, document, index):
     assert result.returncode == 0, result.stderr
 
 
+def test_testing_guide_example_passes_under_plain_pytest(tmp_path):
+    """docs/testing.md's example is a test file: saved as it says, plain
+    pytest (no conftest: the fixtures come from the installed plugin) passes
+    it, on the memory backend and on LMDB."""
+    (tmp_path / "test_lengths.py").write_text(python_blocks(ROOT / "docs" / "testing.md")[0])
+    for options in ([], ["--percolite-backend=lmdb"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout
+
+
 def test_readme_example_prints_what_the_readme_says(tmp_path):
     readme = (ROOT / "README.md").read_text()
     code = python_blocks(ROOT / "README.md")[0]

@@ -26,6 +26,8 @@
 //   for pending notifications throws kWrongState at once: it would never end.
 // - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
 //   throw kWrongState: a worker cannot wait for its own pool.
+// - RunHere runs the pending work in the calling thread, deterministically
+//   (workers.h, "Running here"), for tests; not while workers run.
 // - WorkRecords, FailureSummaries and RetryParked read and change the
 //   failure records every process shares (failures.h).
 // - DropNotifications consumes the pending notifications of columns no
@@ -70,6 +72,10 @@ class Env : public std::enable_shared_from_this<Env> {
   void StartWorkers(const WorkerOptions& options);
   void StopWorkers();
   bool WaitIdle(double timeout_seconds);
+  // Runs the pending work in the calling thread until none is left
+  // (Workers::RunHere); throws kWrongState while workers run or from an
+  // observer. The counters join GetWorkerStats' until workers start.
+  RunHereSummary RunHere(const RunHereOptions& options);
   WorkerStats GetWorkerStats() const;
   std::vector<ObservedColumn> ObservedColumns() const { return backend()->ObservedColumns(); }
 

@@ -58,6 +58,16 @@
 //   hurries as if a local thread waited until kExternalHurry after the last
 //   signal its WorkWatch saw (best effort: where the backend cannot signal,
 //   deferrals just keep their time).
+// - Running here (RunHere, for tests): a pool that was not started can run
+//   the pending work in the calling thread instead, one run at a time, with
+//   no threads and no waiting: each pass scans every pending notification
+//   and runs those with an observer in the order they are stored (the
+//   notification table's key order, so the same store gives the same runs),
+//   hurried (lingering queues go on with what they hold); it ends when a
+//   pass finds nothing an observer runs. Retries of failures and conflicts,
+//   and runs that defer themselves, come in the next pass: time is not
+//   waited for but counted in passes. Failures are recorded and parked as
+//   on worker threads.
 // - WaitIdle returns true once the notify table is empty and no observer is
 //   running in this pool; false when the timeout elapses first.
 // - Stop lets running observers finish, runs nothing new, and joins threads.
@@ -132,6 +142,24 @@ struct WorkerStats {
   uint64_t lease_changes = 0;     // times the share changed
 };
 
+struct RunHereOptions {
+  uint64_t max_runs = 100000;   // more runs than this: stop with stuck set
+  bool stop_on_failure = true;  // stop at the first failed run (failed set)
+};
+
+struct RunHereSummary {
+  uint64_t runs = 0;       // observer runs begun (queue runs included)
+  uint64_t commits = 0;    // runs that committed
+  uint64_t conflicts = 0;  // runs that lost a write-write conflict
+  uint64_t failures = 0;   // runs that failed
+  uint64_t parked = 0;     // notifications parked after their last attempt
+  uint64_t deferrals = 0;  // runs that deferred themselves
+  bool failed = false;     // stopped at a failure (stop_on_failure)
+  bool stuck = false;      // stopped at max_runs with work left
+  std::string error;       // failed: the failure's text
+  std::vector<Cell> left;  // stuck: the cells whose notifications were still pending (up to 10)
+};
+
 class Workers final : public NotificationSink {
  public:
   // Runs `observers` in transactions begun from `source`, on its backend.
@@ -144,6 +172,9 @@ class Workers final : public NotificationSink {
   void Start();
   void Stop();
   bool WaitIdle(double timeout_seconds);
+  // Runs what is pending in the calling thread (see "Running here"); throws
+  // kWrongState on a started pool.
+  RunHereSummary RunHere(const RunHereOptions& options);
   WorkerStats Stats() const;
 
   // Called by the backend after a commit of this process: the notifications it wrote.
