@@ -35,6 +35,7 @@ import bench_loader
 import bench_notify
 import bench_phrasecount
 import bench_reads
+import bench_simulation
 import bench_storage
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
 from report import SUMMARY_NAME, format_targets_table, write_report
@@ -50,6 +51,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_export,
     bench_phrasecount,
     bench_growth,
+    bench_simulation,
 )
 
 

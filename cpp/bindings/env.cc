@@ -21,7 +21,67 @@
 
 namespace percolite::bindings {
 
+namespace {
+
+const char* OutcomeName(percolite::RunOutcome outcome) {
+  switch (outcome) {
+    case percolite::RunOutcome::kReady:
+      return "ready";
+    case percolite::RunOutcome::kCommitted:
+      return "committed";
+    case percolite::RunOutcome::kGone:
+      return "gone";
+    case percolite::RunOutcome::kConflict:
+      return "conflict";
+    case percolite::RunOutcome::kFailed:
+      return "failed";
+    case percolite::RunOutcome::kParked:
+      return "parked";
+    case percolite::RunOutcome::kSkippedParked:
+      return "skipped";
+    case percolite::RunOutcome::kDeferred:
+      return "deferred";
+    case percolite::RunOutcome::kNoObserver:
+      return "no observer";
+  }
+  return "unknown";
+}
+
+// A run begun step by step (Workers::BeginRun), with the pool that began it.
+struct PyBegunRun {
+  std::shared_ptr<percolite::Workers> workers;
+  percolite::BegunRun run;
+};
+
+}  // namespace
+
 void BindEnv(py::module_& m) {
+  py::class_<PyBegunRun>(m, "BegunRun")
+      .def_property_readonly("outcome",
+                             [](const PyBegunRun& r) { return OutcomeName(r.run.outcome); })
+      .def_property_readonly("row", [](const PyBegunRun& r) { return py::bytes(r.run.cell.row); })
+      .def_property_readonly("family",
+                             [](const PyBegunRun& r) { return py::bytes(r.run.cell.family); })
+      .def_property_readonly("qualifier",
+                             [](const PyBegunRun& r) { return py::bytes(r.run.cell.qualifier); })
+      .def_property_readonly("observer", [](const PyBegunRun& r) { return r.run.observer; })
+      .def_property_readonly(
+          "cell_key", [](const PyBegunRun& r) { return py::bytes(r.run.notification.cell_key); })
+      .def_property_readonly("error", [](const PyBegunRun& r) { return r.run.error; })
+      .def(
+          "finish",
+          [](PyBegunRun& r, bool conflict) {
+            py::gil_scoped_release release;
+            return std::string(OutcomeName(r.workers->FinishRun(r.run, conflict)));
+          },
+          py::arg("conflict") = false)
+      .def("drop", [](PyBegunRun& r) {
+        py::gil_scoped_release release;
+        if (r.run.transaction) r.run.transaction->Abort();
+        r.run.transaction.reset();
+        r.run.outcome = percolite::RunOutcome::kGone;
+      });
+
   py::class_<PyEnv>(m, "Env")
       .def_static(
           "open",
@@ -160,6 +220,35 @@ void BindEnv(py::module_& m) {
             return d;
           },
           py::arg("max_runs"), py::arg("stop_on_failure"))
+      .def("runnable",
+           [](PyEnv& self) {
+             std::vector<percolite::Notification> found;
+             {
+               py::gil_scoped_release release;
+               found = self.env->StepWorkers()->Runnable();
+             }
+             py::list out;
+             for (const percolite::Notification& n : found) {
+               percolite::Cell cell;
+               percolite::DecodeCellKey(n.cell_key, &cell);  // Runnable decoded it already
+               out.append(py::make_tuple(py::bytes(n.cell_key), n.row_hash, n.stamp,
+                                         py::bytes(cell.family), py::bytes(cell.qualifier)));
+             }
+             return out;
+           })
+      .def(
+          "begin_run",
+          [](PyEnv& self, const std::string& cell_key, uint64_t row_hash, uint64_t stamp,
+             bool fail) {
+            auto begun = std::make_unique<PyBegunRun>();
+            py::gil_scoped_release release;
+            begun->workers = self.env->StepWorkers();
+            begun->run =
+                begun->workers->BeginRun(percolite::Notification{cell_key, stamp, row_hash},
+                                         /*hurried=*/true, fail);
+            return begun;
+          },
+          py::arg("cell_key"), py::arg("row_hash"), py::arg("stamp"), py::arg("fail") = false)
       .def("worker_stats",
            [](PyEnv& self) {
              percolite::WorkerStats s;

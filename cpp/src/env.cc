@@ -56,6 +56,7 @@ void Env::SetObservers(std::vector<Observer> observers) {
   if (workers_) throw Error(ErrorCode::kWrongState, "observers cannot change while workers run");
   store->SetObservedColumns(columns);
   observers_ = std::move(observers);
+  step_workers_.reset();  // it runs the observers it was made with
 }
 
 void Env::StartWorkers(const WorkerOptions& options) {
@@ -113,23 +114,24 @@ void Env::StopWorkers() {
   if (workers) stopped_workers_ = workers;
 }
 
+std::shared_ptr<Workers> Env::StepWorkers() {
+  backend();  // throws when closed
+  std::lock_guard<std::mutex> lock(mu_);
+  if (workers_) {
+    throw Error(ErrorCode::kWrongState,
+                "run_until_idle(): workers run on this handle; stop them first "
+                "(stop_workers) or wait for them (wait)");
+  }
+  if (!step_workers_) {
+    step_workers_ = std::make_shared<Workers>(transactions_, observers_, WorkerOptions{});
+  }
+  stopped_workers_ = step_workers_;  // its counters are the ones to show
+  return step_workers_;
+}
+
 RunHereSummary Env::RunHere(const RunHereOptions& options) {
   RefuseOnWorkerThread("run_until_idle()");
-  backend();  // throws when closed
-  std::shared_ptr<Workers> workers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (workers_) {
-      throw Error(ErrorCode::kWrongState,
-                  "run_until_idle(): workers run on this handle; stop them first "
-                  "(stop_workers) or wait for them (wait)");
-    }
-    workers = std::make_shared<Workers>(transactions_, observers_, WorkerOptions{});
-  }
-  RunHereSummary summary = workers->RunHere(options);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!workers_) stopped_workers_ = workers;
-  return summary;
+  return StepWorkers()->RunHere(options);
 }
 
 namespace {

@@ -169,90 +169,196 @@ const Observer* Workers::Find(const Cell& cell, size_t* index) const {
   return nullptr;
 }
 
-Workers::Outcome Workers::RunOne(const Notification& notification, bool hurried,
-                                 RunReport* report) {
-  Cell cell;
-  if (!DecodeCellKey(notification.cell_key, &cell)) return Outcome::kNoObserver;
-  const Observer* observer = Find(cell, &report->observer_index);
-  if (observer == nullptr) return Outcome::kNoObserver;
+BegunRun Workers::BeginRun(const Notification& notification, bool hurried, bool fail) {
+  BegunRun run = BeginRunUncounted(notification, hurried, fail);
+  if (run.outcome != RunOutcome::kReady) Count(run);
+  return run;
+}
+
+BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurried, bool fail) {
+  BegunRun run;
+  run.notification = notification;
+  const Observer* observer = nullptr;
+  if (DecodeCellKey(notification.cell_key, &run.cell))
+    observer = Find(run.cell, &run.observer_index);
+  if (observer == nullptr) {
+    run.outcome = RunOutcome::kNoObserver;
+    return run;
+  }
+  run.observer = observer->column.observer;
   std::shared_ptr<TransactionSource> source = source_.lock();
-  if (!source) return Outcome::kGone;
-  std::shared_ptr<Transaction> transaction;
+  if (!source) {
+    run.outcome = RunOutcome::kGone;
+    return run;
+  }
   try {
-    transaction = source->Begin();
-    if (!transaction->NotificationPending(notification.cell_key)) {
-      transaction->Abort();
-      return Outcome::kGone;
+    run.transaction = source->Begin();
+    if (!run.transaction->NotificationPending(notification.cell_key)) {
+      run.transaction->Abort();
+      run.transaction.reset();
+      run.outcome = RunOutcome::kGone;
+      return run;
     }
-    transaction->SetTrigger(notification.cell_key);
-    const std::optional<WorkRecord> record = ReadWorkRecord(*transaction, notification.cell_key);
+    run.transaction->SetTrigger(notification.cell_key);
+    const std::optional<WorkRecord> record =
+        ReadWorkRecord(*run.transaction, notification.cell_key);
     if (record && record->parked) {
-      transaction->Commit();  // consumes the notification; the work stays parked
-      return Outcome::kSkippedParked;
+      run.transaction->Commit();  // consumes the notification; the work stays parked
+      run.transaction.reset();
+      run.outcome = RunOutcome::kSkippedParked;
+      return run;
     }
-    if (hurried) transaction->SetHurried();
+    if (hurried) run.transaction->SetHurried();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++stats_[report->observer_index].runs;
-      ++stats_[report->observer_index].running;
+      ++stats_[run.observer_index].runs;
+      ++stats_[run.observer_index].running;
     }
     Status status;
-    try {
-      // Keys a queue's run parks are reported like failures, once committed.
-      ParkReporter reporter(options_.on_failure ? std::function<void(const WorkRecord&)>(
-                                                      [this, observer](const WorkRecord& r) {
-                                                        options_.on_failure(observer->column, r);
-                                                      })
-                                                : nullptr);
-      status = observer->fn(transaction, cell);
-    } catch (const std::exception& e) {
-      status = Status::Make(ErrorCode::kCallback, e.what());
+    if (fail) {
+      status = Status::Make(ErrorCode::kCallback, "a failure injected by the simulation");
+    } else {
+      try {
+        // Keys a queue's run parks are reported like failures, once committed.
+        ParkReporter reporter(options_.on_failure ? std::function<void(const WorkRecord&)>(
+                                                        [this, observer](const WorkRecord& r) {
+                                                          options_.on_failure(observer->column, r);
+                                                        })
+                                                  : nullptr);
+        status = observer->fn(run.transaction, run.cell);
+      } catch (const std::exception& e) {
+        status = Status::Make(ErrorCode::kCallback, e.what());
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      --stats_[report->observer_index].running;
+      --stats_[run.observer_index].running;
     }
     if (!status.ok()) {
-      transaction->Abort();
-      report->error = status.message();
-      return RecordFailed(*source, notification, *observer, report);
+      run.transaction->Abort();
+      run.transaction.reset();
+      run.error = status.message();
+      run.outcome = RecordFailed(*source, *observer, &run);
+      return run;
     }
-    if (const double seconds = transaction->DeferredSeconds(); seconds > 0) {
-      transaction->Abort();
-      report->deferred_seconds = seconds;
-      return Outcome::kDeferred;
+    if (const double seconds = run.transaction->DeferredSeconds(); seconds > 0) {
+      run.transaction->Abort();
+      run.transaction.reset();
+      run.deferred_seconds = seconds;
+      run.outcome = RunOutcome::kDeferred;
+      return run;
     }
-    if (record) ForgetWorkRecord(*transaction, notification.cell_key);
-    transaction->Commit();
-    return Outcome::kCommitted;
+    run.forget_record = record.has_value();
+    run.outcome = RunOutcome::kReady;
   } catch (const Error& e) {
-    if (transaction) transaction->Abort();
-    if (e.code() == ErrorCode::kConflict) return Outcome::kConflict;
-    if (e.code() == ErrorCode::kClosed) return Outcome::kGone;
-    report->error = e.what();
-    return RecordFailed(*source, notification, *observer, report);
+    Settle(*source, *observer, e, &run);
+  }
+  return run;
+}
+
+RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
+  if (run.outcome != RunOutcome::kReady) return run.outcome;
+  std::shared_ptr<TransactionSource> source = source_.lock();
+  if (!source) {
+    run.transaction->Abort();
+    run.transaction.reset();
+    return run.outcome = RunOutcome::kGone;
+  }
+  const Observer& observer = observers_[run.observer_index];
+  try {
+    if (conflict) throw Error(ErrorCode::kConflict, "a conflict injected by the simulation");
+    if (run.forget_record) ForgetWorkRecord(*run.transaction, run.notification.cell_key);
+    run.transaction->Commit();
+    run.transaction.reset();
+    run.outcome = RunOutcome::kCommitted;
+  } catch (const Error& e) {
+    Settle(*source, observer, e, &run);
+  }
+  Count(run);
+  return run.outcome;
+}
+
+void Workers::Settle(TransactionSource& source, const Observer& observer, const Error& e,
+                     BegunRun* run) {
+  if (run->transaction) run->transaction->Abort();
+  run->transaction.reset();
+  if (e.code() == ErrorCode::kConflict) {
+    run->outcome = RunOutcome::kConflict;
+  } else if (e.code() == ErrorCode::kClosed) {
+    run->outcome = RunOutcome::kGone;
+  } else {
+    run->error = e.what();
+    run->outcome = RecordFailed(source, observer, run);
   }
 }
 
-Workers::Outcome Workers::RecordFailed(TransactionSource& source, const Notification& notification,
-                                       const Observer& observer, RunReport* report) {
+void Workers::Count(const BegunRun& run) {
+  if (run.observer_index >= stats_.size()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ObserverStats& stats = stats_[run.observer_index];
+  switch (run.outcome) {
+    case RunOutcome::kCommitted:
+      ++stats.commits;
+      break;
+    case RunOutcome::kSkippedParked:
+      ++stats.skipped_parked;
+      break;
+    case RunOutcome::kConflict:
+      ++stats.conflicts;
+      break;
+    case RunOutcome::kDeferred:
+      ++stats.deferrals;
+      break;
+    case RunOutcome::kParked:
+      ++stats.parked;
+      [[fallthrough]];
+    case RunOutcome::kFailed:
+      ++stats.failures;
+      stats.last_error = run.error;
+      stats.last_failure_unix = UnixNow();
+      break;
+    default:
+      break;
+  }
+}
+
+RunOutcome Workers::RunOne(const Notification& notification, bool hurried, BegunRun* run) {
+  *run = BeginRun(notification, hurried, /*fail=*/false);
+  return FinishRun(*run, /*conflict=*/false);
+}
+
+RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& observer,
+                                 BegunRun* run) {
   WorkRecord record;
   try {
-    record = RecordFailure(source, observer.column.observer, notification.cell_key,
-                           DescribeFailure(report->error), observer.max_attempts, UnixNow());
+    record = RecordFailure(source, observer.column.observer, run->notification.cell_key,
+                           DescribeFailure(run->error), observer.max_attempts, UnixNow());
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::kClosed) return Outcome::kGone;
+    if (e.code() == ErrorCode::kClosed) return RunOutcome::kGone;
     // The record could not be written (the store failed): retry the run as
     // if it were the first failure.
-    report->attempts = 1;
-    return Outcome::kFailed;
+    run->attempts = 1;
+    return RunOutcome::kFailed;
   }
-  report->attempts = record.attempts;
+  run->attempts = record.attempts;
   if (options_.on_failure) options_.on_failure(observer.column, record);
-  return record.parked ? Outcome::kParked : Outcome::kFailed;
+  return record.parked ? RunOutcome::kParked : RunOutcome::kFailed;
 }
 
 bool Workers::OnWorkerThread() { return t_on_worker_thread; }
+
+std::vector<Notification> Workers::Runnable() {
+  std::vector<Notification> pending, runnable;
+  backend_->ScanNotifications("", SIZE_MAX, &pending);
+  for (Notification& n : pending) {
+    Cell cell;
+    size_t index;
+    if (DecodeCellKey(n.cell_key, &cell) && Find(cell, &index) != nullptr) {
+      runnable.push_back(std::move(n));
+    }
+  }
+  return runnable;
+}
 
 RunHereSummary Workers::RunHere(const RunHereOptions& options) {
   {
@@ -267,68 +373,38 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
   } on_worker;
   RunHereSummary summary;
   for (;;) {
-    std::vector<Notification> pending;
-    backend_->ScanNotifications("", SIZE_MAX, &pending);
-    std::vector<std::pair<Notification, Cell>> runnable;
-    for (Notification& n : pending) {
-      Cell cell;
-      size_t index;
-      if (DecodeCellKey(n.cell_key, &cell) && Find(cell, &index) != nullptr) {
-        runnable.emplace_back(std::move(n), std::move(cell));
-      }
-    }
+    const std::vector<Notification> runnable = Runnable();
     if (runnable.empty()) return summary;
     bool progressed = false;  // a pass where nothing ran or changed would repeat itself
-    for (const auto& [notification, cell] : runnable) {
+    for (const Notification& notification : runnable) {
       if (summary.runs >= options.max_runs) {
         summary.stuck = true;
         for (size_t i = 0; i < runnable.size() && i < 10; ++i) {
-          summary.left.push_back(runnable[i].second);
+          Cell cell;
+          if (DecodeCellKey(runnable[i].cell_key, &cell)) summary.left.push_back(std::move(cell));
         }
         return summary;
       }
-      RunReport report;
-      const Outcome outcome = RunOne(notification, /*hurried=*/true, &report);
-      if (outcome == Outcome::kSkippedParked) progressed = true;
-      if (outcome == Outcome::kGone || outcome == Outcome::kNoObserver ||
-          outcome == Outcome::kSkippedParked) {
+      BegunRun report;
+      const RunOutcome outcome = RunOne(notification, /*hurried=*/true, &report);
+      if (outcome == RunOutcome::kSkippedParked) progressed = true;
+      if (outcome == RunOutcome::kGone || outcome == RunOutcome::kNoObserver ||
+          outcome == RunOutcome::kSkippedParked) {
         continue;  // nothing ran
       }
       progressed = true;
       ++summary.runs;
-      std::lock_guard<std::mutex> lock(mu_);
-      ObserverStats& stats = stats_[report.observer_index];
-      switch (outcome) {
-        case Outcome::kCommitted:
-          ++summary.commits;
-          ++stats.commits;
-          break;
-        case Outcome::kConflict:
-          ++summary.conflicts;
-          ++stats.conflicts;
-          break;
-        case Outcome::kDeferred:
-          ++summary.deferrals;
-          ++stats.deferrals;
-          break;
-        case Outcome::kFailed:
-        case Outcome::kParked:
-          ++summary.failures;
-          ++stats.failures;
-          stats.last_error = report.error;
-          stats.last_failure_unix = UnixNow();
-          if (outcome == Outcome::kParked) {
-            ++summary.parked;
-            ++stats.parked;
-          }
-          if (options.stop_on_failure) {
-            summary.failed = true;
-            summary.error = report.error;
-            return summary;
-          }
-          break;
-        default:
-          break;
+      summary.commits += outcome == RunOutcome::kCommitted;
+      summary.conflicts += outcome == RunOutcome::kConflict;
+      summary.deferrals += outcome == RunOutcome::kDeferred;
+      summary.parked += outcome == RunOutcome::kParked;
+      if (outcome == RunOutcome::kFailed || outcome == RunOutcome::kParked) {
+        ++summary.failures;
+        if (options.stop_on_failure) {
+          summary.failed = true;
+          summary.error = report.error;
+          return summary;
+        }
       }
     }
     if (!progressed) return summary;
@@ -380,9 +456,8 @@ void Workers::WorkerLoop() {
     ++active_;
     lock.unlock();
 
-    RunReport report;
-    const Outcome outcome = RunOne(notification, hurried, &report);
-    const size_t observer_index = report.observer_index;
+    BegunRun report;
+    const RunOutcome outcome = RunOne(notification, hurried, &report);
 
     lock.lock();
     --active_;
@@ -392,19 +467,10 @@ void Workers::WorkerLoop() {
       Entry& entry = it->second;
       entry.running = false;
       switch (outcome) {
-        case Outcome::kCommitted:
-        case Outcome::kGone:
-        case Outcome::kParked:
-        case Outcome::kSkippedParked:
-          if (outcome == Outcome::kCommitted) ++stats_[observer_index].commits;
-          if (outcome == Outcome::kSkippedParked) ++stats_[observer_index].skipped_parked;
-          if (outcome == Outcome::kParked) {
-            ObserverStats& s = stats_[observer_index];
-            ++s.failures;
-            ++s.parked;
-            s.last_error = report.error;
-            s.last_failure_unix = UnixNow();
-          }
+        case RunOutcome::kCommitted:
+        case RunOutcome::kGone:
+        case RunOutcome::kParked:
+        case RunOutcome::kSkippedParked:
           if (entry.again && !stopping_) {
             entry.attempts = 0;
             entry.hurried = false;
@@ -413,11 +479,10 @@ void Workers::WorkerLoop() {
             entries_.erase(it);
           }
           break;
-        case Outcome::kNoObserver:
+        case RunOutcome::kNoObserver:
           entries_.erase(it);  // left pending for an application that observes it
           break;
-        case Outcome::kDeferred:
-          ++stats_[observer_index].deferrals;
+        case RunOutcome::kDeferred:
           if (stopping_) break;
           entry.attempts = 0;
           entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
@@ -427,8 +492,7 @@ void Workers::WorkerLoop() {
                                  std::chrono::duration<double>(report.deferred_seconds)),
               key);
           break;
-        case Outcome::kConflict: {
-          ++stats_[observer_index].conflicts;
+        case RunOutcome::kConflict: {
           ++entry.attempts;
           double delay = Uniform(0.001, 0.005) * std::min(entry.attempts, 10);
           delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -436,11 +500,7 @@ void Workers::WorkerLoop() {
                            key);
           break;
         }
-        case Outcome::kFailed: {
-          ObserverStats& s = stats_[observer_index == SIZE_MAX ? 0 : observer_index];
-          ++s.failures;
-          s.last_error = report.error;
-          s.last_failure_unix = UnixNow();
+        case RunOutcome::kFailed: {
           entry.attempts = std::max(entry.attempts + 1, static_cast<int>(report.attempts));
           double delay = std::min(
               options_.retry_max_seconds,

@@ -17,6 +17,7 @@ ExportQueue). In short:
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from . import _core
@@ -52,6 +53,20 @@ V = TypeVar("V")
 # combine queue's native export_to writes too).
 _DELETED = b"\x00"
 _PRESENT = b"\x01"
+
+
+class InjectedFault(Exception):
+    """A failure a simulation (``percolite.testing.simulate``) injected."""
+
+
+class _Injected(threading.local):
+    # Set by a simulation running on this thread: called after each exporter
+    # call returns; True makes the call fail as if the exporter had raised
+    # after sending its batch (the batch stays queued and is sent again).
+    exporter_fails: Callable[[], bool] | None = None
+
+
+_injected = _Injected()
 
 
 class ExportQueue(Generic[K, V]):
@@ -128,6 +143,8 @@ class ExportQueue(Generic[K, V]):
                         for k, v, seq in items
                     ]
                 exporter(entries)
+                if _injected.exporter_fails is not None and _injected.exporter_fails():
+                    raise InjectedFault("an exporter failure injected by the simulation")
                 return (True, None)
             except BaseException:
                 return (False, failure_text())

@@ -307,3 +307,57 @@ TEST_CASE("RunHere stops at a failure, or retries and parks it; max_runs stops a
   REQUIRE(stuck.left.size() == 1);
   CHECK(stuck.left[0].row == "s");
 }
+
+TEST_CASE("BeginRun holds a run open for FinishRun: overlapping runs conflict, faults inject",
+          "[workers][conformance]") {
+  Layers layers(PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
+  backend->SetObservedColumns({kContent});
+  int calls = 0;
+  Observer bump{kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell&) {
+                  ++calls;
+                  const Cell total{"total", "doc", "n"};
+                  tx->Set(Ref(total),
+                          std::to_string(std::stol(tx->Get(Ref(total)).value_or("0")) + 1));
+                  return Status::Ok();
+                }};
+  Set(*source, Cell{"a", "doc", "content"}, "v");
+  Set(*source, Cell{"b", "doc", "content"}, "v");
+  percolite::Workers workers(source, {bump}, percolite::WorkerOptions{});
+  const std::vector<percolite::Notification> runnable = workers.Runnable();
+  REQUIRE(runnable.size() == 2);
+
+  percolite::BegunRun first = workers.BeginRun(runnable[0], true, false);
+  percolite::BegunRun second = workers.BeginRun(runnable[1], true, false);
+  CHECK(first.outcome == percolite::RunOutcome::kReady);
+  CHECK(second.outcome == percolite::RunOutcome::kReady);
+  CHECK(calls == 2);
+  CHECK(workers.FinishRun(first, false) == percolite::RunOutcome::kCommitted);
+  CHECK(workers.FinishRun(second, false) == percolite::RunOutcome::kConflict);  // both wrote total
+  CHECK(Read(*source, Cell{"total", "doc", "n"}) == "1");
+  REQUIRE(workers.Runnable().size() == 1);  // the loser's notification stays
+
+  // Injected: a conflict at the commit, then a failure instead of the observer.
+  percolite::BegunRun again = workers.BeginRun(workers.Runnable()[0], true, false);
+  CHECK(workers.FinishRun(again, /*conflict=*/true) == percolite::RunOutcome::kConflict);
+  percolite::BegunRun failing = workers.BeginRun(workers.Runnable()[0], true, /*fail=*/true);
+  CHECK(failing.outcome == percolite::RunOutcome::kFailed);
+  CHECK(failing.error == "a failure injected by the simulation");
+  CHECK(calls == 3);  // the failing run did not call the observer
+  percolite::BegunRun last = workers.BeginRun(workers.Runnable()[0], true, false);
+  CHECK(workers.FinishRun(last, false) == percolite::RunOutcome::kCommitted);
+  CHECK(Read(*source, Cell{"total", "doc", "n"}) == "2");
+  CHECK(workers.Runnable().empty());
+  const percolite::ObserverStats stats = workers.Stats().observers.at(0);
+  CHECK(stats.commits == 2);
+  CHECK(stats.conflicts == 2);
+  CHECK(stats.failures == 1);
+  // A run dropped unfinished (a crash) leaves its notification for later.
+  Set(*source, Cell{"c", "doc", "content"}, "v");
+  {
+    percolite::BegunRun dropped = workers.BeginRun(workers.Runnable()[0], true, false);
+    dropped.transaction->Abort();
+  }
+  CHECK(workers.Runnable().size() == 1);
+}

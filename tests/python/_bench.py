@@ -38,4 +38,5 @@ BENCHMARK_ORDER = [
     "export",
     "phrasecount",
     "growth",
+    "simulation",
 ]

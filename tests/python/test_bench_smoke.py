@@ -174,7 +174,8 @@ def check_report_files(out: Path) -> None:
     names = [target["name"] for target in summary["targets"]]
     owners = ["commit", "hot keys", "storage", "storage", "loader", "loader", "loader"]
     owners += ["phrase count", "phrase count"]
-    assert [name.split(":")[0] for name in names] == owners + ["growth", "growth"], names
+    owners += ["growth", "growth", "simulation"]
+    assert [name.split(":")[0] for name in names] == owners, names
     for target in summary["targets"]:
         assert set(target) == {"name", "measured_ratio", "target_ratio", "met"}
         assert target["target_ratio"] > 0, target
@@ -187,7 +188,7 @@ def check_report_files(out: Path) -> None:
         assert target["met"] == (target["measured_ratio"] >= target["target_ratio"])
     growth = json.loads((out / "growth.json").read_text(encoding="utf-8"))
     rounds = growth["drain"]["rounds"]
-    drain = summary["targets"][-1]
+    drain = summary["targets"][-2]  # the last is the simulation's
     assert drain["name"].startswith("growth: data.mdb after drain round 2 / after round 3")
     assert drain["measured_ratio"] == round(
         rounds[1]["data_mdb_mib"] / rounds[-1]["data_mdb_mib"], 3
@@ -234,6 +235,8 @@ def test_run_quick_writes_every_report(tmp_path: Path) -> None:
     check_export_report(json.loads((out / "export.json").read_text(encoding="utf-8")))
     check_phrasecount_report(json.loads((out / "phrasecount.json").read_text(encoding="utf-8")))
     check_growth_report(json.loads((out / "growth.json").read_text(encoding="utf-8")))
+    simulated = json.loads((out / "simulation.json").read_text(encoding="utf-8"))
+    assert simulated["settings"]["loads"] == 500 and simulated["ratio"] > 0
     first = json.loads((out / "first_commit.json").read_text(encoding="utf-8"))["results"]
     assert set(first) == {"small values", "8 KB values"}
     for shape in first.values():

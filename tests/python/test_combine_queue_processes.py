@@ -12,6 +12,7 @@ store.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -89,6 +90,7 @@ def workers(db: Path):
         ],
         cwd=TESTS_DIR,
         timeout=60,
+        env={**os.environ, "COMBINE_APP_CHANGE_DELAY": "0.05"},
     )
 
 

@@ -57,6 +57,26 @@ def test_testing_guide_example_passes_under_plain_pytest(tmp_path):
         assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout
 
 
+def test_simulation_guide_example_finds_the_missing_seq_guard(tmp_path):
+    """docs/testing.md's simulation example passes as written, and with the
+    guard left out (GUARDED = False) it fails, naming a seed."""
+    code = python_blocks(ROOT / "docs" / "testing.md")[1]
+    (tmp_path / "test_totals.py").write_text(code)
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_totals.py"]
+    passed = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert passed.returncode == 0 and "21 passed" in passed.stdout, passed.stdout
+    (tmp_path / "test_totals.py").write_text(code.replace("GUARDED = True", "GUARDED = False"))
+    failed = subprocess.run(
+        [*run, "-k", "test_totals and not any"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert failed.returncode == 1, failed.stdout
+    assert re.search(r"FAILED test_totals.py::test_totals\[seed=\d+\]", failed.stdout)
+
+
 def test_readme_example_prints_what_the_readme_says(tmp_path):
     readme = (ROOT / "README.md").read_text()
     code = python_blocks(ROOT / "README.md")[0]

@@ -76,6 +76,10 @@ class Env : public std::enable_shared_from_this<Env> {
   // (Workers::RunHere); throws kWrongState while workers run or from an
   // observer. The counters join GetWorkerStats' until workers start.
   RunHereSummary RunHere(const RunHereOptions& options);
+  // The pool RunHere runs in, not started, for a scheduler of this
+  // process's own that runs work step by step (Workers::BeginRun); one per
+  // handle, so its counters add up. Throws kWrongState while workers run.
+  std::shared_ptr<Workers> StepWorkers();
   WorkerStats GetWorkerStats() const;
   std::vector<ObservedColumn> ObservedColumns() const { return backend()->ObservedColumns(); }
 
@@ -106,6 +110,7 @@ class Env : public std::enable_shared_from_this<Env> {
   std::vector<Observer> observers_;           // GUARDED_BY(mu_)
   std::shared_ptr<Workers> workers_;          // GUARDED_BY(mu_)
   std::shared_ptr<Workers> stopped_workers_;  // GUARDED_BY(mu_): counters stay visible
+  std::shared_ptr<Workers> step_workers_;     // GUARDED_BY(mu_): StepWorkers
 };
 
 }  // namespace percolite

@@ -160,6 +160,35 @@ struct RunHereSummary {
   std::vector<Cell> left;  // stuck: the cells whose notifications were still pending (up to 10)
 };
 
+// What a run came to (BeginRun, FinishRun).
+enum class RunOutcome {
+  kReady,          // begun: the observer ran; FinishRun commits it
+  kCommitted,      // its transaction committed
+  kGone,           // the notification was no longer pending (or the store closed)
+  kConflict,       // it lost a write-write conflict; the notification stays
+  kFailed,         // the observer failed; recorded, the notification stays
+  kParked,         // it failed its last attempt; recorded and parked
+  kSkippedParked,  // its work is parked: the notification was consumed unrun
+  kDeferred,       // the run deferred itself (Transaction::DeferTrigger)
+  kNoObserver,     // no observer of this pool observes the cell
+};
+
+// A run of one notification, begun by Workers::BeginRun. When kReady, its
+// observer has run in `transaction`, which FinishRun commits; dropping it
+// unfinished aborts the transaction (a process dying before its commit).
+struct BegunRun {
+  Notification notification;
+  Cell cell;
+  size_t observer_index = SIZE_MAX;  // in the pool's observers
+  std::string observer;              // its name
+  RunOutcome outcome = RunOutcome::kGone;
+  std::shared_ptr<Transaction> transaction;  // kReady only
+  bool forget_record = false;                // a failure record to delete on commit
+  std::string error;                         // kFailed, kParked: the failure's text
+  uint32_t attempts = 0;                     // kFailed: failed runs recorded in the store
+  double deferred_seconds = 0;               // kDeferred
+};
+
 class Workers final : public NotificationSink {
  public:
   // Runs `observers` in transactions begun from `source`, on its backend.
@@ -175,6 +204,18 @@ class Workers final : public NotificationSink {
   // Runs what is pending in the calling thread (see "Running here"); throws
   // kWrongState on a started pool.
   RunHereSummary RunHere(const RunHereOptions& options);
+  // One run in two steps, for a scheduler that holds several runs open at
+  // once (a simulation): BeginRun checks the notification is pending and
+  // runs its observer (with `fail`, the observer is not called and the run
+  // fails as if it had raised); FinishRun commits a kReady run (with
+  // `conflict`, it is aborted as if it had lost a conflict). Each settles
+  // failures (recorded, parked) and counts the outcome as a worker thread
+  // does. A worker thread's run is BeginRun then FinishRun.
+  BegunRun BeginRun(const Notification& notification, bool hurried, bool fail);
+  // The pending notifications an observer of this pool observes, in the
+  // order the store keeps them.
+  std::vector<Notification> Runnable();
+  RunOutcome FinishRun(BegunRun& run, bool conflict);
   WorkerStats Stats() const;
 
   // Called by the backend after a commit of this process: the notifications it wrote.
@@ -187,22 +228,6 @@ class Workers final : public NotificationSink {
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class Outcome {
-    kCommitted,
-    kGone,
-    kConflict,
-    kFailed,
-    kParked,
-    kSkippedParked,
-    kDeferred,
-    kNoObserver
-  };
-  struct RunReport {
-    size_t observer_index = SIZE_MAX;
-    std::string error;      // kFailed, kParked: the failure's text
-    uint32_t attempts = 0;  // kFailed: failed runs recorded in the store
-    double deferred_seconds = 0;
-  };
   struct Entry {
     Notification notification;
     size_t lane = 0;  // its observer's index in observers_ (observers_.size(): none)
@@ -238,11 +263,15 @@ class Workers final : public NotificationSink {
   void WorkerLoop();
   void ScannerLoop();
   size_t ScanOnce(std::string* position);
-  Outcome RunOne(const Notification& notification, bool hurried, RunReport* report);
+  RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
+  BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
+  // Settles a run that threw `e`: conflict, gone, or a failure recorded.
+  void Settle(TransactionSource& source, const Observer& observer, const Error& e, BegunRun* run);
   // Records a failed run in the store (failures.h): kFailed, or kParked
   // when it was the last attempt; kGone when the store closed meanwhile.
-  Outcome RecordFailed(TransactionSource& source, const Notification& notification,
-                       const Observer& observer, RunReport* report);
+  RunOutcome RecordFailed(TransactionSource& source, const Observer& observer, BegunRun* run);
+  // Adds a settled run's outcome to stats_.
+  void Count(const BegunRun& run);
   // REQUIRES(mu_), while a thread waits: when nothing but hurried runs is
   // ready, deferred runs not hurried before become ready now.
   void HurryLocked();

@@ -28,89 +28,42 @@ Both open in-memory stores (``backend="memory"``); the marker
 ``@pytest.mark.percolite(backend="lmdb")`` or the command-line option
 ``--percolite-backend=lmdb`` opens LMDB stores in a temporary directory
 instead (with ``sync="none"``: tests need no durability).
+
+:func:`simulate` runs an app over a load under a seeded, single-threaded
+scheduler that overlaps transactions and injects faults (:class:`Faults`:
+failing observers and exporters, conflicts, crashes, delays); the same seed
+gives the same trace and final store in any process, and :func:`seeds`
+labels parametrized cases with their seeds for replaying.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from .._env import Env
-from .._log import capture_failures, shown
-from ..errors import Error
+from ._run import BACKENDS, RunSummary, StuckError, run_until_idle
+from ._simulation import Faults, Simulation, simulate
 
-__all__ = ["run_until_idle", "RunSummary", "StuckError", "BACKENDS"]
-
-BACKENDS: tuple[str, ...] = ("memory", "lmdb")  # the backends the fixtures open
-
-
-class StuckError(Error):
-    """:func:`run_until_idle` ran ``max_runs`` runs and work was still
-    pending (an observer that keeps notifying itself, say). The message names
-    the cells whose notifications were left."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSummary:
-    """What :func:`run_until_idle` ran: ``runs`` (observer, fold and export
-    runs begun), ``commits`` (runs that committed), ``conflicts`` (runs that
-    lost a write-write conflict and ran again), ``failures`` (runs that
-    raised), ``parked`` (work parked after its last attempt) and
-    ``deferrals`` (runs that put themselves off)."""
-
-    runs: int
-    commits: int
-    conflicts: int
-    failures: int
-    parked: int
-    deferrals: int
+__all__ = [
+    "run_until_idle",
+    "RunSummary",
+    "StuckError",
+    "simulate",
+    "Simulation",
+    "Faults",
+    "seeds",
+    "BACKENDS",
+]
 
 
-def run_until_idle(env: Env, *, max_runs: int = 100_000, raise_errors: bool = True) -> RunSummary:
-    """Run the pending work of ``env``'s app in this thread until none is left.
+def seeds(n: int, start: int = 0) -> list[Any]:
+    """``n`` seeds for ``@pytest.mark.parametrize("seed", seeds(n))``, each
+    labelled ``seed=N`` in pytest's report, so that a failing case names the
+    seed that ``simulate(..., seed=N)`` replays."""
+    import pytest
 
-    Each pass reads every pending notification and runs those the app
-    observes one at a time, in the order the store keeps them (so the same
-    store and app give the same runs), until a pass finds nothing to run.
-    Combine and export queues process what they hold at once (their
-    ``linger`` is not waited for); retries and deferred runs come in the
-    next pass instead of after a delay.
-
-    With ``raise_errors`` (the default) the first observer, combiner,
-    change observer or exporter that raises stops the run, and its exception
-    is raised here (the failure is recorded in the store as workers record
-    it). With ``raise_errors=False`` a failing run is retried in later passes
-    and parked after its ``max_attempts``, as workers do, and the summary
-    counts the failures.
-
-    Raises :class:`StuckError` when ``max_runs`` runs did not make the store
-    idle; ``percolite.Error`` when workers run on ``env`` (stop them, or use
-    :meth:`Env.wait`) or when called from inside an observer. Work of columns
-    the app does not observe is left pending, as workers leave it.
-    """
-    if not isinstance(env, Env):
-        raise TypeError(f"run_until_idle needs a percolite.Env, not {type(env).__name__}")
-    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
-        raise ValueError(f"max_runs must be an int >= 1, not {max_runs!r}")
-    if not isinstance(raise_errors, bool):
-        raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
-    with capture_failures() as captured:
-        result: dict[str, Any] = env._core.run_here(max_runs, raise_errors)
-        raised = captured.exception
-    if result["failed"]:
-        if raised is not None:
-            raise raised
-        raise Error(result["error"])
-    if result["stuck"]:
-        left = ", ".join(
-            f"row {shown(row)} column '{family.decode(errors='replace')}:"
-            f"{qualifier.decode(errors='replace')}'"
-            for row, family, qualifier in result["left"]
-        )
-        raise StuckError(
-            f"not idle after {max_runs:,} runs (max_runs): work is still pending at {left}; "
-            "an observer that writes the column it observes notifies itself forever"
-        )
-    return RunSummary(
-        **{field.name: result[field.name] for field in dataclasses.fields(RunSummary)}
-    )
+    for name, value in (("n", n), ("start", start)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    return [pytest.param(seed, id=f"seed={seed}") for seed in range(start, start + n)]

@@ -13,7 +13,7 @@ import pytest
 
 from .. import _env
 from .._app import App
-from . import BACKENDS
+from ._run import BACKENDS
 
 _OPTION = "--percolite-backend"
 

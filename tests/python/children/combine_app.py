@@ -11,8 +11,14 @@ from __future__ import annotations
 import collections
 import json
 import os
+import time
 
 import percolite
+
+# Seconds each word-change run waits (test_combine_queue_processes.py sets
+# it): the work then outlasts the moment the second worker process joins
+# the lease table, so both processes take buckets however fast the machine.
+CHANGE_DELAY = float(os.environ.get("COMBINE_APP_CHANGE_DELAY", "0"))
 
 app = percolite.App("combine")
 words = app.combine_queue("wc", buckets=8, buffer_size=3)
@@ -30,6 +36,8 @@ def record(tx, changes, tag):
 
 @words.on_change
 def word_changed(tx, changes):
+    if CHANGE_DELAY:
+        time.sleep(CHANGE_DELAY)
     record(tx, changes, "w")
     update = collections.Counter()
     for c in changes:
