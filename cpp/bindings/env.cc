@@ -312,6 +312,11 @@ void BindEnv(py::module_& m) {
              return ListReleasingGil([&] { return self.env->backend()->VerifyStructure(); },
                                      [](const std::string& problem) { return py::str(problem); });
            })
+      .def("damaged_mark",
+           [](PyEnv& self) -> std::optional<std::string> {
+             py::gil_scoped_release release;
+             return self.env->backend()->DamagedMark();
+           })
       .def("lease_holders",
            [](PyEnv& self) {
              return ListReleasingGil([&] { return self.env->LeaseHolders(); }, LeaseHolderToDict);

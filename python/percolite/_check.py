@@ -21,7 +21,9 @@ itself, and checks what it reads:
 
 A walk that faults (the core turns that into an error) or hangs is
 reported as damage too. Damage found by the walk's reads is remembered in
-the store (the file ``damaged``), so no process writes over it.
+the store (the file ``damaged``), so no process writes over it; a store
+that remembers damage found earlier is reported as such even when the walk
+finds nothing now, since it refuses commits until it is restored.
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ def _walk(directory: str) -> dict[str, Any]:
                 after = chunk[-1][4]
         except Error as e:
             problem(f"{type(e).__name__}: {e}")
+        if not problems and (mark := env._core.damaged_mark()) is not None:
+            problem(
+                f"the store was found damaged earlier ({mark}), so it refuses commits; the "
+                "walk finds nothing damaged now: once you know why (a copy of data.mdb put "
+                "back, say), run 'percolite restored DIR' to write to it again"
+            )
     return {"ok": not problems, "problems": problems, "counts": counts}
 
 

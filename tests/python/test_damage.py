@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -261,15 +262,25 @@ def _u64(raw: bytearray, at: int) -> int:
     return int.from_bytes(raw[at : at + 8], "little")
 
 
-def _first_free_page_at(raw: bytearray) -> int:
-    """Where the first page number of the newest snapshot's free list is
-    stored (its free list is one leaf page: the populated store's is)."""
+def _free_entries(raw: bytearray) -> list[tuple[int, int]]:
+    """Where each entry of the newest snapshot's free list is stored: its key
+    (a transaction id) and its value (a page count, then the pages). The
+    populated store's free list is one leaf page of several entries."""
     meta = _newest_meta(raw) * PAGE + 16
     page = _u64(raw, meta + 24 + 40) * PAGE  # the free tree's root
     assert int.from_bytes(raw[page + 10 : page + 12], "little") & 2, "a one-page free list"
-    node = page + int.from_bytes(raw[page + 16 : page + 18], "little")
-    key_size = int.from_bytes(raw[node + 6 : node + 8], "little")
-    entry = node + 8 + key_size  # the entry's page count, then its pages
+    lower = int.from_bytes(raw[page + 12 : page + 14], "little")
+    entries = []
+    for slot in range(page + 16, page + lower, 2):
+        node = page + int.from_bytes(raw[slot : slot + 2], "little")
+        key_size = int.from_bytes(raw[node + 6 : node + 8], "little")
+        entries.append((node + 8, node + 8 + key_size))
+    return entries
+
+
+def _first_free_page_at(raw: bytearray) -> int:
+    """Where the first page number of the newest snapshot's free list is stored."""
+    _key, entry = _free_entries(raw)[0]
     assert _u64(raw, entry) >= 1
     return entry + 8
 
@@ -343,3 +354,70 @@ def test_a_table_record_hiding_overflow_pages_stops_the_first_commit(populated, 
         with pytest.raises(percolite.CorruptionError, match="pages are neither in use nor free"):
             env.run(lambda tx: tx.set("new", damage.DOC, "v"))
     assert not percolite.check(copy)["ok"]
+
+
+def _damage_free_list(raw: bytearray, how: str) -> None:
+    entries = _free_entries(raw)
+    (key, entry), (other_key, _) = entries[0], entries[1]
+    if how == "pages out of order":  # the same pages, two of them swapped
+        assert _u64(raw, entry) >= 2
+        first, second = raw[entry + 8 : entry + 16], raw[entry + 16 : entry + 24]
+        raw[entry + 8 : entry + 16], raw[entry + 16 : entry + 24] = second, first
+    elif how == "count wrapping":  # 8 * (count + 1) wraps round to the true size
+        raw[entry : entry + 8] = ((_u64(raw, entry) + 2**61) % 2**64).to_bytes(8, "little")
+    elif how == "keys swapped":
+        mine, theirs = raw[key : key + 8], raw[other_key : other_key + 8]
+        raw[key : key + 8], raw[other_key : other_key + 8] = theirs, mine
+
+
+@pytest.mark.parametrize("how", ["pages out of order", "count wrapping", "keys swapped"])
+def test_a_free_list_out_of_lmdbs_order_stops_the_first_commit(populated, tmp_path, how):
+    """LMDB keeps each free-list entry's pages in decreasing order and takes a
+    run of pages by checking only its ends, so pages out of order (every one
+    still free) can hand out a page in use; an entry's count that wraps round
+    to its size read past it; swapped keys leak pages. A fresh process's
+    first commit is refused for each, and the store reads back as it was."""
+    original, digest = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    raw = bytearray((copy / "data.mdb").read_bytes())
+    _damage_free_list(raw, how)
+    (copy / "data.mdb").write_bytes(raw)
+    assert _read(copy) == {"outcome": "read", "digest": digest, "write": "CorruptionError"}
+    reason = (copy / "damaged").read_text()
+    expected = {
+        "pages out of order": "pages are out of order",
+        "count wrapping": "holds a damaged free-list entry",
+        "keys swapped": "transaction ids are out of order",
+    }[how]
+    assert expected in reason, reason
+    assert not percolite.check(copy)["ok"]
+
+
+def test_damage_another_process_found_stops_handles_already_open(populated, tmp_path):
+    """The damage mark is how processes tell each other: a handle opened
+    before another process recorded damage refuses commits once the mark is
+    there, and check reports the mark even when its walk finds nothing."""
+    original, _ = populated
+    copy = tmp_path / "db"
+    shutil.copytree(original, copy)
+    with percolite.open(copy) as env:
+        env.run(lambda tx: tx.set("before", damage.DOC, "v"))
+        # What a process that found damage writes (a read that failed its checksum, say).
+        (copy / "damaged").write_text("row 'doc00001' column 'doc:text' fails its checksum")
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                env.run(lambda tx: tx.set("after", damage.DOC, "v"), retries=0)
+            except percolite.CorruptionError as e:
+                assert "fails its checksum" in str(e)
+                break
+            assert time.monotonic() < deadline, "commits went on past the mark"
+            time.sleep(0.005)
+    report = percolite.check(copy)
+    assert not report["ok"]
+    assert "found damaged earlier (row 'doc00001'" in report["problems"][0]
+    assert "percolite restored DIR" in report["problems"][0]
+    with percolite.open(copy, restored=True) as env:  # the mark goes with a restore
+        env.run(lambda tx: tx.set("after", damage.DOC, "v"))
+    assert percolite.check(copy)["ok"]

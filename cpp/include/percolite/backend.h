@@ -305,6 +305,9 @@ class Backend {
   // when there are some, records the store damaged (commits are refused
   // from then on, as after any damage a read finds).
   virtual std::vector<std::string> VerifyStructure() = 0;
+  // The damage recorded for this store (by any handle or process, at any
+  // time since its last restore) that makes it refuse commits; nullopt when none.
+  virtual std::optional<std::string> DamagedMark() = 0;
 
   // Called once by each opener when it is done with the backend: a backend
   // shared by several openers (one lmdb store per path and process) closes

@@ -143,6 +143,8 @@ constexpr const char* kDurableMarkFile = "/durable-txn";
 // commits to the store are refused from then on, by every handle and
 // process, until it is opened with restored=True.
 constexpr const char* kDamagedFile = "/damaged";
+// How often a committing handle looks for a mark another process wrote.
+constexpr std::chrono::milliseconds kDamageLookEvery{10};
 constexpr size_t kDurableMarkSize = 12;
 
 std::optional<uint64_t> ReadDurableMark(const std::string& dir) {
@@ -480,13 +482,13 @@ void LmdbBackend::MarkDamaged(const std::string& problem) {
   ::close(fd);
 }
 
-std::vector<std::string> LmdbBackend::WalkStorePages(MDB_txn* txn, WalkScope scope) {
+std::optional<std::vector<std::string>> LmdbBackend::WalkSnapshot(uint64_t txnid, WalkScope scope) {
   int fd = -1;
   MDB_stat env_stat;
   struct stat file;
   if (mdb_env_get_fd(env_, &fd) != 0 || mdb_env_stat(env_, &env_stat) != 0 ||
       ::fstat(fd, &file) != 0) {
-    return {};  // cannot tell; the walk is a check on top of LMDB's own
+    return std::vector<std::string>{};  // cannot tell; the walk is a check on top of LMDB's own
   }
   // Through pread, not the map: a page past a damaged file's end is then
   // a short read, not a fault.
@@ -496,8 +498,27 @@ std::vector<std::string> LmdbBackend::WalkStorePages(MDB_txn* txn, WalkScope sco
     return ::pread(fd, out->data(), length, static_cast<off_t>(pgno * page_size)) ==
            static_cast<ssize_t>(length);
   };
-  return WalkPages(mdb_txn_id(txn), page_size, static_cast<uint64_t>(file.st_size) / page_size,
-                   read_page, scope);
+  return WalkPages(txnid, page_size, static_cast<uint64_t>(file.st_size) / page_size, read_page,
+                   scope);
+}
+
+void LmdbBackend::LookForDamagedMark() {
+  if (is_damaged_.load(std::memory_order_relaxed)) return;
+  const int fd = ::open((path_ + kDamagedFile).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  char text[512];
+  const ssize_t n = ::read(fd, text, sizeof text);
+  ::close(fd);
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (damaged_) return;
+  damaged_ = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string("no details kept");
+  is_damaged_ = true;
+}
+
+std::optional<std::string> LmdbBackend::DamagedMark() {
+  LookForDamagedMark();
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return damaged_;
 }
 
 void LmdbBackend::CheckWritable() {
@@ -505,6 +526,15 @@ void LmdbBackend::CheckWritable() {
   // still uses them: a damaged free list would let this process's first
   // commit overwrite live pages. So the first commit proves it sound first.
   if (!free_list_checked_.load(std::memory_order_acquire)) CheckFreeList();
+  // Damage another process found (its mark file) stops this handle's
+  // commits too, within kDamageLookEvery.
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now - last_damage_look_ms_.load(std::memory_order_relaxed) >= kDamageLookEvery.count()) {
+    last_damage_look_ms_.store(now, std::memory_order_relaxed);
+    LookForDamagedMark();
+  }
   if (!is_damaged_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(failure_mu_);
   if (!damaged_) return;
@@ -597,6 +627,15 @@ void LmdbBackend::OpenEnvironment() {
     } else if (rc == 0) {
       const std::string found = CopyOut(value, kWhat);
       if (found == kFormatBeforeChecksums) {
+        // The upgrade rewrites every record: prove the free list sound
+        // first (CheckFreeList), in the snapshot this write transaction
+        // starts from (nothing else can commit meanwhile).
+        const std::optional<std::vector<std::string>> problems =
+            WalkSnapshot(mdb_txn_id(txn) - 1, WalkScope::kFreeList);
+        if (problems && !problems->empty()) {
+          MarkDamaged(problems->front());
+          throw damaged("its pages are damaged (" + problems->front() + ")");
+        }
         AddChecksums(txn);
         value = ToVal(kFormat);
         rc = GuardedPut(txn, meta_dbi_, &key, &value, kWhat);
@@ -648,15 +687,8 @@ void LmdbBackend::AddChecksums(MDB_txn* txn) {
 void LmdbBackend::OpenDurableMark() {
   if (options_.restored) {
     ::unlink((path_ + kDamagedFile).c_str());  // a copy restored on purpose starts afresh
-  } else if (const int fd =
-                 ::open((path_ + kDamagedFile).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-             fd >= 0) {
-    char text[512];
-    const ssize_t n = ::read(fd, text, sizeof text);
-    ::close(fd);
-    std::lock_guard<std::mutex> lock(failure_mu_);
-    damaged_ = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string("no details kept");
-    is_damaged_ = true;
+  } else {
+    LookForDamagedMark();
   }
   const uint64_t newest = BeginSnapshot()->start_ts();  // the counter, as LMDB serves it
   if (!options_.restored) {
@@ -1402,11 +1434,22 @@ bool LmdbBackend::ScanNotifications(std::string_view after, size_t limit,
   });
 }
 
+std::vector<std::string> LmdbBackend::WalkStorePages(WalkScope scope) {
+  // Other processes may commit twice between our snapshot's start and our
+  // read of its meta page; then walk a newer snapshot. Only a stream of
+  // commits that keeps winning that race gives up, and proves nothing.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::optional<std::vector<std::string>> problems =
+        WithReadTxn([&](MDB_txn* txn) { return WalkSnapshot(mdb_txn_id(txn), scope); });
+    if (problems) return std::move(*problems);
+  }
+  return {};
+}
+
 void LmdbBackend::CheckFreeList() {
   std::lock_guard<std::mutex> lock(free_list_mu_);
   if (free_list_checked_.load()) return;
-  const std::vector<std::string> problems =
-      WithReadTxn([&](MDB_txn* txn) { return WalkStorePages(txn, WalkScope::kFreeList); });
+  const std::vector<std::string> problems = WalkStorePages(WalkScope::kFreeList);
   if (!problems.empty()) MarkDamaged(problems.front());
   free_list_checked_ = true;
 }
@@ -1509,7 +1552,7 @@ std::vector<std::string> LmdbBackend::VerifyStructure() {
     if (!fault) {
       // Every page, as LMDB lays them out: what no entry leads through (the
       // free list above all) is seen only this way.
-      for (std::string& problem : WalkStorePages(txn, WalkScope::kEveryPage)) {
+      for (std::string& problem : WalkStorePages(WalkScope::kEveryPage)) {
         problems.push_back(std::move(problem));
       }
       try {

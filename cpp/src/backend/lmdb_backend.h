@@ -114,6 +114,7 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
                          std::vector<Notification>* out) override;
   std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override;
   std::vector<std::string> VerifyStructure() override;
+  std::optional<std::string> DamagedMark() override;
 
   void SetNotificationSink(NotificationSink* sink) override;
   void ClearNotificationSink(NotificationSink* sink) override;
@@ -215,8 +216,12 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   // Walks the pages the free list's soundness rests on, once per handle
   // (page_walk.h); a problem marks the store damaged.
   void CheckFreeList();
-  // The problems WalkPages finds in the snapshot `txn` reads.
-  std::vector<std::string> WalkStorePages(MDB_txn* txn, WalkScope scope);
+  // Loads the damage another handle or process recorded (kDamagedFile), if any.
+  void LookForDamagedMark();
+  // The problems WalkPages finds in a current snapshot.
+  std::vector<std::string> WalkStorePages(WalkScope scope);
+  // WalkPages over snapshot `txnid`, which the caller keeps readable.
+  std::optional<std::vector<std::string>> WalkSnapshot(uint64_t txnid, WalkScope scope);
   // Every later call throws Error(code, message) until the store is opened again.
   void Poison(ErrorCode code, const std::string& message);
   // Runs fn(); a FaultError it throws marks the backend unusable on its way out.
@@ -271,7 +276,8 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   std::atomic<bool> is_damaged_{false};           // damaged_ is set: the fast check
   std::mutex free_list_mu_;                       // held while CheckFreeList walks
   std::atomic<bool> free_list_checked_{false};
-  int handles_ = 0;  // GUARDED_BY(registry mutex)
+  std::atomic<int64_t> last_damage_look_ms_{0};  // CheckWritable's last LookForDamagedMark
+  int handles_ = 0;                              // GUARDED_BY(registry mutex)
   std::atomic<int> live_snapshots_{0};
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, inline_batches_{0},

@@ -67,6 +67,7 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
                          std::vector<Notification>* out) override;
   std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override;
   std::vector<std::string> VerifyStructure() override;
+  std::optional<std::string> DamagedMark() override { return std::nullopt; }
 
   void SetNotificationSink(NotificationSink* sink) override;
   void ClearNotificationSink(NotificationSink* sink) override;

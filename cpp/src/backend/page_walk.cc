@@ -20,7 +20,7 @@ constexpr uint64_t kNoPage = ~uint64_t{0};
 constexpr size_t kDbRecord = 48, kDbDepth = 6, kDbBranchPages = 8, kDbLeafPages = 16,
                  kDbOverflowPages = 24, kDbRoot = 40;
 constexpr size_t kFreeDb = kHeader + 24, kMainDb = kFreeDb + kDbRecord;
-constexpr size_t kLastPage = kHeader + 120;
+constexpr size_t kLastPage = kHeader + 120, kMetaTxnid = kHeader + 128;
 constexpr int kMaxDepth = 32;  // LMDB's cursor stack
 
 template <typename T>
@@ -35,14 +35,21 @@ class Walk {
   Walk(uint32_t page_size, const PageReader& read, WalkScope scope, size_t limit)
       : page_size_(page_size), read_(read), scope_(scope), limit_(limit) {}
 
-  std::vector<std::string> Run(uint64_t txnid, uint64_t file_pages) {
+  std::optional<std::vector<std::string>> Run(uint64_t txnid, uint64_t file_pages) {
     std::string meta;
-    if (!read_(txnid & 1, page_size_, &meta))
-      return {"the meta page of transaction " + std::to_string(txnid) + " cannot be read"};
+    if (!read_(txnid & 1, page_size_, &meta)) {
+      return std::vector<std::string>{"the meta page of transaction " + std::to_string(txnid) +
+                                      " cannot be read"};
+    }
+    // Two later commits reuse the snapshot's meta page (the tree pages it
+    // reaches stay, held by the caller's read transaction): read it again
+    // from a newer snapshot.
+    if (At<uint64_t>(meta, kMetaTxnid) != txnid) return std::nullopt;
     last_ = At<uint64_t>(meta, kLastPage);
     if (last_ < 1 || last_ >= file_pages) {
-      return {"the meta page of transaction " + std::to_string(txnid) + " says the last page is " +
-              std::to_string(last_) + ", the file holds " + std::to_string(file_pages) + " pages"};
+      return std::vector<std::string>{"the meta page of transaction " + std::to_string(txnid) +
+                                      " says the last page is " + std::to_string(last_) +
+                                      ", the file holds " + std::to_string(file_pages) + " pages"};
     }
     used_.assign(last_ + 1, 0);
     used_[0] = used_[1] = 1;
@@ -151,7 +158,7 @@ class Walk {
                   {At<uint64_t>(*value, kDbBranchPages), At<uint64_t>(*value, kDbLeafPages),
                    At<uint64_t>(*value, kDbOverflowPages)}});
       } else if (kind == Kind::kFree) {
-        FreeEntry(*value, where);
+        FreeEntry(page.substr(offset + 8, key_size), *value, where);
       }
     }
   }
@@ -184,12 +191,29 @@ class Walk {
     return bytes;
   }
 
-  // A free-list entry: a count, then that many page numbers.
-  void FreeEntry(const std::string& value, const std::string& where) {
-    if (value.size() < 8) return Problem(where + " holds a damaged free-list entry");
-    const uint64_t count = At<uint64_t>(value, 0);
-    if (value.size() != 8 * (count + 1)) return Problem(where + " holds a damaged free-list entry");
-    for (uint64_t i = 1; i <= count; ++i) free_.push_back(At<uint64_t>(value, 8 * i));
+  // A free-list entry, under its transaction id (keys strictly increasing
+  // in the walk's order): a count, then that many page numbers, strictly
+  // decreasing as LMDB keeps them (LMDB takes a run of pages by checking
+  // only its ends, so pages out of order can hand out a page in use).
+  void FreeEntry(const std::string& key, const std::string& value, const std::string& where) {
+    if (key.size() != 8) return Problem(where + " holds a free-list entry with a damaged key");
+    const uint64_t txnid = At<uint64_t>(key, 0);
+    if (last_free_txnid_ && txnid <= *last_free_txnid_) {
+      return Problem(where + ": the free list's transaction ids are out of order");
+    }
+    last_free_txnid_ = txnid;
+    if (value.size() < 8 || value.size() % 8 != 0 ||
+        At<uint64_t>(value, 0) != value.size() / 8 - 1) {
+      return Problem(where + " holds a damaged free-list entry");
+    }
+    const uint64_t count = value.size() / 8 - 1;
+    for (uint64_t i = 1; i <= count; ++i) {
+      const uint64_t pgno = At<uint64_t>(value, 8 * i);
+      if (i > 1 && pgno >= At<uint64_t>(value, 8 * (i - 1))) {
+        return Problem(where + " holds a free-list entry whose pages are out of order");
+      }
+      free_.push_back(pgno);
+    }
   }
 
   void CheckFree() {
@@ -231,13 +255,15 @@ class Walk {
   std::vector<uint8_t> used_;  // 0 unseen, 1 in a tree (or meta), 2 free
   std::vector<Named> named_;
   std::vector<uint64_t> free_;
+  std::optional<uint64_t> last_free_txnid_;
   std::vector<std::string> problems_;
 };
 
 }  // namespace
 
-std::vector<std::string> WalkPages(uint64_t txnid, uint32_t page_size, uint64_t file_pages,
-                                   const PageReader& read_page, WalkScope scope, size_t limit) {
+std::optional<std::vector<std::string>> WalkPages(uint64_t txnid, uint32_t page_size,
+                                                  uint64_t file_pages, const PageReader& read_page,
+                                                  WalkScope scope, size_t limit) {
   return Walk(page_size, read_page, scope, limit).Run(txnid, file_pages);
 }
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,12 @@ enum class WalkScope {
   kFreeList,   // what proves the free list names only unused pages (before writing)
 };
 
-// The problems found (empty when none), at most `limit` of them.
-// `file_pages` is how many pages the file holds.
-std::vector<std::string> WalkPages(uint64_t txnid, uint32_t page_size, uint64_t file_pages,
-                                   const PageReader& read_page,
-                                   WalkScope scope = WalkScope::kEveryPage, size_t limit = 20);
+// The problems found (empty when none), at most `limit` of them; nullopt
+// when the snapshot's meta page was already reused by two later commits
+// (walk a newer snapshot). `file_pages` is how many pages the file holds.
+std::optional<std::vector<std::string>> WalkPages(uint64_t txnid, uint32_t page_size,
+                                                  uint64_t file_pages, const PageReader& read_page,
+                                                  WalkScope scope = WalkScope::kEveryPage,
+                                                  size_t limit = 20);
 
 }  // namespace percolite
