@@ -32,9 +32,7 @@ from typing import Any
 import percolite
 from common import (
     OptionGroup,
-    Plot,
     Table,
-    Target,
     chosen,
     format_table,
     log,
@@ -161,14 +159,6 @@ def _title(settings: dict[str, Any]) -> str:
 def tables(report: dict[str, Any]) -> list[Table]:
     """The table of ``REPORT.md`` (see ``common.py``)."""
     return [Table(_title(report["settings"]), _HEADERS, _rows(report), [])]
-
-
-def plots(report: dict[str, Any]) -> list[Plot]:
-    return []
-
-
-def targets(report: dict[str, Any]) -> list[Target]:
-    return []
 
 
 def format_report(report: dict[str, Any]) -> str:

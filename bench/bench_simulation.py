@@ -31,7 +31,6 @@ from typing import Any
 import percolite
 from common import (
     OptionGroup,
-    Plot,
     Table,
     Target,
     chosen,
@@ -189,10 +188,6 @@ def _title(settings: dict[str, Any]) -> str:
 def tables(report: dict[str, Any]) -> list[Table]:
     """The table of ``REPORT.md`` (see ``common.py``)."""
     return [Table(_title(report["settings"]), _HEADERS, _rows(report), [])]
-
-
-def plots(report: dict[str, Any]) -> list[Plot]:
-    return []
 
 
 def targets(report: dict[str, Any]) -> list[Target]:
