@@ -9,10 +9,15 @@ cd "$(dirname "$0")/.."
 MIN_COMPLETENESS=0.95
 # basedpyright finds the installed package through the first python on PATH.
 export PATH="$PWD/.venv/bin:$PATH"
-report=$(cd /tmp && basedpyright --verifytypes percolite --ignoreexternal --outputjson || true)
+# The report goes through a file: it is larger than one argument may be.
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+(cd /tmp && basedpyright --verifytypes percolite --ignoreexternal --outputjson >"$report" || true)
 python - "$MIN_COMPLETENESS" "$report" <<'PY'
 import json, sys
-minimum, report = float(sys.argv[1]), json.loads(sys.argv[2])
+minimum = float(sys.argv[1])
+with open(sys.argv[2]) as f:
+    report = json.load(f)
 completeness = report["typeCompleteness"]
 score = completeness["completenessScore"]
 print(f"check-types: basedpyright --verifytypes percolite: {score:.1%} of "

@@ -68,6 +68,8 @@ void BindEnv(py::module_& m) {
       .def_property_readonly(
           "cell_key", [](const PyBegunRun& r) { return py::bytes(r.run.notification.cell_key); })
       .def_property_readonly("error", [](const PyBegunRun& r) { return r.run.error; })
+      .def_property_readonly("parked_keys",
+                             [](const PyBegunRun& r) { return r.run.parked_keys->load(); })
       .def(
           "finish",
           [](PyBegunRun& r, bool conflict) {
@@ -212,11 +214,12 @@ void BindEnv(py::module_& m) {
             d["stuck"] = s.stuck;
             d["error"] = s.error;
             py::list left;
-            for (const percolite::Cell& c : s.left) {
-              left.append(
-                  py::make_tuple(py::bytes(c.row), py::bytes(c.family), py::bytes(c.qualifier)));
+            for (const auto& [c, observer] : s.left) {
+              left.append(py::make_tuple(py::bytes(c.row), py::bytes(c.family),
+                                         py::bytes(c.qualifier), observer));
             }
             d["left"] = left;
+            d["left_total"] = s.left_total;
             return d;
           },
           py::arg("max_runs"), py::arg("stop_on_failure"))

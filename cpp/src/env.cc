@@ -131,6 +131,12 @@ std::shared_ptr<Workers> Env::StepWorkers() {
 
 RunHereSummary Env::RunHere(const RunHereOptions& options) {
   RefuseOnWorkerThread("run_until_idle()");
+  std::unique_lock<std::mutex> one_at_a_time(run_here_mu_, std::try_to_lock);
+  if (!one_at_a_time.owns_lock()) {
+    throw Error(ErrorCode::kWrongState,
+                "run_until_idle(): it is already running on this handle in another thread; "
+                "call it from one thread at a time");
+  }
   return StepWorkers()->RunHere(options);
 }
 

@@ -219,12 +219,17 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
       status = Status::Make(ErrorCode::kCallback, "a failure injected by the simulation");
     } else {
       try {
-        // Keys a queue's run parks are reported like failures, once committed.
-        ParkReporter reporter(options_.on_failure ? std::function<void(const WorkRecord&)>(
-                                                        [this, observer](const WorkRecord& r) {
-                                                          options_.on_failure(observer->column, r);
-                                                        })
-                                                  : nullptr);
+        // Keys a queue's run parks are counted and reported like failures,
+        // once committed.
+        ParkReporter reporter([this, observer, index = run.observer_index,
+                               parked = run.parked_keys](const WorkRecord& r) {
+          ++*parked;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            ++stats_[index].parked;
+          }
+          if (options_.on_failure) options_.on_failure(observer->column, r);
+        });
         status = observer->fn(run.transaction, run.cell);
       } catch (const std::exception& e) {
         status = Status::Make(ErrorCode::kCallback, e.what());
@@ -379,9 +384,14 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
     for (const Notification& notification : runnable) {
       if (summary.runs >= options.max_runs) {
         summary.stuck = true;
-        for (size_t i = 0; i < runnable.size() && i < 10; ++i) {
+        summary.left_total = runnable.size();
+        for (size_t i = 0; i < runnable.size() && summary.left.size() < 10; ++i) {
           Cell cell;
-          if (DecodeCellKey(runnable[i].cell_key, &cell)) summary.left.push_back(std::move(cell));
+          size_t index;
+          if (DecodeCellKey(runnable[i].cell_key, &cell)) {
+            const Observer* observer = Find(cell, &index);
+            summary.left.emplace_back(std::move(cell), observer ? observer->column.observer : "");
+          }
         }
         return summary;
       }
@@ -397,7 +407,7 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
       summary.commits += outcome == RunOutcome::kCommitted;
       summary.conflicts += outcome == RunOutcome::kConflict;
       summary.deferrals += outcome == RunOutcome::kDeferred;
-      summary.parked += outcome == RunOutcome::kParked;
+      summary.parked += (outcome == RunOutcome::kParked) + report.parked_keys->load();
       if (outcome == RunOutcome::kFailed || outcome == RunOutcome::kParked) {
         ++summary.failures;
         if (options.stop_on_failure) {

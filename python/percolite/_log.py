@@ -101,12 +101,14 @@ def capture_failures() -> Iterator[_Captured]:
     """While it is entered, the exception of a user callback failing on this
     thread is kept (the last one) in the yielded object's ``exception``, for
     code that runs callbacks in its own thread and raises what they raised
-    (``percolite.testing.run_until_idle``)."""
+    (``percolite.testing``). Nested uses each see their own callbacks'
+    failures; the outer one's state comes back when the inner one ends."""
+    before = (_captured.on, _captured.exception)
     _captured.on, _captured.exception = True, None
     try:
         yield _captured
     finally:
-        _captured.on = False
+        _captured.on, _captured.exception = before
 
 
 def failure_text() -> str:

@@ -305,7 +305,9 @@ TEST_CASE("RunHere stops at a failure, or retries and parks it; max_runs stops a
   CHECK(stuck.stuck);
   CHECK(stuck.runs == 25);
   REQUIRE(stuck.left.size() == 1);
-  CHECK(stuck.left[0].row == "s");
+  CHECK(stuck.left[0].first.row == "s");
+  CHECK(stuck.left[0].second == "count");
+  CHECK(stuck.left_total == 1);
 }
 
 TEST_CASE("BeginRun holds a run open for FinishRun: overlapping runs conflict, faults inject",

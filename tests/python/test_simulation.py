@@ -147,7 +147,11 @@ def test_an_endless_app_stops_at_max_steps():
         ({"seed": 1.5}, TypeError, "seed must be an int, not float"),
         ({"seed": True}, TypeError, "seed must be an int, not bool"),
         ({"seed": 1, "faults": {"crashes": 0.1}}, TypeError, "faults must be a"),
-        ({"seed": 1, "workers": 0}, ValueError, "workers must be an int >= 1, not 0"),
+        ({"seed": 1, "workers": 0}, ValueError, "workers must be between 1 and 256, not 0"),
+        ({"seed": 1, "workers": 257}, ValueError, "workers must be between 1 and 256"),
+        ({"seed": 1, "workers": "4"}, TypeError, "workers must be an int, not str"),
+        ({"seed": 1, "max_steps": 0}, ValueError, "max_steps must be between 1 and"),
+        ({"seed": 1, "raise_errors": 1}, TypeError, "raise_errors must be True or False"),
         ({"seed": 1, "backend": "sqlite"}, ValueError, "backend must be one of"),
         ({"seed": 1, "load": 5}, TypeError, "load must be an iterable of transaction functions"),
         ({"seed": 1, "load": "abc"}, TypeError, "load must be an iterable"),
@@ -173,10 +177,54 @@ def test_an_app_running_workers_elsewhere_is_refused(tmp_path):
             assert sim.stats["steps"] >= 1
 
 
-@pytest.mark.parametrize(
-    "bad", [-0.1, 1.5, float("nan"), "0.5", True, None], ids=lambda value: repr(value)
-)
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), float("inf")], ids=repr)
 def test_fault_probabilities_outside_0_1_are_refused(bad):
     probability = r"Faults\(crashes=...\) must be a probability in \[0, 1\]"
-    with pytest.raises(ValueError, match=probability):
+    with pytest.raises(ValueError, match=probability + ", not"):
         Faults(crashes=bad)
+
+
+@pytest.mark.parametrize("bad", ["0.5", True, None, [0.1]], ids=repr)
+def test_fault_probabilities_of_other_types_are_refused(bad):
+    with pytest.raises(TypeError, match=r"Faults\(crashes=...\) must be a probability"):
+        Faults(crashes=bad)
+
+
+def test_faults_that_leave_nothing_to_commit_stop_early():
+    app = simulation.make_app({}, guarded=True)
+    with pytest.raises(percolite.Error, match=r"no progress in 100,000 steps.*crashes=1\.0"):
+        simulate(app, simulation.load(["a"]), seed=1, faults=Faults(crashes=1.0))
+
+
+def test_an_observers_own_error_stops_the_simulation_unless_asked_not_to():
+    app = percolite.App("broken")
+
+    @app.observer(simulation.TEXT, max_attempts=3)
+    def broken(tx, row, col):
+        raise IndexError("a real bug")
+
+    load = [lambda tx: tx.set("r", simulation.TEXT, "x")]
+    with pytest.raises(IndexError, match="a real bug"):
+        simulate(app, load, seed=1)
+    with simulate(app, load, seed=1, raise_errors=False) as sim:
+        assert sim.stats["failures"] == 3 and sim.stats["parked"] == 1
+        assert any("IndexError: a real bug" in line for line in sim.trace)
+
+
+def test_stats_have_every_key_and_parked_queue_keys_show():
+    app = percolite.App("parks")
+
+    @app.export_queue("out", buckets=1, max_attempts=2)
+    def out(entries):
+        raise ConnectionError("sink down")
+
+    @app.observer(simulation.TEXT)
+    def send(tx, row, col):
+        out.add(tx, bytes(row).decode(), 1)
+
+    load = [lambda tx: tx.set("r", simulation.TEXT, "x")]
+    with simulate(app, load, seed=1, raise_errors=False) as sim:
+        assert set(sim.stats) == set(percolite.testing._simulation.STAT_KEYS)
+        assert sim.stats["crashes"] == 0 and sim.stats["parked"] == 1
+        assert any("parked 1 keys of export queue out" in line for line in sim.trace)
+        assert "trace" not in repr(sim)

@@ -178,7 +178,8 @@ def test_an_observer_that_notifies_itself_is_stuck(percolite_app_env):
 
     env = percolite_app_env(app)
     env.run(lambda tx: tx.set("spin", TEXT, "x"))
-    with pytest.raises(StuckError, match=r"not idle after 50 runs.*row 'spin' column 'doc:text'"):
+    stuck = r"not idle after 50 runs \(max_runs\): 1 notifications still pending: row 'spin' "
+    with pytest.raises(StuckError, match=stuck + r"column 'doc:text' \(.*again\)\. Raise max_runs"):
         run_until_idle(env, max_runs=50)
     assert issubclass(StuckError, percolite.Error)
 
@@ -207,9 +208,10 @@ def test_refused_while_workers_run_and_inside_an_observer(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"max_runs": 0}, ValueError, "max_runs must be an int >= 1, not 0"),
-        ({"max_runs": True}, ValueError, "max_runs must be an int >= 1, not True"),
-        ({"max_runs": "10"}, ValueError, "max_runs must be an int >= 1, not '10'"),
+        ({"max_runs": 0}, ValueError, "max_runs must be between 1 and"),
+        ({"max_runs": 2**64}, ValueError, "max_runs must be between 1 and"),
+        ({"max_runs": True}, TypeError, "max_runs must be an int, not bool"),
+        ({"max_runs": "10"}, TypeError, "max_runs must be an int, not str"),
         ({"raise_errors": "yes"}, TypeError, "raise_errors must be True or False, not 'yes'"),
     ],
 )
@@ -221,6 +223,66 @@ def test_bad_arguments(percolite_env, kwargs, error, match):
 def test_not_an_env():
     with pytest.raises(TypeError, match="needs a percolite.Env, not str"):
         run_until_idle("store")  # type: ignore[arg-type]
+
+
+def test_queue_keys_parked_are_counted(percolite_app_env):
+    app = percolite.App("parks")
+
+    @app.export_queue("out", buckets=1, max_attempts=2)
+    def out(entries):
+        raise ConnectionError("sink down")
+
+    @app.observer(TEXT)
+    def send(tx, row, col):
+        out.add(tx, bytes(row).decode(), 1)
+
+    env = percolite_app_env(app)
+    env.run(lambda tx: tx.set("r", TEXT, "x"))
+    summary = run_until_idle(env, raise_errors=False)
+    assert summary.parked == 1 and summary.failures >= 1
+    assert len(env.parked()) == 1
+
+
+def test_a_nested_refusal_keeps_the_outer_exception(percolite_app_env):
+    """An observer that calls run_until_idle (refused) and then raises its
+    own error: the test gets that error, not the refusal's text."""
+    app = percolite.App("nested")
+
+    @app.observer(TEXT)
+    def nested(tx, row, col):
+        with pytest.raises(percolite.Error):
+            run_until_idle(env)
+        raise ValueError("the observer's own error")
+
+    env = percolite_app_env(app)
+    env.run(lambda tx: tx.set("r", TEXT, "x"))
+    with pytest.raises(ValueError, match="the observer's own error"):
+        run_until_idle(env)
+
+
+def test_two_threads_at_once_are_refused(tmp_path):
+    app = percolite.App("slow")
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.observer(TEXT)
+    def slow(tx, row, col):
+        started.set()
+        release.wait(10)
+
+    errors = []
+    with percolite.open(tmp_path / "db", sync="none", app=app) as env:
+        env.run(lambda tx: tx.set("r", TEXT, "x"))
+        first = threading.Thread(target=run_until_idle, args=(env,))
+        first.start()
+        assert started.wait(10)
+        try:
+            run_until_idle(env)
+        except percolite.Error as e:
+            errors.append(str(e))
+        release.set()
+        first.join(10)
+    assert len(errors) == 1 and "already running on this handle in another thread" in errors[0]
 
 
 def test_closed_env(percolite_env):

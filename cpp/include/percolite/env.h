@@ -111,6 +111,7 @@ class Env : public std::enable_shared_from_this<Env> {
   std::shared_ptr<Workers> workers_;          // GUARDED_BY(mu_)
   std::shared_ptr<Workers> stopped_workers_;  // GUARDED_BY(mu_): counters stay visible
   std::shared_ptr<Workers> step_workers_;     // GUARDED_BY(mu_): StepWorkers
+  std::mutex run_here_mu_;                    // held by the one RunHere running
 };
 
 }  // namespace percolite

@@ -152,12 +152,13 @@ struct RunHereSummary {
   uint64_t commits = 0;    // runs that committed
   uint64_t conflicts = 0;  // runs that lost a write-write conflict
   uint64_t failures = 0;   // runs that failed
-  uint64_t parked = 0;     // notifications parked after their last attempt
+  uint64_t parked = 0;     // work parked after its last attempt (queue keys included)
   uint64_t deferrals = 0;  // runs that deferred themselves
   bool failed = false;     // stopped at a failure (stop_on_failure)
   bool stuck = false;      // stopped at max_runs with work left
   std::string error;       // failed: the failure's text
-  std::vector<Cell> left;  // stuck: the cells whose notifications were still pending (up to 10)
+  std::vector<std::pair<Cell, std::string>> left;  // stuck: pending cells and their observers (10)
+  uint64_t left_total = 0;                         // stuck: how many were pending
 };
 
 // What a run came to (BeginRun, FinishRun).
@@ -187,6 +188,8 @@ struct BegunRun {
   std::string error;                         // kFailed, kParked: the failure's text
   uint32_t attempts = 0;                     // kFailed: failed runs recorded in the store
   double deferred_seconds = 0;               // kDeferred
+  // Queue keys the run parked, counted once its transaction commits.
+  std::shared_ptr<std::atomic<uint32_t>> parked_keys = std::make_shared<std::atomic<uint32_t>>(0);
 };
 
 class Workers final : public NotificationSink {

@@ -38,8 +38,11 @@ labels parametrized cases with their seeds for replaying.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from .._app import App
+from .._env import Env
 from ._run import BACKENDS, RunSummary, StuckError, run_until_idle
 from ._simulation import Faults, Simulation, simulate
 
@@ -52,7 +55,12 @@ __all__ = [
     "Faults",
     "seeds",
     "BACKENDS",
+    "AppEnvFactory",
 ]
+
+AppEnvFactory = Callable[[App], Env]
+"""The type of the ``percolite_app_env`` fixture, for annotated tests:
+``def test_it(percolite_app_env: AppEnvFactory) -> None``."""
 
 
 def seeds(n: int, start: int = 0) -> list[Any]:
@@ -64,6 +72,6 @@ def seeds(n: int, start: int = 0) -> list[Any]:
     for name, value in (("n", n), ("start", start)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, not {n}")
+    if n < 0 or start < 0:
+        raise ValueError(f"n and start must be >= 0, not {n} and {start}")
     return [pytest.param(seed, id=f"seed={seed}") for seed in range(start, start + n)]

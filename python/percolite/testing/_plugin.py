@@ -36,23 +36,35 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _marked_backend(item: pytest.Item) -> str | None:
+    """The backend the ``percolite`` marker names for ``item`` (None: no
+    marker, or one without ``backend``); UsageError for a marker that is wrong."""
+    marker = item.get_closest_marker("percolite")
+    if marker is None:
+        return None
+    unknown = set(marker.kwargs) - {"backend"}
+    if marker.args or unknown:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.percolite takes only backend=..., e.g. "
+            f"@pytest.mark.percolite(backend='lmdb'); got {marker.args!r} {marker.kwargs!r}"
+        )
+    backend = marker.kwargs.get("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.percolite(backend={backend!r}): the backend must be "
+            f"one of {', '.join(map(repr, BACKENDS))}"
+        )
+    return None if backend is None else str(backend)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:  # a wrong marker is an error even on a test with no store
+        _marked_backend(item)
+
+
 def _backend(request: pytest.FixtureRequest) -> str:
-    marker = request.node.get_closest_marker("percolite")
-    if marker is not None:
-        unknown = set(marker.kwargs) - {"backend"}
-        if marker.args or unknown:
-            raise pytest.UsageError(
-                "@pytest.mark.percolite takes only backend=..., e.g. "
-                f"@pytest.mark.percolite(backend='lmdb'); got {marker.args!r} {marker.kwargs!r}"
-            )
-        backend = marker.kwargs.get("backend", "memory")
-        if backend not in BACKENDS:
-            raise pytest.UsageError(
-                f"@pytest.mark.percolite(backend={backend!r}): the backend must be one of "
-                f"{', '.join(map(repr, BACKENDS))}"
-            )
-        return str(backend)
-    return str(request.config.getoption(_OPTION) or "memory")
+    marked = _marked_backend(request.node)
+    return marked or str(request.config.getoption(_OPTION) or "memory")
 
 
 class _Stores:
@@ -86,7 +98,9 @@ def percolite_env(
 ) -> Iterator[_env.Env]:
     """A fresh percolite store with no app (in memory unless the
     ``percolite`` marker or ``--percolite-backend`` says ``"lmdb"``),
-    closed and removed after the test."""
+    closed and removed after the test: for tests of plain transactions, or
+    to bind an app later (``env.bind(app)``; cells written before that set
+    no notifications, since no app observed them)."""
     stores = _Stores(_backend(request), tmp_path_factory)
     try:
         yield stores.open(None)

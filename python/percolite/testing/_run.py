@@ -9,7 +9,18 @@ from .._env import Env
 from .._log import capture_failures, shown
 from ..errors import Error
 
-BACKENDS: tuple[str, ...] = ("memory", "lmdb")  # the backends the fixtures open
+BACKENDS: tuple[str, ...] = ("memory", "lmdb")
+"""The backends the fixtures and :func:`simulate` open stores on."""
+
+_COUNT_LIMIT = 2**63 - 1
+
+
+def check_count(name: str, value: object, limit: int = _COUNT_LIMIT) -> None:
+    """A count argument: an int (TypeError otherwise) in [1, limit] (ValueError)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 1 <= value <= limit:
+        raise ValueError(f"{name} must be between 1 and {limit:,}, not {value:,}")
 
 
 class StuckError(Error):
@@ -58,8 +69,7 @@ def run_until_idle(env: Env, *, max_runs: int = 100_000, raise_errors: bool = Tr
     """
     if not isinstance(env, Env):
         raise TypeError(f"run_until_idle needs a percolite.Env, not {type(env).__name__}")
-    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
-        raise ValueError(f"max_runs must be an int >= 1, not {max_runs!r}")
+    check_count("max_runs", max_runs)
     if not isinstance(raise_errors, bool):
         raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
     with capture_failures() as captured:
@@ -70,14 +80,17 @@ def run_until_idle(env: Env, *, max_runs: int = 100_000, raise_errors: bool = Tr
             raise raised
         raise Error(result["error"])
     if result["stuck"]:
-        left = ", ".join(
+        left = "; ".join(
             f"row {shown(row)} column '{family.decode(errors='replace')}:"
-            f"{qualifier.decode(errors='replace')}'"
-            for row, family, qualifier in result["left"]
+            f"{qualifier.decode(errors='replace')}' ({observer})"
+            for row, family, qualifier, observer in result["left"]
         )
+        more = result["left_total"] - len(result["left"])
         raise StuckError(
-            f"not idle after {max_runs:,} runs (max_runs): work is still pending at {left}; "
-            "an observer that writes the column it observes notifies itself forever"
+            f"not idle after {max_runs:,} runs (max_runs): {result['left_total']:,} "
+            f"notifications still pending: {left}{f' (and {more:,} more)' if more else ''}. "
+            "Raise max_runs if the work is only large; if it never ends, look for an observer "
+            "that writes a column it observes (it notifies itself again every run)"
         )
     return RunSummary(
         **{field.name: result[field.name] for field in dataclasses.fields(RunSummary)}

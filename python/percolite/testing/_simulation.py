@@ -30,9 +30,27 @@ from .._export import ExportQueue
 from .._log import capture_failures, shown
 from .._transaction import Transaction
 from ..errors import CommitConflict, Error
-from ._run import BACKENDS
+from ._run import BACKENDS, check_count
 
 _FAULTS = ("observer_errors", "conflicts", "crashes", "exporter_errors", "delays")
+STAT_KEYS = (
+    "steps",
+    "loads",
+    "load_conflicts",
+    "runs",
+    "commits",
+    "conflicts",
+    "failures",
+    "parked",
+    "deferrals",
+    "exports",
+    "crashes",
+    "delays",
+)
+MAX_WORKERS = 256
+# Steps in a row that commit nothing before the simulation gives up: faults
+# as likely as 1.0 (every commit refused, every step a crash) stop all progress.
+_STALLED = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +81,12 @@ class Faults:
     def __post_init__(self) -> None:
         for name in _FAULTS:
             p = getattr(self, name)
-            if (
-                isinstance(p, bool)
-                or not isinstance(p, numbers.Real)
-                or not (0.0 <= float(p) <= 1.0)
-                or math.isnan(float(p))
-            ):
+            if isinstance(p, bool) or not isinstance(p, numbers.Real):
+                raise TypeError(
+                    f"Faults({name}=...) must be a probability in [0, 1] (a float), "
+                    f"not {type(p).__name__}"
+                )
+            if math.isnan(float(p)) or not (0.0 <= float(p) <= 1.0):
                 raise ValueError(f"Faults({name}=...) must be a probability in [0, 1], not {p!r}")
 
 
@@ -77,14 +95,16 @@ class Simulation:
     """What :func:`simulate` did: ``seed``; ``trace``, one readable line per
     event (commits, runs, conflicts, faults, crashes, exports); ``env``, the
     final store (read it with transactions and queue scans; close it, or use
-    the simulation as a context manager); ``stats``, counts of each kind of
-    event."""
+    the simulation as a context manager); ``stats``, how many of each event
+    there were, every key present (``STAT_KEYS``: ``steps``, ``loads``,
+    ``load_conflicts``, ``runs``, ``commits``, ``conflicts``, ``failures``,
+    ``parked``, ``deferrals``, ``exports``, ``crashes``, ``delays``)."""
 
     seed: int
-    trace: list[str]
+    trace: list[str] = dataclasses.field(repr=False)
     env: Env
     stats: dict[str, int]
-    _directory: str | None = dataclasses.field(default=None, repr=False)
+    _directory: str | None = dataclasses.field(default=None, init=False, repr=False)
 
     def close(self) -> None:
         """Closes the final store (and removes it, for ``backend="lmdb"``)."""
@@ -120,11 +140,14 @@ class _Scheduler:
         faults: Faults,
         workers: int,
         max_steps: int,
+        raise_errors: bool,
     ) -> None:
         self.env, self.loads, self.rng, self.faults = env, loads, rng, faults
         self.max_steps = max_steps
         self.trace: list[str] = []
-        self.stats: collections.Counter[str] = collections.Counter()
+        self.stats: collections.Counter[str] = collections.Counter(dict.fromkeys(STAT_KEYS, 0))
+        self.raise_errors = raise_errors
+        self.last_progress = 0  # the step something last committed
         self.waiting = collections.deque(range(len(loads)))  # loads not yet committed
         self.open_loads: dict[int, Transaction] = {}  # by load index
         self.held: list[Any] = [None] * workers  # each worker's run, begun and not finished
@@ -139,6 +162,8 @@ class _Scheduler:
     def event(self, text: str, kind: str) -> None:
         self.trace.append(text)
         self.stats[kind] += 1
+        if kind in ("loads", "commits", "failures"):  # each committed something
+            self.last_progress = self.stats["steps"]
 
     def chance(self, name: str) -> bool:
         p = getattr(self.faults, name)
@@ -184,10 +209,16 @@ class _Scheduler:
             (lambda: self.chance("exporter_errors")) if exporting else None
         )
         try:
-            with capture_failures():
+            with capture_failures() as captured:
                 run = self.env._core.begin_run(cell_key, row_hash, stamp, fail)
+                raised = captured.exception
         finally:
             _export._injected.exporter_fails = None
+        injected = fail or isinstance(raised, _export.InjectedFault)
+        if run.outcome in ("failed", "parked") and not injected and self.raise_errors:
+            if raised is not None:
+                raise raised
+            raise Error(run.error)
         what = _describe(run) if run.outcome != "gone" else "a notification already done"
         if run.outcome == "ready":
             self.held[worker] = run
@@ -197,12 +228,14 @@ class _Scheduler:
                 if self.chance("crashes"):  # the exporter returned; its batch is not acknowledged
                     self.crash("after an exporter returned")
             return
-        self.settled(worker, run.outcome, run, what, fail)
+        self.settled(worker, run.outcome, run, what, injected)
 
     def finish_run(self, worker: int) -> None:
         run, self.held[worker] = self.held[worker], None
         injected = self.chance("conflicts")
         outcome = run.finish(injected)
+        if outcome in ("failed", "parked") and self.raise_errors:
+            raise Error(f"committing {_describe(run)} failed: {run.error}")
         self.settled(worker, outcome, run, _describe(run), injected)
 
     def settled(self, worker: int, outcome: str, run: Any, what: str, injected: bool) -> None:
@@ -210,11 +243,15 @@ class _Scheduler:
         if outcome == "committed":
             self.runnable = None
             self.event(prefix + f"commit {what}", "commits")
+            if run.parked_keys:
+                self.event(prefix + f"parked {run.parked_keys} keys of {what}", "parked")
         elif outcome == "conflict":
             self.event(prefix + f"conflict{' (injected)' if injected else ''} {what}", "conflicts")
         elif outcome in ("failed", "parked"):
             self.runnable = None  # a failure record was committed
             cause = "injected failure" if injected else _last_line(run.error)
+            if injected and not run.error.endswith("injected by the simulation"):
+                cause = "injected exporter failure"
             self.event(prefix + f"failed {what}: {cause}", "failures")
             if outcome == "parked":
                 self.event(prefix + f"parked {what}", "parked")
@@ -241,6 +278,8 @@ class _Scheduler:
     def run(self) -> None:
         for _ in range(self.max_steps):
             self.stats["steps"] += 1
+            if self.stats["steps"] - self.last_progress > _STALLED:
+                self.stalled()
             if self.chance("crashes"):
                 self.crash("between steps")
                 continue
@@ -269,6 +308,17 @@ class _Scheduler:
             f"{len(self.runnable or [])} notifications pending"
         )
 
+    def stalled(self) -> None:
+        likely = ", ".join(
+            f"{name}={getattr(self.faults, name)}"
+            for name in _FAULTS
+            if getattr(self.faults, name) >= 0.5
+        )
+        why = f": faults as likely as {likely} leave no step that can commit" if likely else ""
+        raise Error(
+            f"the simulation made no progress in {_STALLED:,} steps (nothing committed){why}"
+        )
+
     def idle(self) -> bool:
         if self.waiting or self.open_loads or any(run is not None for run in self.held):
             return False
@@ -286,11 +336,13 @@ def simulate(
     workers: int = 4,
     backend: Literal["memory", "lmdb"] = "memory",
     max_steps: int = 10_000_000,
+    raise_errors: bool = True,
 ) -> Simulation:
     """Run ``app`` over ``load`` in a fresh store, scheduled from ``seed``.
 
     ``load`` is an iterable of transaction functions ``fn(tx)``, the loading
-    code of a client; each commits exactly once: a commit that conflicts, or
+    code of a client, read whole before the run starts (so it must be
+    finite); each commits exactly once: a commit that conflicts, or
     a load cut off by a crash before its commit, runs again as a client
     would retry it. ``workers`` virtual workers run the app's observers,
     combine-queue folds and exporters, each holding its run's transaction
@@ -299,6 +351,16 @@ def simulate(
     same app, load and seed give the same trace and the same final store, in
     any process. Queues process what they hold at once (``linger`` is not
     waited for); retries come at later steps instead of after a delay.
+
+    A crash loses what the store had not committed; Python objects live on
+    (the app's own state, an exporter's sink and its seq guard), as if they
+    were kept durably beside the store.
+
+    With ``raise_errors`` (the default), an observer, combiner, change
+    observer or exporter raising on its own (not by an injected fault)
+    stops the simulation with its exception, as ``run_until_idle`` does;
+    with ``raise_errors=False`` it is retried and parked as workers do, and
+    the trace and ``stats`` count it. ``workers`` is at most 256.
 
     Returns a :class:`Simulation` (close it, or use it in a ``with``
     block). A load function that raises stops the simulation with its
@@ -322,9 +384,10 @@ def simulate(
         faults = Faults()
     elif not isinstance(faults, Faults):
         raise TypeError(f"faults must be a percolite.testing.Faults, not {type(faults).__name__}")
-    for name, value in (("workers", workers), ("max_steps", max_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+    check_count("workers", workers, MAX_WORKERS)
+    check_count("max_steps", max_steps)
+    if not isinstance(raise_errors, bool):
+        raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
     if backend not in BACKENDS:
         raise ValueError(
             f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}"
@@ -345,7 +408,9 @@ def simulate(
     else:
         directory = tempfile.mkdtemp(prefix="percolite-simulation-")
         env = open_store(f"{directory}/store", sync="none", app=app)
-    scheduler = _Scheduler(env, app, loads, random.Random(seed), faults, workers, max_steps)
+    scheduler = _Scheduler(
+        env, app, loads, random.Random(seed), faults, workers, max_steps, raise_errors
+    )
     try:
         scheduler.run()
     except BaseException:
@@ -353,4 +418,6 @@ def simulate(
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
         raise
-    return Simulation(seed, scheduler.trace, env, dict(scheduler.stats), directory)
+    simulation = Simulation(seed, scheduler.trace, env, dict(scheduler.stats))
+    simulation._directory = directory
+    return simulation
