@@ -212,16 +212,7 @@ def test_an_observers_own_error_stops_the_simulation_unless_asked_not_to():
 
 
 def test_stats_have_every_key_and_parked_queue_keys_show():
-    app = percolite.App("parks")
-
-    @app.export_queue("out", buckets=1, max_attempts=2)
-    def out(entries):
-        raise ConnectionError("sink down")
-
-    @app.observer(simulation.TEXT)
-    def send(tx, row, col):
-        out.add(tx, bytes(row).decode(), 1)
-
+    app = simulation.failing_export_app(max_attempts=2)
     load = [lambda tx: tx.set("r", simulation.TEXT, "x")]
     with simulate(app, load, seed=1, raise_errors=False) as sim:
         assert set(sim.stats) == set(percolite.testing._simulation.STAT_KEYS)

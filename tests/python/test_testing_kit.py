@@ -15,6 +15,7 @@ import threading
 
 import percolite
 import pytest
+from children.simulation import failing_export_app
 from percolite.testing import RunSummary, StuckError, run_until_idle
 
 TEXT = ("doc", "text")
@@ -153,17 +154,7 @@ def test_without_raise_errors_failures_are_retried_then_parked(percolite_app_env
 
 
 def test_an_exporter_failing_is_raised_too(percolite_app_env):
-    app = percolite.App("export-fails")
-
-    @app.export_queue("out", buckets=1)
-    def out(entries):
-        raise ConnectionError("sink down")
-
-    @app.observer(TEXT)
-    def send(tx, row, col):
-        out.add(tx, bytes(row).decode(), 1)
-
-    env = percolite_app_env(app)
+    env = percolite_app_env(failing_export_app())
     env.run(lambda tx: tx.set("r", TEXT, "x"))
     with pytest.raises(ConnectionError, match="sink down"):
         run_until_idle(env)
@@ -226,17 +217,7 @@ def test_not_an_env():
 
 
 def test_queue_keys_parked_are_counted(percolite_app_env):
-    app = percolite.App("parks")
-
-    @app.export_queue("out", buckets=1, max_attempts=2)
-    def out(entries):
-        raise ConnectionError("sink down")
-
-    @app.observer(TEXT)
-    def send(tx, row, col):
-        out.add(tx, bytes(row).decode(), 1)
-
-    env = percolite_app_env(app)
+    env = percolite_app_env(failing_export_app(max_attempts=2))
     env.run(lambda tx: tx.set("r", TEXT, "x"))
     summary = run_until_idle(env, raise_errors=False)
     assert summary.parked == 1 and summary.failures >= 1

@@ -44,6 +44,22 @@ def make_app(sink: dict, guarded: bool) -> percolite.App:
     return app
 
 
+def failing_export_app(max_attempts: int = 10) -> percolite.App:
+    """An observer sending each row to an export queue whose exporter always
+    raises: its key is parked after ``max_attempts`` runs."""
+    app = percolite.App("failing-export")
+
+    @app.export_queue("out", buckets=1, max_attempts=max_attempts)
+    def out(entries):
+        raise ConnectionError("sink down")
+
+    @app.observer(TEXT)
+    def send(tx, row, col):
+        out.add(tx, bytes(row).decode(), 1)
+
+    return app
+
+
 def documents(n: int = 40) -> list[str]:
     return [f"w{i % 5} w{i % 3} w{(i * 7) % 11} w{i % 2}" for i in range(n)]
 
