@@ -1550,11 +1550,6 @@ std::vector<std::string> LmdbBackend::VerifyStructure() {
       }
     }
     if (!fault) {
-      // Every page, as LMDB lays them out: what no entry leads through (the
-      // free list above all) is seen only this way.
-      for (std::string& problem : WalkStorePages(WalkScope::kEveryPage)) {
-        problems.push_back(std::move(problem));
-      }
       try {
         const uint64_t counter = ReadCounter(txn, meta_dbi_);
         if (newest_stamp > counter) {
@@ -1570,6 +1565,14 @@ std::vector<std::string> LmdbBackend::VerifyStructure() {
     }
     return problems;
   });
+  if (!fault) {
+    // Every page, as LMDB lays them out: what no entry leads through (the
+    // free list above all) is seen only this way. In a snapshot of its own,
+    // outside the one above: the map lock is not taken twice.
+    for (std::string& problem : WalkStorePages(WalkScope::kEveryPage)) {
+      problems.push_back(std::move(problem));
+    }
+  }
   if (fault) FailDamaged(*fault);  // as after any fault: reopen before going on
   if (!problems.empty()) MarkDamaged(problems.front());  // no process writes over it now
   return problems;
