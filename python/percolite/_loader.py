@@ -46,11 +46,15 @@ class _Job:
         self.result: Any = None
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
+    """An int argument (TypeError otherwise, bools too) in [low, high]
+    (ValueError), ``high`` None for no upper bound."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < low:
+    if high is None and value < low:
         raise ValueError(f"{name} must be >= {low}, not {value}")
+    if high is not None and not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high:,}, not {value:,}")
 
 
 def check_retry_options(retries_name: str, retries: Any, backoff: Any, max_backoff: Any) -> None:
@@ -103,7 +107,7 @@ class Loader:
         backoff: float = 0.001,
         max_backoff: float = 0.1,
     ) -> None:
-        _check_int("max_in_flight", max_in_flight, 1)
+        check_int("max_in_flight", max_in_flight, 1)
         check_retry_options("max_retries", max_retries, backoff, max_backoff)
         self._env = env
         self._max_in_flight = max_in_flight

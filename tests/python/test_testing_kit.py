@@ -353,3 +353,22 @@ def test_a_bad_marker_is_a_usage_error(tmp_path):
     assert "backend='oracle'): the backend must be one of 'memory', 'lmdb'" in (
         done.stdout + done.stderr
     )
+
+
+def test_seeds_label_each_case_and_refuse_bad_counts():
+    from percolite.testing import seeds
+
+    cases = seeds(3, start=5)
+    assert [case.values for case in cases] == [(5,), (6,), (7,)]
+    assert [case.id for case in cases] == ["seed=5", "seed=6", "seed=7"]
+    with pytest.raises(TypeError, match="n must be an int, not str"):
+        seeds("3")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="start must be an int, not bool"):
+        seeds(3, start=True)
+    with pytest.raises(ValueError, match="n must be >= 0, not -1"):
+        seeds(-1)
+
+
+def test_the_app_factory_refuses_what_is_not_an_app(percolite_app_env):
+    with pytest.raises(TypeError, match="percolite_app_env needs a percolite.App, not str"):
+        percolite_app_env("wordcount")

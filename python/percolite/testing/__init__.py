@@ -43,6 +43,7 @@ from typing import Any
 
 from .._app import App
 from .._env import Env
+from .._loader import check_int
 from ._run import BACKENDS, RunSummary, StuckError, run_until_idle
 from ._simulation import Faults, Simulation, simulate
 
@@ -69,9 +70,6 @@ def seeds(n: int, start: int = 0) -> list[Any]:
     seed that ``simulate(..., seed=N)`` replays."""
     import pytest
 
-    for name, value in (("n", n), ("start", start)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if n < 0 or start < 0:
-        raise ValueError(f"n and start must be >= 0, not {n} and {start}")
+    check_int("n", n, 0)
+    check_int("start", start, 0)
     return [pytest.param(seed, id=f"seed={seed}") for seed in range(start, start + n)]

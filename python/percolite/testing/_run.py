@@ -6,21 +6,14 @@ import dataclasses
 from typing import Any
 
 from .._env import Env
+from .._loader import check_int
 from .._log import capture_failures, shown
 from ..errors import Error
 
 BACKENDS: tuple[str, ...] = ("memory", "lmdb")
 """The backends the fixtures and :func:`simulate` open stores on."""
 
-_COUNT_LIMIT = 2**63 - 1
-
-
-def check_count(name: str, value: object, limit: int = _COUNT_LIMIT) -> None:
-    """A count argument: an int (TypeError otherwise) in [1, limit] (ValueError)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not 1 <= value <= limit:
-        raise ValueError(f"{name} must be between 1 and {limit:,}, not {value:,}")
+COUNT_LIMIT = 2**63 - 1  # the most runs or steps a count argument may ask for
 
 
 class StuckError(Error):
@@ -69,7 +62,7 @@ def run_until_idle(env: Env, *, max_runs: int = 100_000, raise_errors: bool = Tr
     """
     if not isinstance(env, Env):
         raise TypeError(f"run_until_idle needs a percolite.Env, not {type(env).__name__}")
-    check_count("max_runs", max_runs)
+    check_int("max_runs", max_runs, 1, COUNT_LIMIT)
     if not isinstance(raise_errors, bool):
         raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
     with capture_failures() as captured:

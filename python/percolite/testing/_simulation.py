@@ -27,10 +27,11 @@ from .._app import App
 from .._env import Env
 from .._env import open as open_store
 from .._export import ExportQueue
+from .._loader import check_int
 from .._log import capture_failures, shown
 from .._transaction import Transaction
 from ..errors import CommitConflict, Error
-from ._run import BACKENDS, check_count
+from ._run import BACKENDS, COUNT_LIMIT
 
 _FAULTS = ("observer_errors", "conflicts", "crashes", "exporter_errors", "delays")
 STAT_KEYS = (
@@ -384,8 +385,8 @@ def simulate(
         faults = Faults()
     elif not isinstance(faults, Faults):
         raise TypeError(f"faults must be a percolite.testing.Faults, not {type(faults).__name__}")
-    check_count("workers", workers, MAX_WORKERS)
-    check_count("max_steps", max_steps)
+    check_int("workers", workers, 1, MAX_WORKERS)
+    check_int("max_steps", max_steps, 1, COUNT_LIMIT)
     if not isinstance(raise_errors, bool):
         raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
     if backend not in BACKENDS:
