@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 [[ -f /usr/include/lmdb.h ]] || need+=(liblmdb-dev)
+[[ -f /usr/include/postgresql/libpq-fe.h ]] || need+=(libpq-dev)
 [[ -f /usr/include/catch2/catch.hpp ]] || need+=(catch2)
 command -v clang-format >/dev/null || need+=(clang-format)
 command -v g++ >/dev/null || need+=(g++)

@@ -11,6 +11,8 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 cmake --build build/asan -j "$jobs"
 # Not the fork test: its child allocates while the parent's other threads
 # may hold the sanitizer allocator's lock at fork time, and then hangs inside
-# the sanitizer (seen once in a few runs). The Release run covers it.
+# the sanitizer (seen once in a few runs). The Release run covers it. With a
+# temporary PostgreSQL server, as in scripts/test.sh.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  .venv/bin/python tests/python/_postgres.py \
   ctest --test-dir build/asan --output-on-failure -j "$jobs" --timeout 300 -E "forked child"

@@ -39,7 +39,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     max_readers: int = _core.DEFAULT_MAX_READERS,
     app: App | None = None,
     upgrade: bool = False,
-    backend: Literal["lmdb", "memory"] | None = None,
+    backend: Literal["lmdb", "memory", "postgresql"] | None = None,
     restored: bool = False,
 ) -> Env:
     """Open (creating it by default) the percolite store in directory ``path``.
@@ -49,8 +49,13 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     ``sqlite3.connect(":memory:")``, each such open is a private store of its
     own, gone when the handle closes, seen by no other handle or process (for
     tests and simulations; nothing is written to disk, so ``sync`` changes
-    nothing). ``backend`` (``"lmdb"`` or ``"memory"``) names the backend
-    instead of the path's form; ``open(backend="memory")`` needs no path. An
+    nothing). A ``postgresql://`` URI (any libpq connection URI; the
+    parameter ``schema``, default ``percolite``, keeps several stores in one
+    database) opens a store in a PostgreSQL database, created on first open
+    and shared by every process on every machine that opens it; a URI whose
+    server cannot be reached raises ``StorageError`` naming it (never its
+    password). ``backend`` (``"lmdb"``, ``"memory"`` or ``"postgresql"``)
+    names the backend instead of the path's form; ``open(backend="memory")`` needs no path. An
     unknown scheme or backend name raises ``ValueError``, as do a path with
     ``backend="memory"`` and ``create=False`` with ``":memory:"``.
 

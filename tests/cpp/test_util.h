@@ -77,16 +77,46 @@ inline percolite::BackendOptions FastOptions() {
   return options;
 }
 
+// The server the postgresql backend is tested on: a postgresql:// URI in
+// the environment variable PERCOLITE_TEST_POSTGRES (scripts/test.sh starts a
+// temporary server and sets it); empty when it is not set.
+inline std::string TestPostgres() {
+  const char* uri = ::getenv("PERCOLITE_TEST_POSTGRES");
+  return uri ? uri : "";
+}
+
+// The backends the conformance tests run on: lmdb, memory, and postgresql
+// when a test server is given.
+inline std::vector<std::string> ConformanceBackends() {
+  std::vector<std::string> names = {"lmdb", "memory"};
+  if (!TestPostgres().empty()) names.push_back("postgresql");
+  return names;
+}
+
 // The conformance tests: a test case that opens its Env with
 // OpenEnv(dir, PERCOLITE_EACH_BACKEND()) runs once per backend (a Catch2
 // generator), so a new backend is one name away from being tested.
-#define PERCOLITE_EACH_BACKEND() GENERATE(as<std::string>{}, "lmdb", "memory")
+#define PERCOLITE_EACH_BACKEND() GENERATE(from_range(percolite_test::ConformanceBackends()))
 
-// A store of `backend` for a test: the lmdb store in `dir`, or a new memory store.
+// Where a new store of `backend` for a test is: the directory `dir` for
+// lmdb, ":memory:", or a schema of its own on the test server.
+inline std::string TargetFor(const TempDir& dir, const std::string& backend) {
+  if (backend == "memory") return ":memory:";
+  if (backend != "postgresql") return dir.path();
+  // The directory's unique name names the schema: a fresh store per test.
+  std::string schema = "t_";
+  for (char c : dir.path().substr(dir.path().rfind('-') + 1)) {
+    schema.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  const std::string uri = TestPostgres();
+  return uri + (uri.find('?') == std::string::npos ? "?" : "&") + "schema=" + schema;
+}
+
+// A store of `backend` for a test (TargetFor).
 inline std::shared_ptr<percolite::Env> OpenEnv(
     const TempDir& dir, const std::string& backend,
     const percolite::BackendOptions& options = FastOptions()) {
-  return percolite::Env::Open(backend == "memory" ? ":memory:" : dir.path(), options, backend);
+  return percolite::Env::Open(TargetFor(dir, backend), options, backend);
 }
 
 // The code of the percolite::Error that `body` throws, or kOk when it throws none.
@@ -94,8 +124,7 @@ inline std::shared_ptr<percolite::Env> OpenEnv(
 // its own) and a source of transactions on it, closed in order at the end.
 struct Layers {
   explicit Layers(const std::string& name)
-      : backend(percolite::OpenBackend(name == "memory" ? ":memory:" : dir.path(), name,
-                                       FastOptions())),
+      : backend(percolite::OpenBackend(TargetFor(dir, name), name, FastOptions())),
         source(std::make_shared<percolite::TransactionSource>(backend)) {}
   ~Layers() {
     source->Close();

@@ -25,13 +25,22 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = ["TemporaryPostgres", "find_postgres_bin", "postgres_dsn", "temporary_postgres"]
+__all__ = [
+    "TemporaryPostgres",
+    "find_postgres_bin",
+    "postgres_dsn",
+    "postgres_server",
+    "temporary_postgres",
+]
+
+ENV_VARIABLE = "PERCOLITE_TEST_POSTGRES"  # a postgresql:// URI: the server the tests use
 
 SERVER_USER = "postgres"  # created by Debian's postgresql package
 _PORT = 5432  # names the socket file only: the server listens on no TCP address
@@ -79,6 +88,8 @@ class TemporaryPostgres:
         self.socket_dir = self.base / "socket"
         self.log = self.base / "server.log"
         self.dsn = f"host={self.socket_dir} port={_PORT} user=postgres dbname=postgres"
+        # The same server as a URI (what percolite.open takes for a store on it).
+        self.uri = f"postgresql://postgres@/postgres?host={self.socket_dir}&port={_PORT}"
         self._started = False
 
     def _command(self, name: str, *args: str) -> list:
@@ -191,20 +202,45 @@ def temporary_postgres(
 
 
 @pytest.fixture(scope="session")
-def postgres_dsn():
-    """The DSN of a real PostgreSQL server started for this test session
-    (superuser ``postgres``, database ``postgres``, trust authentication over
-    a Unix socket). Fails every test that uses it when PostgreSQL is missing."""
+def postgres_server():
+    """A real PostgreSQL server started for this test session (superuser
+    ``postgres``, database ``postgres``, trust authentication over a Unix
+    socket): its ``dsn`` and ``uri``. Fails every test that uses it when
+    PostgreSQL is missing."""
     bin_dir = find_postgres_bin()
     if bin_dir is None:
         pytest.fail(_NOT_INSTALLED, pytrace=False)
     server = TemporaryPostgres(bin_dir)
     try:
-        dsn = server.start()
+        server.start()
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         server.stop()
         pytest.fail(f"could not start a temporary PostgreSQL server: {exc}", pytrace=False)
     try:
-        yield dsn
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(postgres_server):
+    """The DSN (key=value form) of the session's server (``postgres_server``)."""
+    return postgres_server.dsn
+
+
+def main(argv: list[str]) -> int:
+    """``python tests/python/_postgres.py COMMAND ...``: runs COMMAND with a
+    temporary server, its URI in ``PERCOLITE_TEST_POSTGRES`` (the C++ tests
+    run the postgresql backend's conformance tests against it); a server
+    already given there is used as it is."""
+    if not argv:
+        print("usage: _postgres.py COMMAND [ARG ...]", file=sys.stderr)
+        return 2
+    if os.environ.get(ENV_VARIABLE):
+        return subprocess.call(argv)
+    with temporary_postgres() as server:
+        return subprocess.call(argv, env={**os.environ, ENV_VARIABLE: server.uri})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

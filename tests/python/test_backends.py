@@ -17,7 +17,10 @@ from conftest import BACKENDS, COL, committed_cells, open_store
 
 
 def test_every_backend_is_tested():
-    assert BACKENDS == tuple(percolite._core.BACKENDS)
+    # Every backend but postgresql, whose conformance tests run in the core's
+    # suite for now (see BACKENDS in conftest.py).
+    assert BACKENDS == tuple(b for b in percolite._core.BACKENDS if b != "postgresql")
+    assert "postgresql" in percolite._core.BACKENDS
     assert {"lmdb", "memory"} <= set(BACKENDS)
 
 
@@ -118,7 +121,7 @@ def test_a_closed_memory_store_raises_closed_error():
 
 @pytest.mark.parametrize(
     "target",
-    ["postgresql://h/db", "redis://localhost:6379/0", "s3://bucket/store"],
+    ["mysql://h/db", "redis://localhost:6379/0", "s3://bucket/store"],
 )
 def test_an_unknown_scheme_is_a_value_error_naming_it(target):
     scheme = target.split("://")[0]
@@ -291,3 +294,41 @@ def test_cli_phrasecount_refuses_a_memory_store(tmp_path):
     assert result.returncode != 0
     assert "in-memory store, private to the process" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# The postgresql backend, on the session's temporary server.
+
+
+def test_a_postgresql_store_is_shared_by_handles_as_by_machines(postgres_server):
+    target = f"{postgres_server.uri}&schema=shared_by_two"
+    first = percolite.open(target)
+    second = percolite.open(target, create=False)
+    try:
+        assert first.backend == "postgresql"
+        assert first.capabilities["cross_process"] and first.capabilities["durable"]
+        first.run(lambda tx: tx.set("r", COL, b"from the first"))
+        tx = second.transaction()
+        assert tx.get("r", COL) == b"from the first"
+        tx.abort()
+        stale = first.transaction()
+        stale.get("r", COL)
+        second.run(lambda tx: tx.set("r", COL, b"from the second"))
+        stale.set("r", COL, b"late")
+        with pytest.raises(percolite.CommitConflict):
+            stale.commit()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_postgresql_targets_that_cannot_work_are_clear_errors(postgres_server):
+    with pytest.raises(ValueError, match="colour"):
+        percolite.open(f"{postgres_server.uri}&colour=blue")
+    with pytest.raises(ValueError, match="schema"):
+        percolite.open(f"{postgres_server.uri}&schema=Not-A-Name")
+    with pytest.raises(ValueError, match="create=False"):
+        percolite.open(f"{postgres_server.uri}&schema=never_created", create=False)
+    # Nothing listens on port 1 of the loopback address: refused at once.
+    with pytest.raises(percolite.StorageError, match="cannot connect") as caught:
+        percolite.open("postgresql://me:s3cret@127.0.0.1:1/db")
+    assert "s3cret" not in str(caught.value)

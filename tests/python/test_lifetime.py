@@ -11,12 +11,11 @@ from _isolated import run_child
 # run) threw from its destructor ("cannot be called from inside an observer")
 # and aborted the process.
 def test_an_env_freed_on_a_worker_thread_closes_without_aborting(backend, tmp_path):
-    other = ":memory:" if backend == "memory" else tmp_path / "other"
     out = run_child(
         "children.lifetime:drop_an_env_inside_an_observer",
         backend,
         tmp_path / "db",
-        other,
+        tmp_path / "other",
         timeout=60,
     )
     assert out.splitlines() == ["idle: True dropped: 1"]

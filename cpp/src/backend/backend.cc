@@ -11,6 +11,7 @@
 #include "fork_guard.h"
 #include "lmdb_backend.h"
 #include "memory_backend.h"
+#include "pg_backend.h"
 
 namespace percolite {
 namespace {
@@ -135,16 +136,17 @@ namespace {
 // The backends, by name: a new one is one more entry (and its class).
 struct BackendEntry {
   const char* name;
-  bool has_location;  // opens a path (lmdb) or nothing (memory)
+  bool has_location;  // opens a path (lmdb), a URI (postgresql) or nothing (memory)
+  bool uri;           // the location is the whole target (postgresql://...)
   std::shared_ptr<Backend> (*open)(const std::string& location, const BackendOptions& options);
 };
 
 const BackendEntry kBackends[] = {
-    {"lmdb", true,
+    {"lmdb", true, false,
      [](const std::string& location, const BackendOptions& options) -> std::shared_ptr<Backend> {
        return LmdbBackend::Acquire(location, options);
      }},
-    {"memory", false,
+    {"memory", false, false,
      [](const std::string&, const BackendOptions& options) -> std::shared_ptr<Backend> {
        if (!options.create) {
          throw Error(ErrorCode::kInvalidArgument,
@@ -152,6 +154,10 @@ const BackendEntry kBackends[] = {
                      "cannot open an existing one");
        }
        return MemoryBackend::Open(options);
+     }},
+    {"postgresql", true, true,
+     [](const std::string& location, const BackendOptions& options) -> std::shared_ptr<Backend> {
+       return PgBackend::Open(location, options);
      }},
 };
 
@@ -190,6 +196,7 @@ bool SplitScheme(const std::string& target, std::string* scheme, std::string* re
   }
   const bool slashes = target.compare(colon + 1, 2, "//") == 0;
   std::string name = Lower(std::string_view(target).substr(0, colon));
+  if (name == "postgres") name = "postgresql";  // libpq takes both
   if (!slashes && FindBackend(name) == nullptr) return false;
   *scheme = name;
   *rest = target.substr(colon + 1 + (slashes ? 2 : 0));
@@ -226,7 +233,8 @@ BackendTarget ParseTarget(const std::string& target, const std::string& backend)
   if (!scheme.empty() && FindBackend(scheme) == nullptr) {
     throw Error(ErrorCode::kInvalidArgument,
                 "unknown backend scheme '" + scheme + "://' in '" + target +
-                    "': percolite opens a directory path (or lmdb://PATH) and ':memory:'");
+                    "': percolite opens a directory path (or lmdb://PATH), ':memory:' and "
+                    "postgresql:// URIs");
   }
   if (!backend.empty() && !scheme.empty() && backend != scheme) {
     throw Error(ErrorCode::kInvalidArgument, "the target '" + target + "' names the " + scheme +
@@ -243,6 +251,15 @@ BackendTarget ParseTarget(const std::string& target, const std::string& backend)
   if (entry.has_location && rest.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "opening a store: '" + target + "' names no directory");
+  }
+  if (entry.uri) {
+    if (scheme.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("a ") + entry.name + " store is named by a " + entry.name +
+                      ":// URI (postgresql://user@host/database?schema=NAME), not '" + target +
+                      "'");
+    }
+    return BackendTarget{entry.name, target};
   }
   return BackendTarget{entry.name, rest};
 }

@@ -29,9 +29,15 @@ the module is imported.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
+import os
 
-__all__ = ["main", "open_store"]
+__all__ = ["POSTGRES_VARIABLE", "main", "open_store", "store_target"]
+
+# A postgresql:// URI: the server postgresql stores of the tests live on (set
+# by the tests' ``backend`` fixture when it starts one, and inherited here).
+POSTGRES_VARIABLE = "PERCOLITE_TEST_POSTGRES"
 
 
 def main(argv: list) -> None:
@@ -44,10 +50,22 @@ def main(argv: list) -> None:
     function(*args, **kwargs)
 
 
+def store_target(backend: str, path):
+    """Where a store of ``backend`` for a test is: ``path`` for lmdb,
+    ``":memory:"`` (a new private store each time), or, for postgresql, a
+    schema on the tests' server named after ``path``, so that the same path
+    names the same store in every process."""
+    if backend == "memory":
+        return ":memory:"
+    if backend != "postgresql":
+        return path
+    uri = os.environ[POSTGRES_VARIABLE]
+    digest = hashlib.sha256(os.fsencode(os.fspath(path))).hexdigest()[:24]
+    return f"{uri}{'&' if '?' in uri else '?'}schema=t_{digest}"
+
+
 def open_store(backend: str, path, **options):
-    """Open a store of ``backend`` in this process: the lmdb store at
-    ``path``, or a new private memory store (``path`` is not used)."""
+    """Open the store of ``backend`` that ``store_target`` names, in this process."""
     import percolite
 
-    target = ":memory:" if backend == "memory" else path
-    return percolite.open(target, backend=backend, **options)
+    return percolite.open(store_target(backend, path), backend=backend, **options)

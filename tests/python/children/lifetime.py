@@ -7,13 +7,15 @@ import gc
 
 import percolite
 
+from children import open_store
+
 COL = ("f", "q")
 
 
 def drop_an_env_inside_an_observer(backend, db, other_db):
     """An observer drops the last reference to another store's handle (still
     open, with workers running), then to its own store's."""
-    others = [percolite.open(other_db, backend=backend, sync="none")]
+    others = [open_store(backend, other_db, sync="none")]
     others[0].start_workers(1)
     app = percolite.App()
     dropped = []
@@ -25,8 +27,7 @@ def drop_an_env_inside_an_observer(backend, db, other_db):
             gc.collect()
             dropped.append(row)
 
-    target = ":memory:" if backend == "memory" else db
-    env = percolite.open(target, backend=backend, app=app, sync="none")
+    env = open_store(backend, db, app=app, sync="none")
     env.start_workers(2)
     env.run(lambda tx: tx.set("r", COL, b"v"))
     print("idle:", env.wait(timeout=30), "dropped:", len(dropped))

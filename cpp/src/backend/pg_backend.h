@@ -1,0 +1,207 @@
+// pg_backend.h: the "postgresql" backend (backend.h): a store in a schema of a
+// PostgreSQL database, shared by every process on every machine that opens it,
+// reached through libpq.
+//
+// Thread safety: as backend.h.
+//
+// How it meets the contract of backend.h (Percolator's model: versions in
+// the table, timestamps from one counter, no server transaction held open)
+// - Tables, in the store's schema (`schema` in the target, default
+//   "percolite"): cells(key, ts, state, value, purged_ts) with one row per
+//   version of a cell, notify(nkey, stamp), acks(key, ts), clock(ts) holding
+//   the timestamp counter, and meta(name, value) holding the store's format
+//   and the observed columns. Keys of any length: PostgreSQL caps an index
+//   entry near 2.7 KB, so indexes hold a key's first 2,000 bytes (where
+//   order matters) or its SHA-256 (where only equality does), and every
+//   statement compares whole keys. They are created on the first open (create
+//   true) and checked on every open: a schema whose tables are not a
+//   percolite store of this format is refused, never reinterpreted.
+// - A snapshot is its start_ts (the counter, read once): every read is one
+//   statement that picks, per key, the newest version with ts <= start_ts
+//   not purged by then. It holds no connection and no server transaction,
+//   so open snapshots cost the server nothing; reads borrow a connection of
+//   a small pool (kPoolSize) for one statement.
+// - Commits go to one writer thread per backend, which takes every commit
+//   waiting (up to options.max_batch) into one server transaction: it locks
+//   the counter row (so the writers of every process take turns, and commit
+//   order and timestamp order agree across machines), reads what the batch's
+//   validation needs in three statements, validates and applies each commit
+//   in order with the rules of commit_rules.h, writes the batch in a few
+//   statements, advances the counter and commits. With SyncMode::kFull the
+//   server's synchronous_commit is on: a commit is reported, and visible to
+//   any reader, only once the server has flushed it. kMeta and kNone turn it
+//   off (the server may lose the last commits in a crash, never half of one).
+//   When a batch fails on the server, its commits are tried again one by one,
+//   so one bad commit fails alone.
+// - A purge marks the versions it removes with its commit_ts (purged_ts):
+//   snapshots from before it still read them.
+// - Collection: a commit that supersedes a version, or writes a tombstone,
+//   lists it in the garbage table. Each handle publishes, in the handles
+//   table, the oldest start_ts its snapshots have or may get (with every
+//   batch, and each second while idle); after each batch the writer deletes
+//   the versions superseded at or before the least horizon of the handles
+//   seen in the last kHandleLeaseSeconds, and tombstones and purged versions
+//   from before it. A process stopped for longer than that with a snapshot
+//   open could find versions it needs gone.
+// - WatchForWork: LISTEN on the store's channel; every batch NOTIFYs it when
+//   it commits, and SignalWaiting sends a waiter signal on it.
+//
+// Not yet: a connection
+// lost during COMMIT reports kStorage (the commit may or may not have
+// happened); a notification's pending state is read as
+// of now, not as of the snapshot (NotificationStamp reports a notification
+// only when its stamp is <= start_ts).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "commit_rules.h"
+#include "percolite/backend.h"
+#include "percolite/status.h"
+
+typedef struct pg_conn PGconn;
+
+namespace percolite {
+
+// What a postgresql:// target says: the connection URI libpq gets (without
+// percolite's own parameters), the schema, and a form fit to show (no password).
+struct PgTarget {
+  std::string conninfo;
+  std::string schema;
+  std::string display;
+};
+
+// Reads a postgresql:// (or postgres://) URI; percolite's own query parameter
+// `schema` ([a-z_][a-z0-9_]*, at most 40 characters) is taken out, the rest
+// is left to libpq. Throws kInvalidArgument naming what is wrong.
+PgTarget ParsePgTarget(const std::string& target);
+
+class PgBackend final : public Backend, public std::enable_shared_from_this<PgBackend> {
+ public:
+  // Connections for reads (each borrowed for one statement).
+  static constexpr size_t kPoolSize = 4;
+  // A handle not seen for this long (its process died, or is stopped) no
+  // longer holds back the collection of old versions.
+  static constexpr int kHandleLeaseSeconds = 60;
+
+  static std::shared_ptr<PgBackend> Open(const std::string& target, const BackendOptions& options);
+  ~PgBackend() override;
+  PgBackend(const PgBackend&) = delete;
+  PgBackend& operator=(const PgBackend&) = delete;
+
+  const BackendCapabilities& capabilities() const override;
+  const std::string& location() const override { return target_.display; }
+  const BackendOptions& options() const override { return options_; }
+
+  void CheckUsable() const override;
+  bool ForkedAway() const override;
+
+  std::unique_ptr<Snapshot> BeginSnapshot() override;
+  void CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations, CommitExtras extras,
+                   CommitCallback done) override;
+
+  std::vector<ObservedColumn> ObservedColumns() override;
+  void SetObservedColumns(const std::vector<ObservedColumn>& columns) override;
+
+  uint64_t PendingNotifications() override;
+  bool ScanNotifications(std::string_view after, size_t limit,
+                         std::vector<Notification>* out) override;
+  std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override;
+
+  void SetNotificationSink(NotificationSink* sink) override;
+  void ClearNotificationSink(NotificationSink* sink) override;
+  std::unique_ptr<WorkWatch> WatchForWork() override;
+  bool SignalWaiting() override;
+
+  BackendStats Stats() const override;
+  std::vector<std::string> VerifyStructure() override;
+  std::optional<std::string> DamagedMark() override { return std::nullopt; }
+
+  void ReleaseHandle() override { Close(); }
+  void Close() override;
+
+  // A connection of the pool, for one statement or a few.
+  class Lease;
+  Lease Borrow();
+  // The name of a table of the store's schema, quoted.
+  std::string Table(const char* name) const;
+  // The LISTEN/NOTIFY channel of the store.
+  const std::string& channel() const { return channel_; }
+  const PgTarget& target() const { return target_; }
+  // Called by a snapshot when it is released.
+  void ForgetSnapshot(uint64_t start_ts);
+  // Opens a new connection (kStorage naming the server on failure).
+  PGconn* Connect() const;
+
+ private:
+  struct Request {
+    uint64_t start_ts;
+    std::vector<Mutation> mutations;
+    CommitExtras extras;
+    CommitCallback done;
+  };
+
+  PgBackend(PgTarget target, const BackendOptions& options);
+  // Checks that the schema holds a store of this format; creates it when
+  // there is none and `create`. Throws kInvalidArgument naming the problem.
+  void CreateOrCheckSchema(PGconn* conn, bool create);
+  void WriterLoop();
+  // Commits `batch` in one server transaction; fills results (one per request)
+  // and the notifications written. False when the server refused the batch
+  // (*error says why): nothing of it was applied.
+  bool CommitBatch(PGconn* conn, std::vector<Request>& batch, std::vector<CommitResult>* results,
+                   std::vector<Notification>* written, std::string* error);
+  void Fail(const std::string& why);
+  // Collecting old versions (see the header comment).
+  // The oldest start_ts a snapshot of this handle has or may get, given the
+  // counter read at `clock`; never moves back.
+  uint64_t Horizon(uint64_t clock);
+  // Records this handle's horizon in the handles table (on `conn`).
+  void Publish(PGconn* conn, uint64_t clock);
+  void Heartbeat();  // Publish on the writer's connection, outside a batch
+  void Collect(PGconn* conn);
+
+  const PgTarget target_;
+  const BackendOptions options_;
+  const uint64_t fork_generation_;
+  std::string channel_;
+
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::vector<PGconn*> idle_;  // GUARDED_BY(pool_mu_)
+  size_t opened_ = 0;          // GUARDED_BY(pool_mu_)
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;      // GUARDED_BY(mu_)
+  std::thread writer_;
+  PGconn* writer_conn_ = nullptr;  // the writer thread's own
+
+  std::mutex sink_mu_;
+  NotificationSink* sink_ = nullptr;  // GUARDED_BY(sink_mu_)
+
+  std::atomic<bool> closed_{false};
+  mutable std::mutex failed_mu_;
+  std::string failed_;  // GUARDED_BY(failed_mu_): why the backend refuses every call
+  std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0};
+
+  std::string handle_id_;  // random: this handle's row in the handles table
+  std::mutex snapshots_mu_;
+  std::multiset<uint64_t> snapshots_;  // GUARDED_BY(snapshots_mu_): open snapshots' start_ts
+  int beginning_ = 0;                  // GUARDED_BY(snapshots_mu_): snapshots being begun
+  uint64_t horizon_ = 0;               // GUARDED_BY(snapshots_mu_): last one published
+};
+
+}  // namespace percolite

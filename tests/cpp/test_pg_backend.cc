@@ -1,0 +1,151 @@
+// What is particular to the postgresql backend (backend/pg_backend.h): its
+// targets, its errors, and several handles on one store as several machines
+// would hold them. The conformance tests run it like every backend when a
+// test server is given (PERCOLITE_TEST_POSTGRES; scripts/test.sh starts one).
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <string>
+
+#include "backend/pg_backend.h"
+#include "percolite/backend.h"
+#include "test_util.h"
+
+using percolite::BackendOptions;
+using percolite::ErrorCode;
+using percolite::Mutation;
+using percolite::OpenBackend;
+using percolite::ParsePgTarget;
+using percolite::WorkWatch;
+using percolite_test::ErrorCodeOf;
+using percolite_test::FastOptions;
+using percolite_test::TempDir;
+using percolite_test::TestPostgres;
+
+namespace {
+
+std::string MessageOf(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const percolite::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Mutation SetOf(const std::string& row, const std::string& value) {
+  return Mutation{percolite::EncodeCellKey({row, "f", "q"}), false, value};
+}
+
+std::optional<std::string> ReadNow(percolite::Backend& backend, const std::string& row) {
+  auto snapshot = backend.BeginSnapshot();
+  return snapshot->Get(percolite::EncodeCellKey({row, "f", "q"}));
+}
+
+// Runs SQL on the test server.
+void RunSql(const std::string& sql) {
+  PGconn* conn = PQconnectdb(TestPostgres().c_str());
+  REQUIRE(PQstatus(conn) == CONNECTION_OK);
+  PGresult* result = PQexec(conn, sql.c_str());
+  const ExecStatusType status = PQresultStatus(result);
+  INFO(PQerrorMessage(conn));
+  CHECK((status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK));
+  PQclear(result);
+  PQfinish(conn);
+}
+
+}  // namespace
+
+TEST_CASE("A postgresql target keeps the schema for percolite and hides the password",
+          "[backend][postgresql]") {
+  const auto target = ParsePgTarget("postgresql://me:s3cret@db.example:5433/app?schema=jobs");
+  CHECK(target.schema == "jobs");
+  CHECK(target.conninfo == "postgresql://me:s3cret@db.example:5433/app");
+  CHECK(target.display == "postgresql://me@db.example:5433/app?schema=jobs");
+  CHECK(ParsePgTarget("postgres://h/db").schema == "percolite");
+  const auto with_password = ParsePgTarget("postgresql://me@h/db?password=s3cret&sslmode=disable");
+  CHECK(with_password.display.find("s3cret") == std::string::npos);
+  CHECK(with_password.conninfo.find("sslmode=disable") != std::string::npos);
+  // libpq's own check: an unknown parameter is named.
+  CHECK(MessageOf([] { ParsePgTarget("postgresql://h/db?colour=blue"); }).find("colour") !=
+        std::string::npos);
+  CHECK(ErrorCodeOf([] { ParsePgTarget("postgresql://h/db?schema=Bad-Name"); }) ==
+        ErrorCode::kInvalidArgument);
+  CHECK(ErrorCodeOf([] { OpenBackend("some/dir", "postgresql", FastOptions()); }) ==
+        ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("Nothing listening is a storage error naming the server, without the password",
+          "[backend][postgresql]") {
+  // Port 1 of the loopback address: closed, so the connection is refused at once.
+  const auto began = std::chrono::steady_clock::now();
+  const std::string message =
+      MessageOf([] { OpenBackend("postgresql://me:s3cret@127.0.0.1:1/db", "", FastOptions()); });
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(10));
+  CHECK(message.find("cannot connect") != std::string::npos);
+  CHECK(message.find("127.0.0.1:1") != std::string::npos);
+  CHECK(message.find("s3cret") == std::string::npos);
+  CHECK(ErrorCodeOf([] { OpenBackend("postgresql://127.0.0.1:1/db", "", FastOptions()); }) ==
+        ErrorCode::kStorage);
+}
+
+TEST_CASE("Handles on one postgresql store share it as processes on several machines would",
+          "[backend][postgresql]") {
+  if (TestPostgres().empty()) {
+    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
+    return;
+  }
+  TempDir dir;
+  const std::string target = percolite_test::TargetFor(dir, "postgresql");
+  BackendOptions no_create = FastOptions();
+  no_create.create = false;
+  CHECK(MessageOf([&] { OpenBackend(target, "", no_create); }).find("create=False") !=
+        std::string::npos);
+
+  auto a = OpenBackend(target, "", FastOptions());
+  auto b = OpenBackend(target, "", no_create);
+  auto watch = b->WatchForWork();
+  const uint64_t start_ts = a->BeginSnapshot()->start_ts();
+  REQUIRE(a->Commit(start_ts, {SetOf("r", "from a")}, {}).status.ok());
+  CHECK(ReadNow(*b, "r") == "from a");
+  // b's writer and a's take turns on the counter: b, with a snapshot older
+  // than a's commit, loses the write-write conflict.
+  const auto late = b->Commit(start_ts, {SetOf("r", "from b")}, {});
+  CHECK(late.status.code() == ErrorCode::kConflict);
+  // A commit by one handle wakes the other's watch (LISTEN/NOTIFY).
+  bool woke = false;
+  for (int i = 0; i < 50 && !woke; ++i) {
+    woke = (watch->Wait(100) & WorkWatch::kCommitted) != 0;
+  }
+  CHECK(woke);
+  REQUIRE(b->SignalWaiting());
+  auto other = a->WatchForWork();
+  REQUIRE(b->SignalWaiting());
+  bool signalled = false;
+  for (int i = 0; i < 50 && !signalled; ++i) {
+    signalled = (other->Wait(100) & WorkWatch::kWaiterSignal) != 0;
+  }
+  CHECK(signalled);
+  watch.reset();
+  other.reset();
+  a->ReleaseHandle();
+  b->ReleaseHandle();
+}
+
+TEST_CASE("A schema holding someone else's tables is refused, never reinterpreted",
+          "[backend][postgresql]") {
+  if (TestPostgres().empty()) {
+    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
+    return;
+  }
+  RunSql(
+      "CREATE SCHEMA IF NOT EXISTS theirs; CREATE TABLE IF NOT EXISTS theirs.meta (id int, note "
+      "text)");
+  const std::string uri = TestPostgres();
+  const std::string target =
+      uri + (uri.find('?') == std::string::npos ? "?" : "&") + "schema=theirs";
+  const std::string message = MessageOf([&] { OpenBackend(target, "", FastOptions()); });
+  CHECK(message.find("not a percolite store") != std::string::npos);
+  CHECK(ErrorCodeOf([&] { OpenBackend(target, "", FastOptions()); }) ==
+        ErrorCode::kInvalidArgument);
+}
