@@ -29,11 +29,8 @@ def store_path(tmp_path):
 
 # The conformance tests run on every backend percolite has: a test that takes
 # the ``env`` or ``backend`` fixture runs once per backend, so a new backend
-# is tested as soon as the core lists it. postgresql runs the core's
-# conformance tests (scripts/test.sh); its Python run is the next step: it
-# passes all but one count (8 threads x 500 increments: exact values, but
-# stats report 4 commits more than were made), still being chased.
-BACKENDS = tuple(name for name in percolite._core.BACKENDS if name != "postgresql")
+# is tested as soon as the core lists it.
+BACKENDS = tuple(percolite._core.BACKENDS)
 
 
 @pytest.fixture(params=BACKENDS)

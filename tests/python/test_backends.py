@@ -17,11 +17,8 @@ from conftest import BACKENDS, COL, committed_cells, open_store
 
 
 def test_every_backend_is_tested():
-    # Every backend but postgresql, whose conformance tests run in the core's
-    # suite for now (see BACKENDS in conftest.py).
-    assert BACKENDS == tuple(b for b in percolite._core.BACKENDS if b != "postgresql")
-    assert "postgresql" in percolite._core.BACKENDS
-    assert {"lmdb", "memory"} <= set(BACKENDS)
+    assert BACKENDS == tuple(percolite._core.BACKENDS)
+    assert {"lmdb", "memory", "postgresql"} <= set(BACKENDS)
 
 
 def test_a_store_names_its_backend(backend, store_path):
