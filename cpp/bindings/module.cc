@@ -43,6 +43,15 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("target"), py::arg("backend") = "",
       "(backend name, location) of a percolite.open target; ValueError naming what is wrong");
+  m.def(
+      "parse_postgresql_target",
+      [](const std::string& target) {
+        const percolite::PgTarget parsed = percolite::ParsePgTarget(target);
+        return py::make_tuple(parsed.conninfo, parsed.schema, parsed.display);
+      },
+      py::arg("target"),
+      "(libpq URI without percolite's parameters, schema, form to show without the password) "
+      "of a postgresql:// target; ValueError naming what is wrong");
 
   // Order matters: a signature names a class bound earlier by its Python name
   // and a later one by its C++ name (Env.begin returns "percolite::Transaction"),

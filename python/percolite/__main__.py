@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 import percolite
 
 from . import _core
-from ._env import store_directory
+from ._env import TARGET_VARIABLE, shared_target, shown_target, store_directory
 from ._log import describe_cell, shown
 from ._metrics import prometheus_text
 from ._workers import EXIT_DONE, EXIT_ERROR, EXIT_PARKED, EXIT_USAGE, load_app, run_worker_processes
@@ -68,7 +69,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _open_existing(path: str) -> percolite.Env:
-    store_directory(path)  # a memory target: no other process's store to look at
+    shared_target(path)  # a memory target: no other process's store to look at
     return percolite.open(path, create=False)
 
 
@@ -159,7 +160,7 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    store_directory(args.db)  # a memory target: nothing on disk to check
+    shared_target(args.db)  # a memory target: no store another process can check
     try:
         report = percolite.check(args.db)
     except percolite.StorageError as e:
@@ -175,7 +176,7 @@ def _check(args: argparse.Namespace) -> int:
             )
         for problem in report["problems"]:
             print(f"damaged: {problem}")
-        print("clean" if report["ok"] else f"{args.db}: damaged")
+        print("clean" if report["ok"] else f"{shown_target(args.db)}: damaged")
     return EXIT_DONE if report["ok"] else EXIT_ERROR
 
 
@@ -322,7 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     worker = commands.add_parser("worker", help="run an app's observers on a store")
     worker.add_argument("app", help="the application, as module:attribute (a percolite.App)")
-    worker.add_argument("--db", required=True)
+    worker.add_argument(
+        "--db",
+        default=os.environ.get(TARGET_VARIABLE),
+        required=not os.environ.get(TARGET_VARIABLE),
+        help=f"the store (default: ${TARGET_VARIABLE}, which keeps a URI's password off the "
+        "command line)",
+    )
     worker.add_argument("--processes", type=int, default=1)
     worker.add_argument("--threads", type=int, default=_core.DEFAULT_THREADS)
     worker.add_argument(

@@ -50,7 +50,7 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
     ``{"ok", "problems": [str], "counts": {...}}``; ``ok`` is True when
     nothing is damaged. Raises percolite.StorageError when there is no
     store at ``path`` or it cannot be opened (nothing is created)."""
-    from ._env import check_timeout, store_directory
+    from ._env import TARGET_VARIABLE, check_timeout, shared_target
     from .errors import StorageError
 
     limit = check_timeout(timeout)
@@ -60,10 +60,12 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
         target = os.fspath(path)
     except TypeError:
         raise TypeError(f"path must be str or os.PathLike, not {type(path).__name__}") from None
-    directory = store_directory(target)
-    command = [sys.executable, "-m", "percolite._check", directory]
+    _backend, shared = shared_target(target)
+    command = [sys.executable, "-m", "percolite._check"]
+    # In the environment: a postgresql:// URI may carry a password.
+    child_env = dict(os.environ, **{TARGET_VARIABLE: shared})
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=limit)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit, env=child_env)
     except subprocess.TimeoutExpired:
         return _damaged(f"reading the store did not finish in {timeout:g} s")
     if done.returncode < 0:
@@ -145,4 +147,6 @@ def _walk(directory: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_walk(sys.argv[1])))
+    from ._env import TARGET_VARIABLE
+
+    print(json.dumps(_walk(os.environ[TARGET_VARIABLE])))

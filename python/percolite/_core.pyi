@@ -38,6 +38,7 @@ DEFAULT_BATCH_SIZE: int
 BACKENDS: tuple[str, ...]
 
 def parse_target(target: str, backend: str = "") -> tuple[str, str]: ...
+def parse_postgresql_target(target: str) -> tuple[str, str, str]: ...
 
 class Env:
     @staticmethod

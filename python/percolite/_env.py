@@ -6,6 +6,7 @@ import atexit
 import json
 import os
 import random
+import re
 import time
 import weakref
 from collections.abc import Iterable
@@ -147,17 +148,52 @@ def check_timeout(timeout: Any) -> float | None:
     return None if timeout == float("inf") else float(timeout)
 
 
-def store_directory(target: str | os.PathLike[str]) -> str:
-    """The directory of the on-disk store ``target`` names (a path or
-    ``lmdb://PATH``), for tools that share a store between processes;
-    ``ValueError`` for an in-memory target, which no other process can open."""
-    backend, location = _core.parse_target(os.fsdecode(os.fspath(target)))
+# The environment variable that hands a store's target to the child
+# processes percolite starts (worker processes, the checking process): a
+# postgresql:// URI may carry a password, which never goes on a command line.
+TARGET_VARIABLE = "PERCOLITE_DB"
+
+
+def shared_target(target: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(backend, target)`` for a store that several processes can open:
+    the directory of an lmdb store, or the postgresql:// URI as given.
+    ``ValueError`` for an in-memory target, which no other process can open,
+    and for a malformed one."""
+    text = os.fsdecode(os.fspath(target))
+    backend, location = _core.parse_target(text)
     if backend == "memory":
         raise ValueError(
-            f"{os.fsdecode(os.fspath(target))!r} is an in-memory store, private to the process "
-            "that opens it: give the directory of a store"
+            f"{text!r} is an in-memory store, private to the process that opens it: give the "
+            "directory of a store (or a postgresql:// URI)"
+        )
+    if backend == "postgresql":
+        _core.parse_postgresql_target(text)  # its parameters, checked now
+        return backend, text
+    return backend, location
+
+
+def store_directory(target: str | os.PathLike[str]) -> str:
+    """The directory of the on-disk store ``target`` names (a path or
+    ``lmdb://PATH``), for tools that work on its files; ``ValueError`` for
+    an in-memory or a postgresql target, which have none."""
+    backend, location = shared_target(target)
+    if backend != "lmdb":
+        raise ValueError(
+            f"{shown_target(location)!r} is a {backend} store: this works on the files of an "
+            "lmdb store directory"
         )
     return location
+
+
+def shown_target(target: str) -> str:
+    """``target`` fit to print: a postgresql:// URI without its password."""
+    try:
+        backend, _location = _core.parse_target(target)
+        if backend == "postgresql":
+            return _core.parse_postgresql_target(target)[2]
+    except ValueError:  # malformed: still never show a password
+        return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1@", target)
+    return target
 
 
 _open_envs: weakref.WeakSet = weakref.WeakSet()

@@ -25,8 +25,8 @@ from typing import Any
 
 from . import _core, _log, _metrics
 from ._app import App
+from ._env import TARGET_VARIABLE, shared_target
 from ._env import open as open_env
-from ._env import store_directory
 from .errors import StorageError, WorkParked
 
 __all__ = [
@@ -207,21 +207,26 @@ def run_worker_processes(
         raise ValueError(f"threads must be at least 1, not {threads}")
     if (worker_index is None) != (worker_count is None):
         raise ValueError("give --worker-index and --worker-count together, or neither")
-    if not Path(store_directory(db)).is_dir():
+    backend, target = shared_target(db)
+    if backend == "lmdb" and not Path(target).is_dir():
         raise StorageError(f"no percolite store at {db!r}")
     if worker_index is not None or processes == 1:
         return _run_in_this_process(
             app, db, threads, until_idle, worker_index, worker_count, metrics_port, upgrade
         )
-    command = [sys.executable, "-m", "percolite", "worker", app_spec, "--db", db]
-    command += ["--threads", str(threads)]
+    # The store reaches the children in the environment: a postgresql:// URI
+    # may carry a password, which never goes on a command line.
+    command = [sys.executable, "-m", "percolite", "worker", app_spec, "--threads", str(threads)]
     if upgrade:
         # One process records the app first, so the children agree with it.
         open_env(db, app=app, create=False, upgrade=True).close()
     if until_idle:
         command.append("--until-idle")
     group = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    child_env = dict(os.environ, **{GROUP_VARIABLE: group, PARENT_VARIABLE: str(os.getpid())})
+    child_env = dict(os.environ)
+    child_env.update(
+        {GROUP_VARIABLE: group, PARENT_VARIABLE: str(os.getpid()), TARGET_VARIABLE: os.fspath(db)}
+    )
     # The parent serves the metrics (totals from the store, whoever worked).
     monitor = open_env(db, create=False) if metrics_port is not None else None
     try:

@@ -262,7 +262,7 @@ def test_cli_refuses_a_memory_store_with_one_line(tmp_path, command):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "percolite: ':memory:' is an in-memory store, private to the process that opens it: "
-        "give the directory of a store"
+        "give the directory of a store (or a postgresql:// URI)"
     ]
     assert list(tmp_path.iterdir()) == []
 

@@ -8,8 +8,9 @@
 // handed and the callbacks of CommitAsync.
 //
 // Backends: "lmdb" (the default: a directory on disk, shared by every process
-// that opens it) and "memory" (one process, one private store per open; tests
-// and deterministic simulation). OpenBackend picks one from a target string.
+// that opens it), "memory" (one process, one private store per open; tests
+// and deterministic simulation) and "postgresql" (a schema of a PostgreSQL
+// database, shared by every process on every machine that opens it). OpenBackend picks one from a target string.
 //
 // Thread safety: every method of Backend may be called from any thread at any
 // time. A Snapshot is used by one thread at a time (its owner serialises
@@ -333,6 +334,20 @@ struct BackendTarget {
 // empty target, a NUL byte in it, an unknown scheme or name, a target and a name that disagree,
 // a path for memory, no path for lmdb.
 BackendTarget ParseTarget(const std::string& target, const std::string& backend);
+
+// What a postgresql:// target says: the connection URI libpq gets (without
+// percolite's own parameters), the schema, and a form fit to show (no password).
+struct PgTarget {
+  std::string conninfo;
+  std::string schema;
+  std::string display;
+};
+
+// Reads a postgresql:// (or postgres://) URI; percolite's own query parameter
+// `schema` ([a-z_][a-z0-9_]*, at most 40 characters, default "percolite") is
+// taken out, the rest is left to libpq. Throws kInvalidArgument naming what
+// is wrong (never the password).
+PgTarget ParsePgTarget(const std::string& target);
 
 // Opens the backend ParseTarget reads from `target`; a memory store with
 // options.create false throws kInvalidArgument (a new memory store is always

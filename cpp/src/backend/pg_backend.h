@@ -74,19 +74,6 @@ typedef struct pg_conn PGconn;
 
 namespace percolite {
 
-// What a postgresql:// target says: the connection URI libpq gets (without
-// percolite's own parameters), the schema, and a form fit to show (no password).
-struct PgTarget {
-  std::string conninfo;
-  std::string schema;
-  std::string display;
-};
-
-// Reads a postgresql:// (or postgres://) URI; percolite's own query parameter
-// `schema` ([a-z_][a-z0-9_]*, at most 40 characters) is taken out, the rest
-// is left to libpq. Throws kInvalidArgument naming what is wrong.
-PgTarget ParsePgTarget(const std::string& target);
-
 class PgBackend final : public Backend, public std::enable_shared_from_this<PgBackend> {
  public:
   // Connections for reads (each borrowed for one statement).

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import percolite
-from percolite._env import store_directory
+from percolite._env import TARGET_VARIABLE, shared_target, shown_target
 from percolite._progress import Progress
 
 from .corpus import (
@@ -81,8 +81,15 @@ LOADER_IN_FLIGHT_CHARS = 32 * 1024 * 1024
 
 
 def default_export(db: str | os.PathLike[str]) -> str:
-    """``sqlite:<db>.phrases.sqlite``: the sink next to the store."""
-    path = Path(db).absolute()
+    """The sink beside the store: ``sqlite:<db>.phrases.sqlite`` for a store
+    directory; for a postgresql:// store, the table ``phrase_counts`` in the
+    store's own schema of the same database."""
+    backend, target = shared_target(db)
+    if backend == "postgresql":
+        conninfo, schema, _shown = percolite._core.parse_postgresql_target(target)
+        separator = "&" if "?" in conninfo else "?"
+        return f"{conninfo}{separator}options=-csearch_path%3D{schema}"
+    path = Path(target).absolute()
     return "sqlite:" + str(path.with_name(path.name + ".phrases.sqlite"))
 
 
@@ -101,9 +108,11 @@ def _scope(paths: Sequence[str]) -> list[tuple[str, bool]]:
 
 
 def _start_worker_processes(db: str, processes: int, threads: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "percolite", "worker", APP_SPEC, "--db", db]
+    # The store goes in the environment: a URI's password stays off command lines.
+    command = [sys.executable, "-m", "percolite", "worker", APP_SPEC]
     command += ["--processes", str(processes), "--threads", str(threads)]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, **{TARGET_VARIABLE: db})
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
 
 
 def _stop_worker_processes(proc: subprocess.Popen) -> None:
@@ -137,15 +146,15 @@ def run(
     began = time.perf_counter()
     db = os.fspath(db)
     try:
-        directory = store_directory(db)  # its sink is named after it; worker processes share it
+        backend, shared = shared_target(db)  # worker processes share it; the sink is named after it
     except ValueError as e:
-        raise ValueError(f"--db {db}: {e}") from None
-    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"--db {shown_target(db)}: {e}") from None
+    if backend == "lmdb" and os.path.exists(shared) and not os.path.isdir(shared):
         raise ValueError(f"--db {db}: is a file, not a store directory")
     for name, value in (("threads", threads), ("processes", processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name} must be an int >= 1, not {value!r}")
-    target = export or default_export(directory)
+    target = export or default_export(shared)
     sink = pc.set_export(target)
     check = getattr(sink, "check", None)
     if check is not None:
@@ -300,7 +309,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths", nargs="*", metavar="PATH", help="files or directories (default: the stdlib)"
     )
-    parser.add_argument("--db", required=True, help="store directory (created if missing)")
+    parser.add_argument(
+        "--db", required=True, help="store directory or postgresql:// URI (created if missing)"
+    )
     parser.add_argument(
         "--export",
         help="sqlite:FILE or postgresql://... (default: sqlite:<db>.phrases.sqlite)",
