@@ -160,6 +160,23 @@ class TemporaryPostgres:
         self._started = True
         return self.dsn
 
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection is cut, the server
+        comes back with the same settings."""
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        )
+
     def stop(self) -> None:
         try:
             if self._started:

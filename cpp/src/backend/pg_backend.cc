@@ -348,6 +348,48 @@ PGconn* PgBackend::Connect() const {
   return conn;
 }
 
+namespace {
+
+// One statement on a connection of the pool. A connection that broke (the
+// server restarted, the network dropped) is dropped and the statement tried
+// again on a new one, with back-off, for up to kReconnectSeconds: reads and
+// the few idempotent writes made this way never half-apply.
+Result ReadQuery(PgBackend* store, const std::string& sql, const Params& params, const char* what,
+                 const PgTarget& target) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(PgBackend::kReconnectSeconds);
+  std::chrono::milliseconds pause(10);
+  for (;;) {
+    std::optional<PgBackend::Lease> lease;
+    try {
+      lease.emplace(store->Borrow());
+    } catch (const Error& e) {
+      // Could not connect: the server is down (or never was up).
+      if (e.code() != ErrorCode::kStorage || std::chrono::steady_clock::now() > deadline) throw;
+    }
+    if (lease) {
+      try {
+        return Exec(lease->get(), sql, params, what, target);
+      } catch (const Error&) {
+        // The statement's own error, or the connection broke for too long.
+        if (PQstatus(lease->get()) == CONNECTION_OK) throw;
+        if (std::chrono::steady_clock::now() > deadline) throw;
+      }
+      lease.reset();  // a broken connection is dropped, not pooled
+    }
+    store->CheckUsable();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+Result ReadQuery(PgBackend* store, const std::string& sql, const char* what,
+                 const PgTarget& target) {
+  return ReadQuery(store, sql, Params(), what, target);
+}
+
+}  // namespace
+
 std::string PgBackend::Table(const char* name) const {
   return "\"" + target_.schema + "\"." + name;
 }
@@ -455,7 +497,7 @@ void PgBackend::CreateOrCheckSchema(PGconn* conn, bool create) {
               ".garbage (key bytea NOT NULL, ts bigint NOT NULL);" + "CREATE INDEX garbage_ts ON " +
               s + ".garbage (ts);" + "CREATE TABLE " + s +
               ".handles (id bytea PRIMARY KEY, horizon bigint NOT NULL, seen timestamptz NOT "
-              "NULL);" +
+              "NULL, token bytea);" +
               "INSERT INTO " + s + ".meta VALUES ('observed', ''::bytea), ('" +
               std::string(kFormatName) + "', '" + std::string(kFormat) + "'::bytea);",
           "creating the store", target_);
@@ -489,11 +531,66 @@ void PgBackend::CheckUsable() const {
   if (!failed_.empty()) throw Error(ErrorCode::kStorage, failed_);
 }
 
+bool PgBackend::ReconnectWriter() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kReconnectSeconds);
+  std::chrono::milliseconds pause(10);
+  for (;;) {
+    try {
+      PGconn* fresh = Connect();
+      PQfinish(writer_conn_);
+      writer_conn_ = fresh;
+      return true;
+    } catch (const Error&) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+bool PgBackend::CommitSettled(std::vector<Request>& batch, std::vector<CommitResult>* results,
+                              std::vector<Notification>* written, std::string* error) {
+  for (;;) {
+    std::string token;
+    std::random_device random;
+    for (int i = 0; i < 2; ++i) AppendUint64BE(&token, (uint64_t{random()} << 32) | random());
+    if (CommitBatch(writer_conn_, batch, token, results, written, error)) return true;
+    if (PQstatus(writer_conn_) == CONNECTION_OK) {
+      results->clear();  // the server refused the batch: nothing of it applied
+      return false;
+    }
+    // The connection dropped somewhere in the batch, perhaps during COMMIT:
+    // reconnect and read this handle's token to settle what happened, so no
+    // caller is told a guess.
+    if (!ReconnectWriter()) {
+      Fail("postgresql (" + target_.display + "): the connection was lost (" + *error +
+           ") and the server did not come back within " + std::to_string(kReconnectSeconds) +
+           " s; whether the last commits were applied is unknown: open the store again");
+      results->clear();
+      return false;
+    }
+    try {
+      Params p;
+      p.Bytes(handle_id_);
+      Result r = Exec(writer_conn_, "SELECT token FROM " + Table("handles") + " WHERE id = $1", p,
+                      "settling a commit cut off by a lost connection", target_);
+      if (r.rows() > 0 && !r.null(0, 0) && r.bytes(0, 0) == token) {
+        batches_.fetch_add(1);
+        return true;  // it committed: the results computed for it stand
+      }
+    } catch (const Error&) {
+      continue;  // lost again: reconnect and look again
+    }
+    // Not committed: run the batch again, validated anew.
+  }
+}
+
 void PgBackend::Heartbeat() {
+  if (PQstatus(writer_conn_) != CONNECTION_OK && !ReconnectWriter()) return;
   try {
     Result r = Exec(writer_conn_, "SELECT ts FROM " + Table("clock") + " WHERE id = 1",
                     "publishing the oldest snapshot", target_);
-    Publish(writer_conn_, r.int8(0, 0));
+    Publish(writer_conn_, r.int8(0, 0), nullptr);
   } catch (const Error&) {
     // The next batch or heartbeat tries again.
   }
@@ -563,8 +660,7 @@ class PgSnapshot final : public Snapshot {
     CheckOpen("reading from");
     Params params;
     params.Bytes(encoded_key).Int8(start_ts());
-    PgBackend::Lease lease = store_->Borrow();
-    Result r = Exec(lease.get(), get_sql_, params, "reading a cell", store_->target());
+    Result r = ReadQuery(store_.get(), get_sql_, params, "reading a cell", store_->target());
     if (r.rows() == 0 || r.int2(0, 0) != kLive) return std::nullopt;
     return std::string(r.bytes(0, 1));
   }
@@ -581,9 +677,8 @@ class PgSnapshot final : public Snapshot {
       if (!end.empty()) params.Bytes(end);
       std::optional<Result> rows;
       {
-        PgBackend::Lease lease = store_->Borrow();
-        rows.emplace(Exec(lease.get(), visit_sql_[after][!end.empty()], params, "scanning cells",
-                          store_->target()));
+        rows.emplace(ReadQuery(store_.get(), visit_sql_[after][!end.empty()], params,
+                               "scanning cells", store_->target()));
       }
       const int n = rows->rows();
       for (int i = 0; i < n; ++i) {
@@ -603,11 +698,10 @@ class PgSnapshot final : public Snapshot {
     if (!RowOfCellKey(cell_key, &row)) return std::nullopt;
     Params params;
     params.Bytes(NotificationKey(RowHash(row), cell_key));
-    PgBackend::Lease lease = store_->Borrow();
-    Result r = Exec(lease.get(),
-                    "SELECT stamp FROM " + store_->Table("notify") +
-                        " WHERE sha256(nkey) = sha256($1) AND nkey = $1",
-                    params, "reading a notification", store_->target());
+    Result r = ReadQuery(store_.get(),
+                         "SELECT stamp FROM " + store_->Table("notify") +
+                             " WHERE sha256(nkey) = sha256($1) AND nkey = $1",
+                         params, "reading a notification", store_->target());
     if (r.rows() == 0) return std::nullopt;
     const uint64_t stamp = r.int8(0, 0);
     if (stamp > start_ts()) return std::nullopt;
@@ -805,9 +899,8 @@ std::unique_ptr<Snapshot> PgBackend::BeginSnapshot() {
   }
   uint64_t start_ts = 0;
   try {
-    Lease lease = Borrow();
-    Result r = Exec(lease.get(), "SELECT ts FROM " + Table("clock") + " WHERE id = 1",
-                    "beginning a snapshot", target_);
+    Result r = ReadQuery(this, "SELECT ts FROM " + Table("clock") + " WHERE id = 1",
+                         "beginning a snapshot", target_);
     start_ts = r.int8(0, 0);
   } catch (...) {
     std::lock_guard<std::mutex> lock(snapshots_mu_);
@@ -839,13 +932,14 @@ uint64_t PgBackend::Horizon(uint64_t clock) {
   return horizon_;
 }
 
-void PgBackend::Publish(PGconn* conn, uint64_t clock) {
+void PgBackend::Publish(PGconn* conn, uint64_t clock, const std::string* token) {
   Params p;
   p.Bytes(handle_id_).Int8(Horizon(clock));
+  if (token != nullptr) p.Bytes(*token);
   Exec(conn,
-       "INSERT INTO " + Table("handles") +
-           " VALUES ($1, $2, now()) ON CONFLICT (id) DO UPDATE SET horizon = excluded.horizon, "
-           "seen = now()",
+       "INSERT INTO " + Table("handles") + " VALUES ($1, $2, now()" + (token ? ", $3" : ", NULL") +
+           ") ON CONFLICT (id) DO UPDATE SET horizon = excluded.horizon, seen = now()" +
+           (token ? ", token = excluded.token" : ""),
        p, "publishing the oldest snapshot", target_);
 }
 
@@ -909,7 +1003,7 @@ void PgBackend::WriterLoop() {
     }
     bool ok = false;
     if (failed.empty()) {
-      ok = CommitBatch(writer_conn_, batch, &results, &written, &error);
+      ok = CommitSettled(batch, &results, &written, &error);
       if (!ok && batch.size() > 1 && PQstatus(writer_conn_) == CONNECTION_OK) {
         // One commit may have made the server refuse the batch: try each alone.
         for (Request& request : batch) {
@@ -918,7 +1012,7 @@ void PgBackend::WriterLoop() {
           std::vector<CommitResult> result;
           std::vector<Notification> notes;
           std::string why;
-          if (CommitBatch(writer_conn_, one, &result, &notes, &why)) {
+          if (CommitSettled(one, &result, &notes, &why)) {
             written.insert(written.end(), notes.begin(), notes.end());
             results.push_back(result[0]);
           } else {
@@ -927,11 +1021,6 @@ void PgBackend::WriterLoop() {
           request = std::move(one[0]);
         }
         ok = true;
-      }
-      if (!ok && PQstatus(writer_conn_) != CONNECTION_OK) {
-        // The outcome of a commit cut off on the way is unknown: refuse
-        // everything from now on rather than guess.
-        Fail(error + " (the connection was lost; open the store again)");
       }
     } else {
       error = failed;
@@ -957,10 +1046,11 @@ void PgBackend::WriterLoop() {
   }
 }
 
-bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch,
+bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std::string& token,
                             std::vector<CommitResult>* results, std::vector<Notification>* written,
                             std::string* error) {
   results->clear();
+  written->clear();
   try {
     Exec(conn, "BEGIN", "committing", target_);
     Result head = Exec(conn,
@@ -1113,20 +1203,22 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch,
            "INSERT INTO " + Table("garbage") + " SELECT * FROM unnest($1::bytea[], $2::int8[])", p,
            "committing", target_);
     }
-    Publish(conn, head.int8(0, 0));
+    // The batch's token, in its own transaction: if the connection drops
+    // during COMMIT, the writer reconnects and reads it back to learn
+    // whether the batch committed.
+    Publish(conn, head.int8(0, 0), &token);
     Params clock;
     clock.Int8(ts);
     Exec(conn, "UPDATE " + Table("clock") + " SET ts = $1 WHERE id = 1", clock, "committing",
          target_);
     Exec(conn, "SELECT pg_notify('" + channel_ + "', 'c')", "committing", target_);
+    *written = std::move(notes);  // kept on failure too: the token may show it committed
     Exec(conn, "COMMIT", "committing", target_);
     batches_.fetch_add(1);
-    *written = std::move(notes);
     return true;
   } catch (const Error& e) {
     *error = e.what();
     if (PQstatus(conn) == CONNECTION_OK) Rollback(conn);
-    results->clear();
     return false;
   }
 }
@@ -1135,9 +1227,8 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch,
 
 std::vector<ObservedColumn> PgBackend::ObservedColumns() {
   CheckUsable();
-  Lease lease = Borrow();
-  Result r = Exec(lease.get(), "SELECT value FROM " + Table("meta") + " WHERE name = 'observed'",
-                  "reading the observed columns", target_);
+  Result r = ReadQuery(this, "SELECT value FROM " + Table("meta") + " WHERE name = 'observed'",
+                       "reading the observed columns", target_);
   std::vector<ObservedColumn> columns;
   if (r.rows() > 0 && !DecodeObservedColumns(r.bytes(0, 0), &columns)) {
     throw Error(ErrorCode::kCorruption, "the store's observed columns cannot be read");
@@ -1154,16 +1245,14 @@ void PgBackend::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
   }
   Params p;
   p.Bytes(encoded);
-  Lease lease = Borrow();
-  Exec(lease.get(), "UPDATE " + Table("meta") + " SET value = $1 WHERE name = 'observed'", p,
-       "storing the observed columns", target_);
+  ReadQuery(this, "UPDATE " + Table("meta") + " SET value = $1 WHERE name = 'observed'", p,
+            "storing the observed columns", target_);
 }
 
 uint64_t PgBackend::PendingNotifications() {
   CheckUsable();
-  Lease lease = Borrow();
-  Result r = Exec(lease.get(), "SELECT count(*) FROM " + Table("notify"), "counting notifications",
-                  target_);
+  Result r =
+      ReadQuery(this, "SELECT count(*) FROM " + Table("notify"), "counting notifications", target_);
   return r.int8(0, 0);
 }
 
@@ -1173,12 +1262,12 @@ bool PgBackend::ScanNotifications(std::string_view after, size_t limit,
   limit = std::min<size_t>(limit, size_t{1} << 62);  // SIZE_MAX: everything
   Params p;
   p.Bytes(after).Int8(limit + 1);
-  Lease lease = Borrow();
-  Result r = Exec(lease.get(),
-                  "SELECT nkey, stamp FROM " + Table("notify") +
-                      " WHERE " PREFIX("nkey") " >= " PREFIX(
-                          "$1::bytea") " AND nkey > $1 ORDER BY " PREFIX("nkey") ", nkey LIMIT $2",
-                  p, "scanning notifications", target_);
+  Result r =
+      ReadQuery(this,
+                "SELECT nkey, stamp FROM " + Table("notify") +
+                    " WHERE " PREFIX("nkey") " >= " PREFIX(
+                        "$1::bytea") " AND nkey > $1 ORDER BY " PREFIX("nkey") ", nkey LIMIT $2",
+                p, "scanning notifications", target_);
   const size_t n = static_cast<size_t>(r.rows());
   for (size_t i = 0; i < std::min(n, limit); ++i) {
     const std::string_view key = r.bytes(static_cast<int>(i), 0);
@@ -1191,9 +1280,8 @@ bool PgBackend::ScanNotifications(std::string_view after, size_t limit,
 
 std::map<std::pair<std::string, std::string>, uint64_t> PgBackend::CountPendingByColumn() {
   CheckUsable();
-  Lease lease = Borrow();
   Result r =
-      Exec(lease.get(), "SELECT nkey FROM " + Table("notify"), "counting notifications", target_);
+      ReadQuery(this, "SELECT nkey FROM " + Table("notify"), "counting notifications", target_);
   std::map<std::pair<std::string, std::string>, uint64_t> counts;
   for (int i = 0; i < r.rows(); ++i) {
     const std::string_view key = r.bytes(i, 0);
@@ -1227,8 +1315,7 @@ std::unique_ptr<WorkWatch> PgBackend::WatchForWork() {
 bool PgBackend::SignalWaiting() {
   try {
     CheckUsable();
-    Lease lease = Borrow();
-    Exec(lease.get(), "SELECT pg_notify('" + channel_ + "', 'w')", "signalling a wait", target_);
+    ReadQuery(this, "SELECT pg_notify('" + channel_ + "', 'w')", "signalling a wait", target_);
     return true;
   } catch (const Error&) {
     return false;

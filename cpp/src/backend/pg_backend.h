@@ -46,9 +46,16 @@
 // - WatchForWork: LISTEN on the store's channel; every batch NOTIFYs it when
 //   it commits, and SignalWaiting sends a waiter signal on it.
 //
-// Not yet: a connection
-// lost during COMMIT reports kStorage (the commit may or may not have
-// happened); a notification's pending state is read as
+// - A dropped connection or a server restart: reads retry on a new
+//   connection for up to kReconnectSeconds. Each batch writes a random
+//   commit token into this handle's row of the handles table, in its own
+//   transaction; when the connection drops during a batch, the writer
+//   reconnects and reads the token back: the batch committed (its callers
+//   are told so) or it did not (it runs again, validated anew). No caller
+//   is told a guess; a server gone for longer makes the backend refuse
+//   every call (kStorage).
+//
+// Not yet: a notification's pending state is read as
 // of now, not as of the snapshot (NotificationStamp reports a notification
 // only when its stamp is <= start_ts).
 #pragma once
@@ -81,6 +88,9 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // A handle not seen for this long (its process died, or is stopped) no
   // longer holds back the collection of old versions.
   static constexpr int kHandleLeaseSeconds = 60;
+  // How long a handle keeps trying to reach a server that went away (a
+  // restart, a dropped connection) before a call reports kStorage.
+  static constexpr int kReconnectSeconds = 30;
 
   static std::shared_ptr<PgBackend> Open(const std::string& target, const BackendOptions& options);
   ~PgBackend() override;
@@ -147,15 +157,24 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // Commits `batch` in one server transaction; fills results (one per request)
   // and the notifications written. False when the server refused the batch
   // (*error says why): nothing of it was applied.
-  bool CommitBatch(PGconn* conn, std::vector<Request>& batch, std::vector<CommitResult>* results,
-                   std::vector<Notification>* written, std::string* error);
+  bool CommitBatch(PGconn* conn, std::vector<Request>& batch, const std::string& token,
+                   std::vector<CommitResult>* results, std::vector<Notification>* written,
+                   std::string* error);
+  // CommitBatch on the writer's connection, settled: when the connection
+  // drops, reconnects and reads back the batch's token to learn whether it
+  // committed, and runs it again when it did not. False when the server
+  // refused it, or did not come back (the backend then refuses every call).
+  bool CommitSettled(std::vector<Request>& batch, std::vector<CommitResult>* results,
+                     std::vector<Notification>* written, std::string* error);
+  bool ReconnectWriter();
   void Fail(const std::string& why);
   // Collecting old versions (see the header comment).
   // The oldest start_ts a snapshot of this handle has or may get, given the
   // counter read at `clock`; never moves back.
   uint64_t Horizon(uint64_t clock);
   // Records this handle's horizon in the handles table (on `conn`).
-  void Publish(PGconn* conn, uint64_t clock);
+  // `token`: the batch's commit token (nullptr outside a batch: kept as it is).
+  void Publish(PGconn* conn, uint64_t clock, const std::string* token);
   void Heartbeat();  // Publish on the writer's connection, outside a batch
   void Collect(PGconn* conn);
 

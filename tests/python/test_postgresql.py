@@ -1,0 +1,254 @@
+"""The postgresql backend as its users meet it: targets, errors, several
+handles (as on several machines), worker groups killed or cut off by a
+server restart, and the phrase count job on it.
+
+The conformance tests run on postgresql like on every backend (the
+``backend`` fixture, on the session's server); these are its own. Tests that
+restart the server start a server of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import percolite
+import psycopg
+import pytest
+from _isolated import TESTS_DIR, load_fresh
+from _postgres import temporary_postgres
+
+COL = ("f", "q")
+
+
+def test_a_postgresql_store_is_shared_by_handles_as_by_machines(postgres_server):
+    target = f"{postgres_server.uri}&schema=shared_by_two"
+    first = percolite.open(target)
+    second = percolite.open(target, create=False)
+    try:
+        assert first.backend == "postgresql"
+        assert first.capabilities["cross_process"] and first.capabilities["durable"]
+        first.run(lambda tx: tx.set("r", COL, b"from the first"))
+        tx = second.transaction()
+        assert tx.get("r", COL) == b"from the first"
+        tx.abort()
+        stale = first.transaction()
+        stale.get("r", COL)
+        second.run(lambda tx: tx.set("r", COL, b"from the second"))
+        stale.set("r", COL, b"late")
+        with pytest.raises(percolite.CommitConflict):
+            stale.commit()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_postgresql_targets_that_cannot_work_are_clear_errors(postgres_server):
+    with pytest.raises(ValueError, match="colour"):
+        percolite.open(f"{postgres_server.uri}&colour=blue")
+    with pytest.raises(ValueError, match="schema"):
+        percolite.open(f"{postgres_server.uri}&schema=Not-A-Name")
+    with pytest.raises(ValueError, match="create=False"):
+        percolite.open(f"{postgres_server.uri}&schema=never_created", create=False)
+    # A table of the same name that is not percolite's.
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as db:
+        db.execute("CREATE SCHEMA IF NOT EXISTS someone_elses")
+        db.execute("CREATE TABLE IF NOT EXISTS someone_elses.meta (id int, note text)")
+    with pytest.raises(ValueError, match="not a percolite store"):
+        percolite.open(f"{postgres_server.uri}&schema=someone_elses")
+    # Nothing listens on port 1 of the loopback address: refused at once.
+    began = time.monotonic()
+    with pytest.raises(percolite.StorageError, match="cannot connect") as caught:
+        percolite.open("postgresql://me:s3cret@127.0.0.1:1/db")
+    assert "s3cret" not in str(caught.value)
+    assert time.monotonic() - began < 10
+
+
+def test_status_and_errors_never_show_the_password(postgres_server, tmp_path):
+    # Trust authentication ignores the password: it only has to stay unseen.
+    target = f"{postgres_server.uri}&password=s3cret&schema=with_password"
+    with percolite.open(target) as env:
+        env.run(lambda tx: tx.set("r", COL, b"v"))
+        assert "s3cret" not in env.path and "s3cret" not in repr(env)
+    status = subprocess.run(
+        [sys.executable, "-m", "percolite", "status", target, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "s3cret" not in status.stdout + status.stderr
+    assert "with_password" in status.stdout
+
+
+def _increments_until(env, stop, done, errors):
+    def increment(tx):
+        tx.set("n", COL, str(int(tx.get("n", COL, b"0")) + 1))
+
+    while not stop.is_set():
+        try:
+            env.run(increment, retries=None)
+        except percolite.Error as e:  # reported, not swallowed
+            errors.append(repr(e))
+            return
+        done.append(1)
+
+
+def test_a_server_restart_mid_run_loses_nothing_and_applies_nothing_twice(tmp_path):
+    with temporary_postgres(tmp_path) as server:
+        env = percolite.open(f"{server.uri}&schema=restarted")
+        stop, done, errors = threading.Event(), [], []
+        threads = [
+            threading.Thread(target=_increments_until, args=(env, stop, done, errors))
+            for _ in range(4)
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        before = len(done)
+        server.restart()  # every connection cut, mid-commit for some
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == []
+        assert before > 0 and len(done) > before, "commits went on after the restart"
+        tx = env.transaction()
+        # Every increment a caller was told of is in, and none twice.
+        assert int(tx.get("n", COL)) == len(done)
+        tx.abort()
+        env.close()
+
+
+def _worker_group(target: str, sink: str) -> subprocess.Popen:
+    """``percolite worker ... --processes 2 --until-idle`` in a session of its
+    own (as on another machine), the store given in the environment."""
+    env = {
+        **os.environ,
+        "PERCOLITE_DB": target,
+        "PG_SINK": sink,
+        "PG_SLOW": "0.2",
+    }
+    command = [sys.executable, "-m", "percolite", "worker", "children.pg_groups_app:app"]
+    command += ["--processes", "2", "--threads", "2", "--until-idle"]
+    return subprocess.Popen(
+        command,
+        cwd=TESTS_DIR,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _load_hot_updates(target: str, module, n_transactions: int, seed: int) -> dict[str, int]:
+    """n transactions of 100 updates over 200 hot keys (40,000 for 400),
+    through a loader; returns the expected sums."""
+    rng = random.Random(seed)
+    keys = [f"k{i:03}" for i in range(200)]
+    weights = [1 / (i + 1) ** 1.1 for i in range(200)]
+    expected: dict[str, int] = {}
+
+    def add(tx, updates):
+        module.hot.add(tx, updates)
+
+    with percolite.open(target, app=module.app) as env, env.loader() as loader:
+        for _ in range(n_transactions):
+            updates: dict[str, int] = {}
+            for key in rng.choices(keys, weights, k=100):
+                updates[key] = updates.get(key, 0) + rng.randint(1, 9)
+            for key, value in updates.items():
+                expected[key] = expected.get(key, 0) + value
+            loader.submit(add, updates)
+    return expected
+
+
+def _sink_rows(dsn: str) -> int:
+    with psycopg.connect(dsn) as db:
+        if db.execute("SELECT to_regclass('hot_values')").fetchone()[0] is None:
+            return 0
+        return db.execute("SELECT count(*) FROM hot_values").fetchone()[0]
+
+
+def _check_exact(target: str, sink_dsn: str, module, expected: dict[str, int]) -> None:
+    with percolite.open(target, app=module.app) as env:
+        with env.transaction() as tx:
+            assert dict(module.hot.scan(tx)) == expected
+        status = env.status()
+        assert status["pending"] == 0
+    with psycopg.connect(sink_dsn) as db:
+        rows = dict(db.execute("SELECT k, v FROM hot_values").fetchall())
+    assert rows == expected
+
+
+@pytest.mark.parametrize("fault", ["kill a group", "restart the server"])
+def test_two_worker_groups_end_exact_through_a_fault(tmp_path, monkeypatch, fault):
+    with temporary_postgres(tmp_path) as server:
+        monkeypatch.setenv("PG_SINK", server.uri)
+        module = load_fresh("children.pg_groups_app")
+        target = f"{server.uri}&schema=groups"
+        expected = _load_hot_updates(target, module, 400, seed=7)
+        first = _worker_group(target, server.uri)
+        second = _worker_group(target, server.uri)
+        # The fault lands mid-run: once the sink has rows, with work left.
+        with percolite.open(target, app=module.app) as env:
+            deadline = time.monotonic() + 60
+            while not _sink_rows(server.dsn) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert env.status()["pending"] > 0, "the fault lands mid-run"
+        if fault == "kill a group":
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate(timeout=30)
+        else:
+            server.restart()
+        out, err = second.communicate(timeout=300)
+        assert second.returncode == 0, err
+        if fault == "restart the server":
+            first_out, first_err = first.communicate(timeout=300)
+            assert first.returncode == 0, first_err
+        # What the killed group left unfinished, a group started later takes over.
+        last = _worker_group(target, server.uri)
+        _out, err = last.communicate(timeout=300)
+        assert last.returncode == 0, err
+        _check_exact(target, server.dsn, module, expected)
+
+
+def test_phrasecount_on_postgresql_counts_as_on_lmdb(postgres_server, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(40)]
+    for i in range(60):
+        (corpus / f"d{i}.txt").write_text(" ".join(rng.choices(words, k=rng.randint(5, 60))))
+    target = f"{postgres_server.uri}&schema=phrases"
+    counts = {}
+    for db in (target, str(tmp_path / "pc.db")):  # postgresql, then lmdb
+        result = subprocess.run(
+            [sys.executable, "-m", "percolite", "phrasecount", str(corpus), "--db", db, "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+    with psycopg.connect(postgres_server.dsn) as db:
+        counts["postgresql"] = dict(
+            (p, (d, t))
+            for p, d, t in db.execute(
+                "SELECT phrase, doc_count, total_count FROM phrases.phrase_counts"
+            ).fetchall()
+        )
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "pc.db.phrases.sqlite") as db:
+        counts["lmdb"] = {
+            p: (d, t)
+            for p, d, t in db.execute("SELECT phrase, doc_count, total_count FROM phrase_counts")
+        }
+    assert counts["postgresql"] == counts["lmdb"]
+    assert len(counts["lmdb"]) > 1000
