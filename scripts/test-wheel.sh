@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the wheel scripts/build-wheel.sh made into a fresh venv and runs
-# a short program (the README's example) with the system's liblmdb hidden:
-# in a private mount namespace (unshare -m, which needs root or user
-# namespaces), /dev/null is bind-mounted over every liblmdb.so* file, so only
-# the copy bundled in the wheel can load. .ci/run calls it.
+# a short program (the README's example) with the system's liblmdb and libpq
+# hidden: in a private mount namespace (unshare -m, which needs root or user
+# namespaces), /dev/null is bind-mounted over every liblmdb.so* and libpq.so*
+# file, so only the copies bundled in the wheel can load. .ci/run calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ if [[ -z $wheel ]]; then
 fi
 if ! unshare -m true 2>/dev/null; then
   echo "test-wheel: cannot make a mount namespace here (unshare -m needs root or user" \
-    "namespaces), so the system liblmdb cannot be hidden" >&2
+    "namespaces), so the system liblmdb and libpq cannot be hidden" >&2
   exit 2
 fi
 tmp=$(mktemp -d)
@@ -27,12 +27,13 @@ import ctypes
 import sys
 import tempfile
 
-try:
-    ctypes.CDLL("liblmdb.so.0")
-except OSError:
-    pass
-else:
-    sys.exit("the system liblmdb is still loadable: the test would prove nothing")
+for system_library in ("liblmdb.so.0", "libpq.so.5"):
+    try:
+        ctypes.CDLL(system_library)
+    except OSError:
+        pass
+    else:
+        sys.exit(f"the system {system_library} is still loadable: the test would prove nothing")
 
 import percolite
 
@@ -50,10 +51,11 @@ with tempfile.TemporaryDirectory() as scratch:
         with env.transaction() as tx:
             words = tx.get("doc:1", ("doc", "words"))
 assert words == b"4", words
-print(f"percolite {percolite.__version__} from the wheel, without the system liblmdb: ok")
+print(f"percolite {percolite.__version__} from the wheel, without the system liblmdb and libpq: ok")
 PYTHON
 
-libs=$(ls /usr/lib/*/liblmdb.so* /usr/lib/liblmdb.so* /usr/local/lib/liblmdb.so* 2>/dev/null || true)
+libs=$(ls /usr/lib/*/liblmdb.so* /usr/lib/liblmdb.so* /usr/local/lib/liblmdb.so* \
+  /usr/lib/*/libpq.so* /usr/lib/libpq.so* /usr/local/lib/libpq.so* 2>/dev/null || true)
 hide=""
 for lib in $libs; do
   [[ -L $lib ]] || hide+="mount --bind /dev/null '$lib' && "

@@ -71,6 +71,14 @@ TEST_CASE("A postgresql target keeps the schema for percolite and hides the pass
         std::string::npos);
   CHECK(ErrorCodeOf([] { ParsePgTarget("postgresql://h/db?schema=Bad-Name"); }) ==
         ErrorCode::kInvalidArgument);
+  CHECK(ParsePgTarget("postgresql://h/db?poll_interval=0.5").poll_interval == 0.5);
+  CHECK(ParsePgTarget("postgresql://h/db?poll_interval=0.5").conninfo == "postgresql://h/db");
+  CHECK(ParsePgTarget("postgresql://h/db").poll_interval == 0);
+  for (const char* bad : {"0", "-1", "nan", "x", "7200"}) {
+    CHECK(MessageOf([&] {
+            ParsePgTarget(std::string("postgresql://h/db?poll_interval=") + bad);
+          }).find("poll_interval") != std::string::npos);
+  }
   CHECK(ErrorCodeOf([] { OpenBackend("some/dir", "postgresql", FastOptions()); }) ==
         ErrorCode::kInvalidArgument);
 }
@@ -130,6 +138,30 @@ TEST_CASE("Handles on one postgresql store share it as processes on several mach
   other.reset();
   a->ReleaseHandle();
   b->ReleaseHandle();
+}
+
+TEST_CASE("With poll_interval, workers poll instead of listening", "[backend][postgresql]") {
+  if (TestPostgres().empty()) {
+    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
+    return;
+  }
+  TempDir dir;
+  const std::string target = percolite_test::TargetFor(dir, "postgresql") + "&poll_interval=0.2";
+  auto backend = OpenBackend(target, "", FastOptions());
+  CHECK_FALSE(backend->SignalWaiting());  // no channel
+  auto watch = backend->WatchForWork();
+  const auto began = std::chrono::steady_clock::now();
+  CHECK(watch->Wait(5000) == WorkWatch::kCommitted);  // the interval passed
+  const auto waited = std::chrono::steady_clock::now() - began;
+  CHECK(waited >= std::chrono::milliseconds(150));
+  CHECK(waited < std::chrono::milliseconds(2000));
+  CHECK(watch->Wait(10) == WorkWatch::kTimeout);
+  watch->Interrupt();
+  CHECK((watch->Wait(5000) & WorkWatch::kInterrupted) != 0);
+  REQUIRE(backend->Commit(backend->BeginSnapshot()->start_ts(), {SetOf("r", "v")}, {}).status.ok());
+  CHECK(ReadNow(*backend, "r") == "v");
+  watch.reset();
+  backend->ReleaseHandle();
 }
 
 TEST_CASE("A schema holding someone else's tables is refused, never reinterpreted",

@@ -39,4 +39,5 @@ BENCHMARK_ORDER = [
     "phrasecount",
     "growth",
     "simulation",
+    "postgresql",
 ]

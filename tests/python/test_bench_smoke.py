@@ -167,6 +167,18 @@ def check_growth_report(report: dict[str, Any]) -> None:
     assert exported[0] > 0 and exported == sorted(exported)
 
 
+def check_postgresql_report(report: dict) -> None:
+    """Every system measured on the one server, values exact (run() raises
+    otherwise), wake-ups all seen."""
+    summary = report["summary"]
+    assert set(summary["hot"]) == {"loader-naive", "loader-cq-native"}
+    assert all(rate > 0 for rate in summary["hot"].values())
+    assert set(summary["groups"]) == {"1", "2", "3"}
+    assert summary["cq_vs_naive"] > 0 and summary["p99_ms"] >= summary["p50_ms"] > 0
+    assert all(run["observed"] == run["pings"] for run in report["runs"]["latency"])
+    assert report["settings"]["server"]["fsync"] is True
+
+
 def check_report_files(out: Path) -> None:
     """REPORT.md, summary.json and the PNGs: present, complete, small."""
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
@@ -174,7 +186,7 @@ def check_report_files(out: Path) -> None:
     names = [target["name"] for target in summary["targets"]]
     owners = ["commit", "hot keys", "storage", "storage", "loader", "loader", "loader"]
     owners += ["phrase count", "phrase count"]
-    owners += ["growth", "growth", "simulation"]
+    owners += ["growth", "growth", "simulation", "postgresql"]
     assert [name.split(":")[0] for name in names] == owners, names
     for target in summary["targets"]:
         assert set(target) == {"name", "measured_ratio", "target_ratio", "met"}
@@ -188,7 +200,7 @@ def check_report_files(out: Path) -> None:
         assert target["met"] == (target["measured_ratio"] >= target["target_ratio"])
     growth = json.loads((out / "growth.json").read_text(encoding="utf-8"))
     rounds = growth["drain"]["rounds"]
-    drain = summary["targets"][-2]  # the last is the simulation's
+    drain = summary["targets"][-3]  # the simulation's and postgresql's come after it
     assert drain["name"].startswith("growth: data.mdb after drain round 2 / after round 3")
     assert drain["measured_ratio"] == round(
         rounds[1]["data_mdb_mib"] / rounds[-1]["data_mdb_mib"], 3
@@ -237,6 +249,7 @@ def test_run_quick_writes_every_report(tmp_path: Path) -> None:
     check_growth_report(json.loads((out / "growth.json").read_text(encoding="utf-8")))
     simulated = json.loads((out / "simulation.json").read_text(encoding="utf-8"))
     assert simulated["settings"]["loads"] == 500 and simulated["ratio"] > 0
+    check_postgresql_report(json.loads((out / "postgresql.json").read_text(encoding="utf-8")))
     first = json.loads((out / "first_commit.json").read_text(encoding="utf-8"))["results"]
     assert set(first) == {"small values", "8 KB values"}
     for shape in first.values():

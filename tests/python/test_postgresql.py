@@ -252,3 +252,25 @@ def test_phrasecount_on_postgresql_counts_as_on_lmdb(postgres_server, tmp_path):
         }
     assert counts["postgresql"] == counts["lmdb"]
     assert len(counts["lmdb"]) > 1000
+
+
+def test_workers_poll_a_server_without_listen_when_told_to(postgres_server):
+    """poll_interval: for servers speaking PostgreSQL's protocol without
+    LISTEN/NOTIFY, workers look for work that often instead of being woken."""
+    target = f"{postgres_server.uri}&schema=polled&poll_interval=0.1"
+    app = percolite.App("polled")
+    seen = []
+
+    @app.observer(COL)
+    def observe(tx, row, column):
+        seen.append(row)
+
+    with percolite.open(target, app=app) as workers, percolite.open(target) as writer:
+        workers.start_workers(1)
+        writer.run(lambda tx: tx.set("r", COL, b"v"))  # another handle: found by polling
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert seen == [b"r"]
+    with pytest.raises(ValueError, match="poll_interval"):
+        percolite.open(f"{postgres_server.uri}&poll_interval=never")

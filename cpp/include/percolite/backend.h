@@ -10,7 +10,8 @@
 // Backends: "lmdb" (the default: a directory on disk, shared by every process
 // that opens it), "memory" (one process, one private store per open; tests
 // and deterministic simulation) and "postgresql" (a schema of a PostgreSQL
-// database, shared by every process on every machine that opens it). OpenBackend picks one from a target string.
+// database, shared by every process on every machine that opens it). OpenBackend picks one from a
+// target string.
 //
 // Thread safety: every method of Backend may be called from any thread at any
 // time. A Snapshot is used by one thread at a time (its owner serialises
@@ -341,11 +342,14 @@ struct PgTarget {
   std::string conninfo;
   std::string schema;
   std::string display;
+  double poll_interval = 0;  // seconds; 0: wake-ups by LISTEN/NOTIFY
 };
 
-// Reads a postgresql:// (or postgres://) URI; percolite's own query parameter
-// `schema` ([a-z_][a-z0-9_]*, at most 40 characters, default "percolite") is
-// taken out, the rest is left to libpq. Throws kInvalidArgument naming what
+// Reads a postgresql:// (or postgres://) URI; percolite's own query
+// parameters are taken out, the rest is left to libpq: `schema`
+// ([a-z_][a-z0-9_]*, at most 40 characters, default "percolite"), and
+// `poll_interval` (seconds, for servers without LISTEN/NOTIFY: workers look
+// for work that often instead of being woken). Throws kInvalidArgument naming what
 // is wrong (never the password).
 PgTarget ParsePgTarget(const std::string& target);
 

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -223,6 +225,19 @@ PgTarget ParsePgTarget(const std::string& target) {
       const std::string name = PercentDecode(pair.substr(0, eq));
       const std::string value =
           eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1));
+      if (name == "poll_interval") {
+        char* end = nullptr;
+        const double seconds = std::strtod(value.c_str(), &end);
+        if (value.empty() || *end != '\0' || !(seconds > 0 && seconds <= 3600)) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      "poll_interval '" + value +
+                          "' in the postgresql target: a number of seconds, more than 0 and at "
+                          "most 3600");
+        }
+        out.poll_interval = seconds;
+        shown.emplace_back(pair);
+        continue;
+      }
       if (name == "schema") {
         if (!ValidSchema(value)) {
           throw Error(ErrorCode::kInvalidArgument,
@@ -799,6 +814,48 @@ class PgWorkWatch final : public WorkWatch {
   int interrupt_fd_ = -1;
 };
 
+// Polls instead of listening (poll_interval in the target): for servers that
+// speak PostgreSQL's protocol without LISTEN/NOTIFY. Says "committed" every
+// interval, so the scanner looks for work that often.
+class PgPollWatch final : public WorkWatch {
+ public:
+  explicit PgPollWatch(double seconds)
+      : interval_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(seconds))),
+        next_(std::chrono::steady_clock::now() + interval_) {}
+
+  unsigned Wait(int timeout_ms) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto until = std::min(next_, std::chrono::steady_clock::now() +
+                                           std::chrono::milliseconds(std::max(0, timeout_ms)));
+    cv_.wait_until(lock, until, [&] { return interrupted_; });
+    unsigned events = kTimeout;
+    if (interrupted_) events |= kInterrupted;
+    interrupted_ = false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_) {
+      events |= kCommitted;
+      next_ = now + interval_;
+    }
+    return events;
+  }
+
+  void Interrupt() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      interrupted_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const std::chrono::steady_clock::duration interval_;
+  std::chrono::steady_clock::time_point next_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool interrupted_ = false;
+};
+
 // The tables as commit_rules.h uses them: what the batch read before
 // validating, overlaid with what its earlier commits wrote; writes are
 // buffered and sent once the batch is decided.
@@ -1211,7 +1268,9 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std
     clock.Int8(ts);
     Exec(conn, "UPDATE " + Table("clock") + " SET ts = $1 WHERE id = 1", clock, "committing",
          target_);
-    Exec(conn, "SELECT pg_notify('" + channel_ + "', 'c')", "committing", target_);
+    if (target_.poll_interval == 0) {
+      Exec(conn, "SELECT pg_notify('" + channel_ + "', 'c')", "committing", target_);
+    }
     *written = std::move(notes);  // kept on failure too: the token may show it committed
     Exec(conn, "COMMIT", "committing", target_);
     batches_.fetch_add(1);
@@ -1309,10 +1368,12 @@ void PgBackend::ClearNotificationSink(NotificationSink* sink) {
 
 std::unique_ptr<WorkWatch> PgBackend::WatchForWork() {
   CheckUsable();
+  if (target_.poll_interval > 0) return std::make_unique<PgPollWatch>(target_.poll_interval);
   return std::make_unique<PgWorkWatch>(shared_from_this());
 }
 
 bool PgBackend::SignalWaiting() {
+  if (target_.poll_interval > 0) return false;  // no channel to signal on
   try {
     CheckUsable();
     ReadQuery(this, "SELECT pg_notify('" + channel_ + "', 'w')", "signalling a wait", target_);

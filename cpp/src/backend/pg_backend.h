@@ -44,7 +44,10 @@
 //   from before it. A process stopped for longer than that with a snapshot
 //   open could find versions it needs gone.
 // - WatchForWork: LISTEN on the store's channel; every batch NOTIFYs it when
-//   it commits, and SignalWaiting sends a waiter signal on it.
+//   it commits, and SignalWaiting sends a waiter signal on it. With
+//   poll_interval in the target (servers that speak PostgreSQL's protocol
+//   without LISTEN/NOTIFY), nothing is sent or listened to: the watch says
+//   "committed" every poll_interval seconds, and SignalWaiting returns false.
 //
 // - A dropped connection or a server restart: reads retry on a new
 //   connection for up to kReconnectSeconds. Each batch writes a random
