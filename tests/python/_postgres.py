@@ -78,7 +78,14 @@ class TemporaryPostgres:
     with fsync and synchronous commits (off for tests: a test server that dies
     takes nothing of value with it)."""
 
-    def __init__(self, bin_dir: Path, parent: Path | None = None, *, durable: bool = False):
+    def __init__(
+        self,
+        bin_dir: Path,
+        parent: Path | None = None,
+        *,
+        durable: bool = False,
+        password: str | None = None,
+    ):
         self.bin_dir = bin_dir
         self.durable = durable
         if parent is not None and not _reachable_by_server(parent):
@@ -87,6 +94,8 @@ class TemporaryPostgres:
         self.data = self.base / "data"
         self.socket_dir = self.base / "socket"
         self.log = self.base / "server.log"
+        # With a password, the server asks for it (SCRAM) instead of trusting.
+        self.password = password
         self.dsn = f"host={self.socket_dir} port={_PORT} user=postgres dbname=postgres"
         # The same server as a URI (what percolite.open takes for a store on it).
         self.uri = f"postgresql://postgres@/postgres?host={self.socket_dir}&port={_PORT}"
@@ -126,11 +135,18 @@ class TemporaryPostgres:
             for path in (self.base, self.socket_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
             os.chmod(self.base, 0o755)  # mkdtemp's 0o700 would keep the server user out
+        auth = ["--auth=trust"]
+        if self.password is not None:
+            pwfile = self.base / "password"
+            pwfile.write_text(self.password + "\n")
+            if os.geteuid() == 0:
+                os.chown(pwfile, user.pw_uid, user.pw_gid)
+            auth = ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
         self._run(
             "initdb",
             "-D",
             str(self.data),
-            "--auth=trust",
+            *auth,
             "-U",
             "postgres",
             "--no-sync",
@@ -203,14 +219,14 @@ _NOT_INSTALLED = (
 
 @contextlib.contextmanager
 def temporary_postgres(
-    parent: Path | None = None, *, durable: bool = False
+    parent: Path | None = None, *, durable: bool = False, password: str | None = None
 ) -> Iterator[TemporaryPostgres]:
     """A started server, stopped and removed on exit. Raises RuntimeError when
     PostgreSQL is not installed."""
     bin_dir = find_postgres_bin()
     if bin_dir is None:
         raise RuntimeError(_NOT_INSTALLED)
-    server = TemporaryPostgres(bin_dir, parent, durable=durable)
+    server = TemporaryPostgres(bin_dir, parent, durable=durable, password=password)
     try:
         server.start()
         yield server

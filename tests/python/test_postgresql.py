@@ -69,6 +69,19 @@ def test_postgresql_targets_that_cannot_work_are_clear_errors(postgres_server):
     assert time.monotonic() - began < 10
 
 
+def test_a_wrong_password_is_a_clear_error_that_does_not_show_it(tmp_path):
+    with temporary_postgres(tmp_path, password="right-one") as server:
+        began = time.monotonic()
+        with pytest.raises(percolite.StorageError, match="password authentication failed") as e:
+            percolite.open(server.uri.replace("postgres@", "postgres:wrong-one@"))
+        assert "wrong-one" not in str(e.value)
+        assert time.monotonic() - began < 10
+        right = server.uri.replace("postgres@", "postgres:right-one@") + "&schema=guarded"
+        with percolite.open(right) as env:
+            env.run(lambda tx: tx.set("r", COL, b"v"))
+            assert "right-one" not in env.path
+
+
 def test_status_and_errors_never_show_the_password(postgres_server, tmp_path):
     # Trust authentication ignores the password: it only has to stay unseen.
     target = f"{postgres_server.uri}&password=s3cret&schema=with_password"
