@@ -43,6 +43,16 @@ def backend(request):
     return request.param
 
 
+def pytest_collection_modifyitems(items):
+    """Marks every test that runs once per backend ``conformance``: with
+    ``PERCOLITE_TEST_POSTGRES=postgresql://...`` in the environment, ``pytest
+    -m conformance -k postgresql`` runs the backend contract's tests against
+    that server (each in a schema of its own) instead of a temporary one."""
+    for item in items:
+        if "backend" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.conformance)
+
+
 @pytest.fixture
 def env(store_path, backend):
     """A fresh store of each backend opened with ``sync="none"``; closed after the test."""
