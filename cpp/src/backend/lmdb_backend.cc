@@ -1237,8 +1237,7 @@ bool LmdbBackend::WriteBatch(std::vector<PendingCommit*>& batch,
 
 void LmdbBackend::Deliver(const std::vector<Notification>& written) {
   if (written.empty()) return;
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_) sink_->Offer(written);
+  sink_.Offer(written);
 }
 
 bool LmdbBackend::ProcessBatch(std::vector<PendingCommit*>& batch) {
@@ -1582,10 +1581,7 @@ std::map<std::pair<std::string, std::string>, uint64_t> LmdbBackend::CountPendin
   return WithReadTxn([&](MDB_txn* txn) {
     std::map<std::pair<std::string, std::string>, uint64_t> counts;
     ScanRecords(txn, notify_dbi_, "", false, "", [&](std::string_view key, const RecordView&) {
-      Cell cell;
-      if (key.size() >= 8 && DecodeCellKey(key.substr(8), &cell)) {
-        ++counts[{cell.family, cell.qualifier}];
-      }
+      CountByColumn(key, &counts);
       return true;
     });
     return counts;
@@ -1593,19 +1589,11 @@ std::map<std::pair<std::string, std::string>, uint64_t> LmdbBackend::CountPendin
 }
 
 void LmdbBackend::SetNotificationSink(NotificationSink* sink) {
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_ != nullptr && sink_ != sink) {
-    throw Error(ErrorCode::kWrongState,
-                "workers are already running for store '" + path_ +
-                    "' in this process (one worker pool per store and process)");
-  }
-  sink_ = sink;
+  sink_.Set(sink, "workers are already running for store '" + path_ +
+                      "' in this process (one worker pool per store and process)");
 }
 
-void LmdbBackend::ClearNotificationSink(NotificationSink* sink) {
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_ == sink) sink_ = nullptr;
-}
+void LmdbBackend::ClearNotificationSink(NotificationSink* sink) { sink_.Clear(sink); }
 
 // ---------------------------------------------------------------------------
 // Waiting for work

@@ -74,6 +74,7 @@
 #include "page_walk.h"
 #include "percolite/backend.h"
 #include "percolite/status.h"
+#include "sink_slot.h"
 
 struct MDB_env;
 struct MDB_txn;
@@ -254,8 +255,7 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   // The writer's cache of the strongly observed columns (from the meta table).
   StrongColumns strong_;  // group-commit leader only
 
-  std::mutex sink_mu_;
-  NotificationSink* sink_ = nullptr;  // GUARDED_BY(sink_mu_)
+  SinkSlot sink_;
   std::unique_ptr<MapLock> map_lock_;
 
   std::mutex queue_mu_;

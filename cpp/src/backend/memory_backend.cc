@@ -313,10 +313,7 @@ CommitResult MemoryBackend::CommitNow(uint64_t start_ts, const std::vector<Mutat
     CollectLocked();
   }
   commits_.fetch_add(1);
-  if (!written.empty()) {
-    std::lock_guard<std::mutex> lock(sink_mu_);
-    if (sink_) sink_->Offer(written);
-  }
+  sink_.Offer(written);
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     ++commit_events_;
@@ -418,28 +415,16 @@ std::map<std::pair<std::string, std::string>, uint64_t> MemoryBackend::CountPend
   std::shared_lock<std::shared_mutex> lock(mu_);
   std::map<std::pair<std::string, std::string>, uint64_t> counts;
   for (const auto& [key, versions] : notify_) {
-    Cell cell;
-    if (IsLive(&versions.back()) && key.size() >= 8 &&
-        DecodeCellKey(std::string_view(key).substr(8), &cell)) {
-      ++counts[{cell.family, cell.qualifier}];
-    }
+    if (IsLive(&versions.back())) CountByColumn(key, &counts);
   }
   return counts;
 }
 
 void MemoryBackend::SetNotificationSink(NotificationSink* sink) {
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_ != nullptr && sink_ != sink) {
-    throw Error(ErrorCode::kWrongState,
-                "workers are already running for this memory store (one worker pool per store)");
-  }
-  sink_ = sink;
+  sink_.Set(sink, "workers are already running for this memory store (one worker pool per store)");
 }
 
-void MemoryBackend::ClearNotificationSink(NotificationSink* sink) {
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_ == sink) sink_ = nullptr;
-}
+void MemoryBackend::ClearNotificationSink(NotificationSink* sink) { sink_.Clear(sink); }
 
 std::unique_ptr<WorkWatch> MemoryBackend::WatchForWork() {
   CheckUsable();

@@ -36,6 +36,7 @@
 
 #include "commit_rules.h"
 #include "percolite/backend.h"
+#include "sink_slot.h"
 
 namespace percolite {
 
@@ -133,8 +134,7 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
   mutable std::mutex snapshots_mu_;
   std::multiset<uint64_t> snapshots_;  // GUARDED_BY(snapshots_mu_): start_ts of open snapshots
 
-  std::mutex sink_mu_;
-  NotificationSink* sink_ = nullptr;  // GUARDED_BY(sink_mu_)
+  SinkSlot sink_;
 
   // Wakes watches: a counter per kind of event.
   std::mutex watch_mu_;

@@ -1084,10 +1084,7 @@ void PgBackend::WriterLoop() {
     }
     if (!ok)
       results.assign(batch.size(), CommitResult{Status::Make(ErrorCode::kStorage, error), 0});
-    if (!written.empty()) {
-      std::lock_guard<std::mutex> lock(sink_mu_);
-      if (sink_) sink_->Offer(written);
-    }
+    sink_.Offer(written);
     if (ok) {
       try {
         Collect(writer_conn_);
@@ -1342,29 +1339,15 @@ std::map<std::pair<std::string, std::string>, uint64_t> PgBackend::CountPendingB
   Result r =
       ReadQuery(this, "SELECT nkey FROM " + Table("notify"), "counting notifications", target_);
   std::map<std::pair<std::string, std::string>, uint64_t> counts;
-  for (int i = 0; i < r.rows(); ++i) {
-    const std::string_view key = r.bytes(i, 0);
-    Cell cell;
-    if (key.size() >= 8 && DecodeCellKey(key.substr(8), &cell)) {
-      ++counts[{cell.family, cell.qualifier}];
-    }
-  }
+  for (int i = 0; i < r.rows(); ++i) CountByColumn(r.bytes(i, 0), &counts);
   return counts;
 }
 
 void PgBackend::SetNotificationSink(NotificationSink* sink) {
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_ != nullptr && sink_ != sink) {
-    throw Error(ErrorCode::kWrongState,
-                "workers are already running on this store handle (one worker pool per handle)");
-  }
-  sink_ = sink;
+  sink_.Set(sink, "workers are already running on this store handle (one worker pool per handle)");
 }
 
-void PgBackend::ClearNotificationSink(NotificationSink* sink) {
-  std::lock_guard<std::mutex> lock(sink_mu_);
-  if (sink_ == sink) sink_ = nullptr;
-}
+void PgBackend::ClearNotificationSink(NotificationSink* sink) { sink_.Clear(sink); }
 
 std::unique_ptr<WorkWatch> PgBackend::WatchForWork() {
   CheckUsable();

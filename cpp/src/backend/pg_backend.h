@@ -79,6 +79,7 @@
 #include "commit_rules.h"
 #include "percolite/backend.h"
 #include "percolite/status.h"
+#include "sink_slot.h"
 
 typedef struct pg_conn PGconn;
 
@@ -198,8 +199,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   std::thread writer_;
   PGconn* writer_conn_ = nullptr;  // the writer thread's own
 
-  std::mutex sink_mu_;
-  NotificationSink* sink_ = nullptr;  // GUARDED_BY(sink_mu_)
+  SinkSlot sink_;
 
   std::atomic<bool> closed_{false};
   mutable std::mutex failed_mu_;
