@@ -53,20 +53,55 @@ def test_postgresql_targets_that_cannot_work_are_clear_errors(postgres_server):
         percolite.open(f"{postgres_server.uri}&colour=blue")
     with pytest.raises(ValueError, match="schema"):
         percolite.open(f"{postgres_server.uri}&schema=Not-A-Name")
-    with pytest.raises(ValueError, match="create=False"):
+    with pytest.raises(percolite.StorageError, match="create=False"):  # as for lmdb
         percolite.open(f"{postgres_server.uri}&schema=never_created", create=False)
+    with pytest.raises(ValueError, match="given twice"):
+        percolite.open(f"{postgres_server.uri}&schema=a&schema=b")
+    for reserved in ("pg_mine", "information_schema"):
+        with pytest.raises(ValueError, match="PostgreSQL's"):
+            percolite.open(f"{postgres_server.uri}&schema={reserved}")
+    with pytest.raises(ValueError, match="restored=True is for lmdb"):
+        percolite.open(f"{postgres_server.uri}&schema=restored", restored=True)
+    # libpq's key=value form where a URI belongs: refused, not made a directory.
+    with pytest.raises(ValueError, match="key=value") as caught:
+        percolite.open("host=localhost port=1 dbname=jobs password=s3cret")
+    assert "s3cret" not in str(caught.value)
+    # Upper-case schemes are schemes (libpq itself takes only lower case).
+    with percolite.open(postgres_server.uri.replace("postgresql://", "POSTGRES://") + "&schema=up"):
+        pass
     # A table of the same name that is not percolite's.
     with psycopg.connect(postgres_server.dsn, autocommit=True) as db:
         db.execute("CREATE SCHEMA IF NOT EXISTS someone_elses")
         db.execute("CREATE TABLE IF NOT EXISTS someone_elses.meta (id int, note text)")
     with pytest.raises(ValueError, match="not a percolite store"):
         percolite.open(f"{postgres_server.uri}&schema=someone_elses")
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as db:
+        db.execute("CREATE SCHEMA IF NOT EXISTS their_cells")
+        db.execute("CREATE TABLE IF NOT EXISTS their_cells.cells (id int)")
+    with pytest.raises(ValueError, match=r"named like one of percolite's \(cells\)"):
+        percolite.open(f"{postgres_server.uri}&schema=their_cells")
+    # A store missing one of its tables is damaged, not new.
+    percolite.open(f"{postgres_server.uri}&schema=half_dropped").close()
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as db:
+        db.execute("DROP TABLE half_dropped.notify")
+    with pytest.raises(percolite.CorruptionError, match="lacks some of its tables"):
+        percolite.open(f"{postgres_server.uri}&schema=half_dropped")
     # Nothing listens on port 1 of the loopback address: refused at once.
     began = time.monotonic()
     with pytest.raises(percolite.StorageError, match="cannot connect") as caught:
         percolite.open("postgresql://me:s3cret@127.0.0.1:1/db")
     assert "s3cret" not in str(caught.value)
     assert time.monotonic() - began < 10
+    # Nor when libpq cannot read the URI and quotes it back.
+    for malformed in (
+        "postgresql://u:SECRETpw@[::1]x/db",
+        "postgresql://u:SECRET%zzpw@127.0.0.1:1/db",
+        "postgresql://u:SECRETpw@[::1/db",
+        "POSTGRESQL://u:SECRETpw@127.0.0.1:1/db?sslmode=nope",
+    ):
+        with pytest.raises((ValueError, percolite.Error)) as caught:
+            percolite.open(malformed)
+        assert "SECRET" not in str(caught.value), str(caught.value)
 
 
 def test_a_wrong_password_is_a_clear_error_that_does_not_show_it(tmp_path):
@@ -97,6 +132,57 @@ def test_status_and_errors_never_show_the_password(postgres_server, tmp_path):
     assert status.returncode == 0, status.stderr
     assert "s3cret" not in status.stdout + status.stderr
     assert "with_password" in status.stdout
+
+
+def _listening(dsn: str) -> int:
+    with psycopg.connect(dsn) as db:
+        return db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN percolite_%'"
+        ).fetchone()[0]
+
+
+def test_workers_listen_again_after_a_server_restart(tmp_path):
+    app = percolite.App("relisten")
+    seen = []
+
+    @app.observer(COL)
+    def observe(tx, row, column):
+        seen.append(row)
+
+    with temporary_postgres(tmp_path) as server:
+        target = f"{server.uri}&schema=relisten"
+        with percolite.open(target, app=app) as workers, percolite.open(target) as writer:
+            workers.start_workers(1)
+            deadline = time.monotonic() + 30
+            while not _listening(server.dsn) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _listening(server.dsn) == 1
+            server.restart()
+            deadline = time.monotonic() + 30
+            while not _listening(server.dsn) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _listening(server.dsn) == 1, "the workers listen again"
+            writer.run(lambda tx: tx.set("after", COL, b"v"))
+            workers.wait(timeout=30)
+            assert seen == [b"after"]
+
+
+def test_parked_work_names_a_command_that_works_when_pasted(postgres_server):
+    app = percolite.App("parks")
+
+    @app.observer(COL, max_attempts=1)
+    def fails(tx, row, column):
+        raise RuntimeError("always")
+
+    target = f"{postgres_server.uri}&schema=parks"
+    with percolite.open(target, app=app) as env:
+        env.run(lambda tx: tx.set("r", COL, b"v"))
+        env.start_workers(1)
+        with pytest.raises(percolite.WorkParked) as caught:
+            env.wait(timeout=60)
+    message = str(caught.value)
+    # Quoted for the shell: the URI's & would otherwise end the command.
+    assert f"`percolite status '{env.path}'`" in message
 
 
 def _increments_until(env, stop, done, errors):

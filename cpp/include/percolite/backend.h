@@ -343,6 +343,10 @@ struct PgTarget {
   std::string schema;
   std::string display;
   double poll_interval = 0;  // seconds; 0: wake-ups by LISTEN/NOTIFY
+  // The password as written in the target (and decoded), to keep out of
+  // messages: Hide replaces each occurrence in `text` with ***.
+  std::vector<std::string> secrets;
+  std::string Hide(std::string text) const;
 };
 
 // Reads a postgresql:// (or postgres://) URI; percolite's own query

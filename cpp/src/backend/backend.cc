@@ -203,6 +203,23 @@ bool SplitScheme(const std::string& target, std::string* scheme, std::string* re
   return true;
 }
 
+// "host=db user=app ..." (libpq's key=value form), which would otherwise
+// name a directory.
+bool LooksLikeConnectionString(std::string_view target) {
+  static const char* const kKeywords[] = {"host",    "hostaddr",       "port",    "dbname",
+                                          "user",    "password",       "sslmode", "service",
+                                          "options", "connect_timeout"};
+  const size_t start = target.find_first_not_of(' ');
+  if (start == std::string_view::npos) return false;
+  for (const char* keyword : kKeywords) {
+    const std::string_view k(keyword);
+    if (target.compare(start, k.size(), k) != 0) continue;
+    const size_t next = target.find_first_not_of(' ', start + k.size());
+    if (next != std::string_view::npos && target[next] == '=') return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::string> BackendNames() {
@@ -224,6 +241,12 @@ BackendTarget ParseTarget(const std::string& target, const std::string& backend)
                 "unknown backend '" + backend + "': percolite has " + KnownNames());
   }
   std::string scheme, rest = target;
+  if (LooksLikeConnectionString(target)) {
+    // Not echoed: it may hold a password.
+    throw Error(ErrorCode::kInvalidArgument,
+                "the target looks like a libpq key=value connection string; percolite opens a "
+                "PostgreSQL store by URI: postgresql://user@host/database?schema=NAME");
+  }
   if (target == ":memory:") {
     scheme = "memory";
     rest.clear();

@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "fork_guard.h"
 
@@ -62,8 +63,14 @@ std::string PercentDecode(std::string_view text) {
   return out;
 }
 
+// The tables of a store, in its schema.
+constexpr const char* kTables[] = {"meta", "clock",   "cells",  "notify",
+                                   "acks", "garbage", "handles"};
+
 bool ValidSchema(std::string_view name) {
   if (name.empty() || name.size() > 40) return false;
+  // PostgreSQL's own schemas.
+  if (name.substr(0, 3) == "pg_" || name == "information_schema") return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
     const bool ok = (c >= 'a' && c <= 'z') || c == '_' || (i > 0 && c >= '0' && c <= '9');
@@ -201,6 +208,17 @@ void Rollback(PGconn* conn) { PQclear(PQexec(conn, "ROLLBACK")); }
 
 // ---------------------------------------------------------------------------
 
+std::string PgTarget::Hide(std::string text) const {
+  for (const std::string& secret : secrets) {
+    if (secret.empty()) continue;
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at)) {
+      text.replace(at, secret.size(), "***");
+      at += 3;
+    }
+  }
+  return text;
+}
+
 PgTarget ParsePgTarget(const std::string& target) {
   const size_t scheme_end = target.find("://");
   const std::string scheme =
@@ -212,8 +230,27 @@ PgTarget ParsePgTarget(const std::string& target) {
   PgTarget out;
   out.schema = "percolite";
   const size_t query = target.find('?');
-  std::string base = target.substr(0, query);
+  // The scheme as libpq wants it (it takes only lower case).
+  std::string base = "postgresql://" + target.substr(scheme_end + 3, query == std::string::npos
+                                                                         ? std::string::npos
+                                                                         : query - scheme_end - 3);
+  // The password, wherever it is, to keep out of every message: in the
+  // user info (user:secret@host) and in a password= parameter.
+  {
+    const size_t start = scheme_end + 3;
+    const size_t end = std::min(target.find('/', start), query);
+    const size_t at = target.rfind('@', end == std::string::npos ? target.size() : end);
+    if (at != std::string::npos && at >= start) {
+      const size_t colon = target.find(':', start);
+      if (colon != std::string::npos && colon < at) {
+        const std::string secret = target.substr(colon + 1, at - colon - 1);
+        out.secrets.push_back(secret);
+        out.secrets.push_back(PercentDecode(secret));
+      }
+    }
+  }
   std::vector<std::string> kept, shown;
+  bool seen_schema = false, seen_poll = false;
   if (query != std::string::npos) {
     std::string_view rest = std::string_view(target).substr(query + 1);
     while (!rest.empty()) {
@@ -225,6 +262,15 @@ PgTarget ParsePgTarget(const std::string& target) {
       const std::string name = PercentDecode(pair.substr(0, eq));
       const std::string value =
           eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1));
+      if (name == "password") {
+        out.secrets.emplace_back(pair.substr(eq + 1));
+        out.secrets.push_back(value);
+      }
+      if ((name == "poll_interval" && std::exchange(seen_poll, true)) ||
+          (name == "schema" && std::exchange(seen_schema, true))) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    name + " is given twice in the postgresql target: give it once");
+      }
       if (name == "poll_interval") {
         char* end = nullptr;
         const double seconds = std::strtod(value.c_str(), &end);
@@ -243,7 +289,8 @@ PgTarget ParsePgTarget(const std::string& target) {
           throw Error(ErrorCode::kInvalidArgument,
                       "schema '" + value +
                           "' in the postgresql target: a schema name is 1 to 40 characters of "
-                          "[a-z0-9_], starting with a letter or _");
+                          "[a-z0-9_], starting with a letter or _, and not one of PostgreSQL's "
+                          "own (pg_*, information_schema)");
         }
         out.schema = value;
         shown.emplace_back(pair);
@@ -274,7 +321,7 @@ PgTarget ParsePgTarget(const std::string& target) {
     if (message) PQfreemem(message);
     while (!why.empty() && why.back() == '\n') why.pop_back();
     throw Error(ErrorCode::kInvalidArgument,
-                "the postgresql target '" + out.display + "' is not a valid URI: " + why);
+                "the postgresql target '" + out.display + "' is not a valid URI: " + out.Hide(why));
   }
   PQconninfoFree(options);
   return out;
@@ -344,7 +391,7 @@ PGconn* PgBackend::Connect() const {
   }
   PGconn* conn = PQconnectdb(conninfo.c_str());
   if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
-    std::string why = ServerMessage(conn);
+    std::string why = target_.Hide(ServerMessage(conn));
     PQfinish(conn);
     throw Error(ErrorCode::kStorage,
                 "cannot connect to the postgresql server of '" + target_.display + "': " + why);
@@ -414,6 +461,11 @@ std::string PgBackend::Table(const char* name) const {
 std::shared_ptr<PgBackend> PgBackend::Open(const std::string& target,
                                            const BackendOptions& options) {
   InstallForkGeneration();
+  if (options.restored) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "restored=True is for lmdb stores (a data file put back from a copy); a "
+                "postgresql store's backups and restores are the server's");
+  }
   std::shared_ptr<PgBackend> backend(new PgBackend(ParsePgTarget(target), options));
   {
     Lease lease = backend->Borrow();
@@ -448,7 +500,22 @@ void PgBackend::CreateOrCheckSchema(PGconn* conn, bool create) {
     // to_regclass: NULL when the table does not exist, without an error.
     Result exists = Exec(conn, "SELECT to_regclass('" + meta + "') IS NOT NULL",
                          "looking for the store", target_);
-    if (exists.bytes(0, 0)[0] == 0) return std::string();  // no store
+    std::string table_list;
+    for (const char* table : kTables) {
+      table_list += std::string(table_list.empty() ? "'" : ", '") + table + "'";
+    }
+    Result found =
+        Exec(conn,
+             "SELECT table_name::text FROM information_schema.tables WHERE "
+             "table_schema = '" +
+                 target_.schema + "' AND table_name IN (" + table_list + ") ORDER BY table_name",
+             "looking for the store", target_);
+    if (exists.bytes(0, 0)[0] == 0) {
+      if (found.rows() == 0) return std::string();  // no store: one may be created
+      return "schema " + target_.schema + " holds a table named like one of percolite's (" +
+             std::string(found.bytes(0, 0)) +
+             ") but no percolite store: choose another schema (?schema=NAME in the target)";
+    }
     Result columns = Exec(
         conn,
         "SELECT count(*) FROM information_schema.columns WHERE table_schema = '" + target_.schema +
@@ -475,14 +542,21 @@ void PgBackend::CreateOrCheckSchema(PGconn* conn, bool create) {
              std::string(format.bytes(0, 0)) + "'; this version of percolite reads format " +
              std::string(kFormat);
     }
+    if (static_cast<size_t>(found.rows()) != std::size(kTables)) {
+      throw Error(ErrorCode::kCorruption,
+                  "the store in schema " + target_.schema + " of '" + target_.display +
+                      "' lacks some of its tables (it has " + std::to_string(found.rows()) +
+                      " of " + std::to_string(std::size(kTables)) +
+                      "): were they dropped? restore the schema from a backup");
+    }
     return std::nullopt;  // a store of this format
   };
   std::optional<std::string> problem = check();
   if (!problem) return;
   if (!problem->empty()) throw Error(ErrorCode::kInvalidArgument, *problem);
   if (!create) {
-    throw Error(ErrorCode::kInvalidArgument, "no percolite store in schema " + target_.schema +
-                                                 " of '" + target_.display + "', and create=False");
+    throw Error(ErrorCode::kStorage, "no percolite store in schema " + target_.schema + " of '" +
+                                         target_.display + "', and create=False");
   }
   // Created in one transaction, under a lock, so openers racing to create it
   // take turns and the second finds it whole.
@@ -760,9 +834,13 @@ class PgWorkWatch final : public WorkWatch {
   }
 
   unsigned Wait(int timeout_ms) override {
-    unsigned events = Drain();
-    if (events != kTimeout) return events;
-    pollfd fds[2] = {{PQsocket(conn_), POLLIN, 0}, {interrupt_fd_, POLLIN, 0}};
+    // Not listening (the server went away, and was not back at the last
+    // try): try again now; while it stays away, wait on Interrupt alone and
+    // say work may exist, so the scanner looks as often as it waits.
+    const bool listening = PQstatus(conn_) == CONNECTION_OK || Reconnect();
+    unsigned events = listening ? Drain() : kCommitted;
+    if (listening && events != kTimeout) return events;
+    pollfd fds[2] = {{listening ? PQsocket(conn_) : -1, POLLIN, 0}, {interrupt_fd_, POLLIN, 0}};
     const int ready = ::poll(fds, 2, std::max(0, timeout_ms));
     if (ready > 0 && (fds[1].revents & POLLIN)) {
       uint64_t count;
@@ -797,16 +875,20 @@ class PgWorkWatch final : public WorkWatch {
     return events;
   }
 
-  void Reconnect() {
+  // Listens on a new connection; false when the server cannot be reached
+  // (the broken connection stays, and the next Wait tries again).
+  bool Reconnect() {
+    PGconn* fresh = nullptr;
     try {
-      PGconn* fresh = store_->Connect();
+      fresh = store_->Connect();
       Exec(fresh, "LISTEN " + store_->channel(), "listening for commits", store_->target());
-      PQfinish(conn_);
-      conn_ = fresh;
     } catch (const Error&) {
-      // Keep the broken one: the next Wait tries again after its timeout.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      PQfinish(fresh);
+      return false;
     }
+    PQfinish(conn_);
+    conn_ = fresh;
+    return true;
   }
 
   std::shared_ptr<PgBackend> store_;
