@@ -578,8 +578,8 @@ class Env:
         raise WorkParked(
             f"nothing left to run but parked work, {len(parked)} in all ({', '.join(parts)}), "
             f"which failed on every attempt; see env.parked() or `percolite status "
-            f"{shlex.quote(self.path)}`, fix the cause, then env.retry_parked() or `percolite retry "
-            f"{shlex.quote(self.path)}`",
+            f"{shlex.quote(self.path)}`, fix the cause, then env.retry_parked() or "
+            f"`percolite retry {shlex.quote(self.path)}`",
             parked=len(parked),
             by_observer=by_observer,
         )
