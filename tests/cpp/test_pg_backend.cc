@@ -4,8 +4,10 @@
 // test server is given (PERCOLITE_TEST_POSTGRES; scripts/test.sh starts one).
 #include <libpq-fe.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "backend/pg_backend.h"
 #include "percolite/backend.h"
@@ -161,6 +163,34 @@ TEST_CASE("With poll_interval, workers poll instead of listening", "[backend][po
   REQUIRE(backend->Commit(backend->BeginSnapshot()->start_ts(), {SetOf("r", "v")}, {}).status.ok());
   CHECK(ReadNow(*backend, "r") == "v");
   watch.reset();
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("A purge in the batch of the write it purges removes it", "[backend][postgresql]") {
+  if (TestPostgres().empty()) {
+    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
+    return;
+  }
+  TempDir dir;
+  auto backend = OpenBackend(percolite_test::TargetFor(dir, "postgresql"), "", FastOptions());
+  for (int round = 0; round < 20; ++round) {
+    const std::string row = "k" + std::to_string(round);
+    const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
+    std::atomic<int> done{0};
+    // Submitted together, so the writer takes them into one batch (most rounds).
+    backend->CommitAsync(start_ts, {SetOf(row, "v")}, {},
+                         [&](const percolite::CommitResult& r) { done += r.status.ok(); });
+    Mutation purge{percolite::EncodeCellKey({row, "f", "q"})};
+    purge.purge = true;
+    backend->CommitAsync(start_ts, {purge}, {},
+                         [&](const percolite::CommitResult& r) { done += r.status.ok(); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (done < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(done == 2);
+    CHECK(ReadNow(*backend, row) == std::nullopt);
+  }
   backend->ReleaseHandle();
 }
 

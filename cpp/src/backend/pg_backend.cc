@@ -578,7 +578,7 @@ void PgBackend::CreateOrCheckSchema(PGconn* conn, bool create) {
               "CREATE INDEX cells_key ON " + s + ".cells (" PREFIX("key") ", ts);" +
               "CREATE TABLE " + s + ".notify (nkey bytea NOT NULL, stamp bigint NOT NULL);" +
               "CREATE UNIQUE INDEX notify_key ON " + s + ".notify (sha256(nkey));" +
-              "CREATE INDEX notify_order ON " + s + ".notify (" PREFIX("nkey") ", nkey);" +
+              "CREATE INDEX notify_order ON " + s + ".notify (" PREFIX("nkey") ");" +
               "CREATE TABLE " + s + ".acks (key bytea NOT NULL, ts bigint NOT NULL);" +
               "CREATE UNIQUE INDEX acks_key ON " + s + ".acks (sha256(key));" +
               "CREATE INDEX cells_purged ON " + s +
@@ -639,38 +639,74 @@ bool PgBackend::ReconnectWriter() {
 
 bool PgBackend::CommitSettled(std::vector<Request>& batch, std::vector<CommitResult>* results,
                               std::vector<Notification>* written, std::string* error) {
-  for (;;) {
+  // A batch that the server drops the connection over every time (too large
+  // a message, say) is given up after a few tries: its callers are told it
+  // did not commit (it did not: each try was settled), and a batch of
+  // several is then tried one commit at a time.
+  constexpr int kMaxDrops = 3;
+  for (int drops = 0;; ++drops) {
+    if (drops == kMaxDrops) {
+      results->clear();
+      written->clear();
+      *error = "postgresql (" + target_.display + "): the connection dropped " +
+               std::to_string(kMaxDrops) + " times during this commit's batch (last: " + *error +
+               "); it was not applied";
+      return false;
+    }
+    if (Failed()) {
+      results->clear();
+      written->clear();
+      *error = FailedWhy();
+      return false;
+    }
     std::string token;
     std::random_device random;
     for (int i = 0; i < 2; ++i) AppendUint64BE(&token, (uint64_t{random()} << 32) | random());
+    const int old_session = PQbackendPID(writer_conn_);
     if (CommitBatch(writer_conn_, batch, token, results, written, error)) return true;
     if (PQstatus(writer_conn_) == CONNECTION_OK) {
       results->clear();  // the server refused the batch: nothing of it applied
+      written->clear();
       return false;
     }
-    // The connection dropped somewhere in the batch, perhaps during COMMIT:
-    // reconnect and read this handle's token to settle what happened, so no
-    // caller is told a guess.
-    if (!ReconnectWriter()) {
-      Fail("postgresql (" + target_.display + "): the connection was lost (" + *error +
-           ") and the server did not come back within " + std::to_string(kReconnectSeconds) +
-           " s; whether the last commits were applied is unknown: open the store again");
-      results->clear();
-      return false;
-    }
-    try {
-      Params p;
-      p.Bytes(handle_id_);
-      Result r = Exec(writer_conn_, "SELECT token FROM " + Table("handles") + " WHERE id = $1", p,
-                      "settling a commit cut off by a lost connection", target_);
-      if (r.rows() > 0 && !r.null(0, 0) && r.bytes(0, 0) == token) {
-        batches_.fetch_add(1);
-        return true;  // it committed: the results computed for it stand
+    // The connection dropped somewhere in the batch, perhaps during COMMIT.
+    // Settle what happened before anyone is told: reconnect, and read this
+    // handle's token. The old session may still be alive on the server,
+    // holding the counter row's lock (it takes it first); it is ended, and
+    // the token read under that lock, so its commit is over either way.
+    for (;;) {
+      if (!ReconnectWriter()) {
+        Fail("postgresql (" + target_.display + "): the connection was lost (" + *error +
+             ") and the server did not come back within " + std::to_string(kReconnectSeconds) +
+             " s; whether the last commits were applied is unknown: open the store again");
+        results->clear();
+        written->clear();
+        return false;
       }
-    } catch (const Error&) {
-      continue;  // lost again: reconnect and look again
+      try {
+        Params pid;
+        pid.Int8(static_cast<uint64_t>(old_session));
+        Exec(writer_conn_, "SELECT pg_terminate_backend($1::int8::int)", pid,
+             "ending the session a lost connection left", target_);
+        Exec(writer_conn_, "BEGIN", "settling a commit cut off by a lost connection", target_);
+        Exec(writer_conn_, "SELECT ts FROM " + Table("clock") + " WHERE id = 1 FOR UPDATE",
+             "settling a commit cut off by a lost connection", target_);
+        Params p;
+        p.Bytes(handle_id_);
+        Result r = Exec(writer_conn_, "SELECT token FROM " + Table("handles") + " WHERE id = $1", p,
+                        "settling a commit cut off by a lost connection", target_);
+        Exec(writer_conn_, "COMMIT", "settling a commit cut off by a lost connection", target_);
+        if (r.rows() > 0 && !r.null(0, 0) && r.bytes(0, 0) == token) {
+          batches_.fetch_add(1);
+          return true;  // it committed: the results computed for it stand
+        }
+        break;  // not committed: run the batch again, validated anew
+      } catch (const Error&) {
+        if (PQstatus(writer_conn_) == CONNECTION_OK) Rollback(writer_conn_);
+        // Lost again, or refused: reconnect and read the same token again.
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
-    // Not committed: run the batch again, validated anew.
   }
 }
 
@@ -683,6 +719,16 @@ void PgBackend::Heartbeat() {
   } catch (const Error&) {
     // The next batch or heartbeat tries again.
   }
+}
+
+bool PgBackend::Failed() const {
+  std::lock_guard<std::mutex> lock(failed_mu_);
+  return !failed_.empty();
+}
+
+std::string PgBackend::FailedWhy() const {
+  std::lock_guard<std::mutex> lock(failed_mu_);
+  return failed_;
 }
 
 void PgBackend::Fail(const std::string& why) {
@@ -1060,6 +1106,12 @@ void PgBackend::ForgetSnapshot(uint64_t start_ts) {
   if (it != snapshots_.end()) snapshots_.erase(it);
 }
 
+void PgBackend::ForgetPending(uint64_t start_ts) {
+  std::lock_guard<std::mutex> lock(snapshots_mu_);
+  auto it = pending_starts_.find(start_ts);
+  if (it != pending_starts_.end()) pending_starts_.erase(it);
+}
+
 uint64_t PgBackend::Horizon(uint64_t clock) {
   std::lock_guard<std::mutex> lock(snapshots_mu_);
   // A snapshot being begun may read any counter value from the last
@@ -1067,6 +1119,7 @@ uint64_t PgBackend::Horizon(uint64_t clock) {
   if (beginning_ > 0) return horizon_;
   uint64_t h = clock;
   if (!snapshots_.empty()) h = std::min(h, *snapshots_.begin());
+  if (!pending_starts_.empty()) h = std::min(h, *pending_starts_.begin());
   horizon_ = std::max(horizon_, h);
   return horizon_;
 }
@@ -1076,8 +1129,9 @@ void PgBackend::Publish(PGconn* conn, uint64_t clock, const std::string* token) 
   p.Bytes(handle_id_).Int8(Horizon(clock));
   if (token != nullptr) p.Bytes(*token);
   Exec(conn,
-       "INSERT INTO " + Table("handles") + " VALUES ($1, $2, now()" + (token ? ", $3" : ", NULL") +
-           ") ON CONFLICT (id) DO UPDATE SET horizon = excluded.horizon, seen = now()" +
+       "INSERT INTO " + Table("handles") + " VALUES ($1, $2, clock_timestamp()" +
+           (token ? ", $3" : ", NULL") +
+           ") ON CONFLICT (id) DO UPDATE SET horizon = excluded.horizon, seen = clock_timestamp()" +
            (token ? ", token = excluded.token" : ""),
        p, "publishing the oldest snapshot", target_);
 }
@@ -1090,7 +1144,7 @@ void PgBackend::Collect(PGconn* conn) {
   Result r = Exec(
       conn,
       "WITH h AS (SELECT min(horizon) AS ts FROM " + Table("handles") +
-          " WHERE seen > now() - interval '" + std::to_string(kHandleLeaseSeconds) +
+          " WHERE seen > clock_timestamp() - interval '" + std::to_string(kHandleLeaseSeconds) +
           " seconds'), g AS (DELETE FROM " + Table("garbage") +
           " WHERE ts <= (SELECT ts FROM h) RETURNING key, ts), gone AS (DELETE FROM " + cells +
           " c USING g WHERE " PREFIX("c.key") " = " PREFIX("g.key") " AND c.key = g.key AND "
@@ -1107,8 +1161,17 @@ void PgBackend::CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations, 
                             CommitCallback done) {
   CheckUsable();
   {
+    // Its start_ts holds back collection until it is decided, as an open
+    // snapshot would: a tombstone its validation needs stays.
+    std::lock_guard<std::mutex> lock(snapshots_mu_);
+    pending_starts_.insert(start_ts);
+  }
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) throw Error(ErrorCode::kClosed, "committing: the postgresql store is closed");
+    if (stopping_) {
+      ForgetPending(start_ts);
+      throw Error(ErrorCode::kClosed, "committing: the postgresql store is closed");
+    }
     queue_.push_back(Request{start_ts, std::move(mutations), std::move(extras), std::move(done)});
   }
   cv_.notify_one();
@@ -1178,6 +1241,7 @@ void PgBackend::WriterLoop() {
       if (results[i].status.ok()) commits_.fetch_add(1);
       if (results[i].status.code() == ErrorCode::kConflict) conflicts_.fetch_add(1);
       batch[i].done(results[i]);
+      ForgetPending(batch[i].start_ts);
     }
   }
 }
@@ -1193,6 +1257,10 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std
                        "SELECT c.ts, m.value FROM " + Table("clock") + " c, " + Table("meta") +
                            " m WHERE c.id = 1 AND m.name = 'observed' FOR UPDATE OF c",
                        "committing", target_);
+    if (head.rows() != 1) {
+      throw Error(ErrorCode::kCorruption, "the store in schema " + target_.schema +
+                                              " has no counter or no observed-columns record");
+    }
     uint64_t ts = head.int8(0, 0);
     StrongColumns strong;
     if (!strong.Load(head.bytes(0, 1))) {
@@ -1259,26 +1327,7 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std
       }
       results->push_back(result);
     }
-    // The writes: purges first (they never touch a cell this batch writes).
-    if (!tables.purge_keys.empty()) {
-      Params p;
-      p.ByteaArray(tables.purge_keys).Int8Array(tables.purge_ts);
-      Exec(conn,
-           "UPDATE " + Table("cells") +
-               " c SET purged_ts = p.ts FROM unnest($1::bytea[], $2::int8[]) AS p(key, ts) "
-               "WHERE " PREFIX("c.key") " = " PREFIX("p.key") " AND c.key = p.key AND "
-               "c.purged_ts IS NULL",
-           p, "committing", target_);
-    }
-    for (const PgTables::Range& range : tables.ranges) {
-      Params p;
-      p.Bytes(range.from).Bytes(range.end).Int8(range.ts);
-      Exec(conn,
-           "UPDATE " + Table("cells") +
-               " SET purged_ts = $3 WHERE " PREFIX("key") " >= " PREFIX("$1::bytea") " AND " PREFIX(
-                   "key") " <= " PREFIX("$2::bytea") " AND key >= $1 AND key < $2 AND purged_ts IS NULL",
-           p, "committing", target_);
-    }
+    // The writes: the batch's versions first.
     if (!tables.cell_keys.empty()) {
       Params p;
       p.ByteaArray(tables.cell_keys)
@@ -1290,6 +1339,29 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std
                " (key, ts, state, value) SELECT k, t, s::smallint, v FROM "
                "unnest($1::bytea[], $2::int8[], $3::int8[], $4::bytea[]) AS u(k, t, s, v)",
            p, "committing", target_);
+    }
+    // Then the purges, each over the versions written before it (earlier
+    // batches, and earlier commits of this one; never its own commit's or a
+    // later one's writes), each version keeping the earliest purge's ts.
+    if (!tables.purge_keys.empty()) {
+      Params p;
+      p.ByteaArray(tables.purge_keys).Int8Array(tables.purge_ts);
+      Exec(conn,
+           "UPDATE " + Table("cells") +
+               " c SET purged_ts = p.ts FROM (SELECT key, min(ts) AS ts FROM "
+               "unnest($1::bytea[], $2::int8[]) AS u(key, ts) GROUP BY key) AS p WHERE " PREFIX(
+                   "c.key") " = " PREFIX("p.key") " AND c.key = p.key AND c.ts < p.ts AND "
+                                                  "(c.purged_ts IS NULL OR c.purged_ts > p.ts)",
+           p, "committing", target_);
+    }
+    const std::string purge_range =
+        "UPDATE " + Table("cells") + " SET purged_ts = $3 WHERE " +
+        PREFIX("key") " >= " PREFIX("$1::bytea") " AND " PREFIX("key") " <= " PREFIX("$2::bytea") +
+        " AND key >= $1 AND key < $2 AND ts < $3 AND (purged_ts IS NULL OR purged_ts > $3)";
+    for (const PgTables::Range& range : tables.ranges) {
+      Params p;
+      p.Bytes(range.from).Bytes(range.end).Int8(range.ts);
+      Exec(conn, purge_range, p, "committing", target_);
     }
     std::vector<std::string> put_keys, removed;
     std::vector<uint64_t> put_stamps;

@@ -56,7 +56,12 @@
 //   reconnects and reads the token back: the batch committed (its callers
 //   are told so) or it did not (it runs again, validated anew). No caller
 //   is told a guess; a server gone for longer makes the backend refuse
-//   every call (kStorage).
+//   every call (kStorage). The token is read under the counter row's lock,
+//   after ending the old session, so a COMMIT still in flight on the server
+//   is over before it is read. A batch the connection drops over three
+//   times is reported not committed (each try was settled).
+// - Collection never removes what a commit still waiting in the queue needs:
+//   its start_ts holds back this handle's horizon until it is decided.
 //
 // Not yet: a notification's pending state is read as
 // of now, not as of the snapshot (NotificationStamp reports a notification
@@ -142,6 +147,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   const PgTarget& target() const { return target_; }
   // Called by a snapshot when it is released.
   void ForgetSnapshot(uint64_t start_ts);
+  void ForgetPending(uint64_t start_ts);
   // Opens a new connection (kStorage naming the server on failure).
   PGconn* Connect() const;
 
@@ -172,6 +178,8 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
                      std::vector<Notification>* written, std::string* error);
   bool ReconnectWriter();
   void Fail(const std::string& why);
+  bool Failed() const;
+  std::string FailedWhy() const;
   // Collecting old versions (see the header comment).
   // The oldest start_ts a snapshot of this handle has or may get, given the
   // counter read at `clock`; never moves back.
@@ -210,7 +218,10 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   std::mutex snapshots_mu_;
   std::multiset<uint64_t> snapshots_;  // GUARDED_BY(snapshots_mu_): open snapshots' start_ts
   int beginning_ = 0;                  // GUARDED_BY(snapshots_mu_): snapshots being begun
-  uint64_t horizon_ = 0;               // GUARDED_BY(snapshots_mu_): last one published
+  // start_ts of commits submitted and not yet decided (their snapshots are
+  // released by then, and their validation still needs what they saw).
+  std::multiset<uint64_t> pending_starts_;  // GUARDED_BY(snapshots_mu_)
+  uint64_t horizon_ = 0;                    // GUARDED_BY(snapshots_mu_): last one published
 };
 
 }  // namespace percolite
