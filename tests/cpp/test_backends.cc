@@ -25,26 +25,10 @@ using percolite_test::ErrorCodeOf;
 using percolite_test::FastOptions;
 using percolite_test::TempDir;
 
-std::string Key(const std::string& row) { return percolite::EncodeCellKey({row, "f", "q"}); }
-
-Mutation SetOf(const std::string& row, const std::string& value) {
-  return Mutation{Key(row), /*is_delete=*/false, value};
-}
-
-std::optional<std::string> ReadNow(Backend& backend, const std::string& row) {
-  auto snapshot = backend.BeginSnapshot();
-  return snapshot->Get(Key(row));
-}
-
-// The error message of what `body` throws ("" when it throws nothing).
-std::string MessageOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const percolite::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using percolite_test::Key;
+using percolite_test::MessageOf;
+using percolite_test::ReadNow;
+using percolite_test::SetOf;
 
 }  // namespace
 

@@ -21,28 +21,14 @@ using percolite::ParsePgTarget;
 using percolite::WorkWatch;
 using percolite_test::ErrorCodeOf;
 using percolite_test::FastOptions;
+using percolite_test::HaveTestPostgres;
+using percolite_test::MessageOf;
+using percolite_test::ReadNow;
+using percolite_test::SetOf;
 using percolite_test::TempDir;
 using percolite_test::TestPostgres;
 
 namespace {
-
-std::string MessageOf(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const percolite::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-Mutation SetOf(const std::string& row, const std::string& value) {
-  return Mutation{percolite::EncodeCellKey({row, "f", "q"}), false, value};
-}
-
-std::optional<std::string> ReadNow(percolite::Backend& backend, const std::string& row) {
-  auto snapshot = backend.BeginSnapshot();
-  return snapshot->Get(percolite::EncodeCellKey({row, "f", "q"}));
-}
 
 // Runs SQL on the test server.
 void RunSql(const std::string& sql) {
@@ -101,10 +87,7 @@ TEST_CASE("Nothing listening is a storage error naming the server, without the p
 
 TEST_CASE("Handles on one postgresql store share it as processes on several machines would",
           "[backend][postgresql]") {
-  if (TestPostgres().empty()) {
-    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
-    return;
-  }
+  if (!HaveTestPostgres()) return;
   TempDir dir;
   const std::string target = percolite_test::TargetFor(dir, "postgresql");
   BackendOptions no_create = FastOptions();
@@ -143,10 +126,7 @@ TEST_CASE("Handles on one postgresql store share it as processes on several mach
 }
 
 TEST_CASE("With poll_interval, workers poll instead of listening", "[backend][postgresql]") {
-  if (TestPostgres().empty()) {
-    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
-    return;
-  }
+  if (!HaveTestPostgres()) return;
   TempDir dir;
   const std::string target = percolite_test::TargetFor(dir, "postgresql") + "&poll_interval=0.2";
   auto backend = OpenBackend(target, "", FastOptions());
@@ -167,10 +147,7 @@ TEST_CASE("With poll_interval, workers poll instead of listening", "[backend][po
 }
 
 TEST_CASE("A purge in the batch of the write it purges removes it", "[backend][postgresql]") {
-  if (TestPostgres().empty()) {
-    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
-    return;
-  }
+  if (!HaveTestPostgres()) return;
   TempDir dir;
   auto backend = OpenBackend(percolite_test::TargetFor(dir, "postgresql"), "", FastOptions());
   for (int round = 0; round < 20; ++round) {
@@ -196,10 +173,7 @@ TEST_CASE("A purge in the batch of the write it purges removes it", "[backend][p
 
 TEST_CASE("A schema holding someone else's tables is refused, never reinterpreted",
           "[backend][postgresql]") {
-  if (TestPostgres().empty()) {
-    WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
-    return;
-  }
+  if (!HaveTestPostgres()) return;
   RunSql(
       "CREATE SCHEMA IF NOT EXISTS theirs; CREATE TABLE IF NOT EXISTS theirs.meta (id int, note "
       "text)");

@@ -144,6 +144,34 @@ inline percolite::ErrorCode ErrorCodeOf(const std::function<void()>& body) {
   return percolite::ErrorCode::kOk;
 }
 
+// The error message of what `body` throws ("" when it throws nothing).
+inline std::string MessageOf(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const percolite::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Backend-level helpers: the encoded key of `row` in column f:q, a set of
+// it, and its value in a snapshot begun now.
+inline std::string Key(const std::string& row) { return percolite::EncodeCellKey({row, "f", "q"}); }
+inline percolite::Mutation SetOf(const std::string& row, const std::string& value) {
+  return percolite::Mutation{Key(row), /*is_delete=*/false, value};
+}
+inline std::optional<std::string> ReadNow(percolite::Backend& backend, const std::string& row) {
+  return backend.BeginSnapshot()->Get(Key(row));
+}
+
+// False, with a warning, when no test server is given (scripts/test.sh
+// always gives one): a postgresql-only test then has nothing to run on.
+inline bool HaveTestPostgres() {
+  if (!TestPostgres().empty()) return true;
+  WARN("no test server (PERCOLITE_TEST_POSTGRES): scripts/test.sh starts one");
+  return false;
+}
+
 inline percolite::CellRef Ref(const percolite::Cell& cell) {
   return percolite::CellRef{cell.row, cell.family, cell.qualifier};
 }

@@ -480,6 +480,21 @@ std::shared_ptr<PgBackend> PgBackend::Open(const std::string& target,
 PgBackend::PgBackend(PgTarget target, const BackendOptions& options)
     : target_(std::move(target)), options_(options), fork_generation_(ForkGeneration()) {
   channel_ = "percolite_" + target_.schema;
+  const std::string cells = Table("cells");
+  const std::string visible = " AND ts <= $2 AND (purged_ts IS NULL OR purged_ts > $2)";
+  snapshot_sql_.get = "SELECT state, value FROM " + cells +
+                      " WHERE " PREFIX("key") " = " PREFIX("$1::bytea") " AND key = $1" + visible +
+                      " ORDER BY ts DESC LIMIT 1";
+  for (int exclusive = 0; exclusive < 2; ++exclusive) {
+    for (int bounded = 0; bounded < 2; ++bounded) {
+      snapshot_sql_.visit[exclusive][bounded] =
+          "SELECT DISTINCT ON (" PREFIX("key") ", key) key, state, value FROM " + cells +
+          " WHERE " PREFIX("key") " >= " PREFIX("$1::bytea") " AND key " +
+          (exclusive ? ">" : ">=") + " $1" + visible +
+          (bounded ? " AND " PREFIX("key") " <= " PREFIX("$4::bytea") " AND key < $4" : "") +
+          " ORDER BY " PREFIX("key") ", key, ts DESC LIMIT $3";
+    }
+  }
   std::random_device random;
   for (int i = 0; i < 4; ++i) AppendUint64BE(&handle_id_, (uint64_t{random()} << 32) | random());
 }
@@ -772,30 +787,14 @@ namespace {
 class PgSnapshot final : public Snapshot {
  public:
   PgSnapshot(std::shared_ptr<PgBackend> store, uint64_t start_ts)
-      : Snapshot(start_ts), store_(std::move(store)) {
-    const std::string cells = store_->Table("cells");
-    const std::string visible = " AND ts <= $2 AND (purged_ts IS NULL OR purged_ts > $2)";
-    get_sql_ = "SELECT state, value FROM " + cells +
-               " WHERE " PREFIX("key") " = " PREFIX("$1::bytea") " AND key = $1" + visible +
-               " ORDER BY ts DESC LIMIT 1";
-    for (int exclusive = 0; exclusive < 2; ++exclusive) {
-      for (int bounded = 0; bounded < 2; ++bounded) {
-        visit_sql_[exclusive][bounded] =
-            "SELECT DISTINCT ON (" PREFIX("key") ", key) key, state, value FROM " + cells +
-            " WHERE " PREFIX("key") " >= " PREFIX("$1::bytea") " AND key " +
-            (exclusive ? ">" : ">=") + " $1" + visible +
-            (bounded ? " AND " PREFIX("key") " <= " PREFIX("$4::bytea") " AND key < $4" : "") +
-            " ORDER BY " PREFIX("key") ", key, ts DESC LIMIT $3";
-      }
-    }
-  }
+      : Snapshot(start_ts), store_(std::move(store)), sql_(store_->snapshot_sql()) {}
   ~PgSnapshot() override { Release(); }
 
   std::optional<std::string> Get(std::string_view encoded_key) override {
     CheckOpen("reading from");
     Params params;
     params.Bytes(encoded_key).Int8(start_ts());
-    Result r = ReadQuery(store_.get(), get_sql_, params, "reading a cell", store_->target());
+    Result r = ReadQuery(store_.get(), sql_.get, params, "reading a cell", store_->target());
     if (r.rows() == 0 || r.int2(0, 0) != kLive) return std::nullopt;
     return std::string(r.bytes(0, 1));
   }
@@ -812,7 +811,7 @@ class PgSnapshot final : public Snapshot {
       if (!end.empty()) params.Bytes(end);
       std::optional<Result> rows;
       {
-        rows.emplace(ReadQuery(store_.get(), visit_sql_[after][!end.empty()], params,
+        rows.emplace(ReadQuery(store_.get(), sql_.visit[after][!end.empty()], params,
                                "scanning cells", store_->target()));
       }
       const int n = rows->rows();
@@ -856,8 +855,7 @@ class PgSnapshot final : public Snapshot {
   }
 
   std::shared_ptr<PgBackend> store_;
-  std::string get_sql_;
-  std::string visit_sql_[2][2];
+  const PgBackend::SnapshotSql& sql_;  // the store's, built once
   bool released_ = false;
 };
 

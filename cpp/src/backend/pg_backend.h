@@ -142,6 +142,12 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   Lease Borrow();
   // The name of a table of the store's schema, quoted.
   std::string Table(const char* name) const;
+  // The statements snapshots read cells with (Get; Visit, [exclusive][bounded]).
+  struct SnapshotSql {
+    std::string get;
+    std::string visit[2][2];
+  };
+  const SnapshotSql& snapshot_sql() const { return snapshot_sql_; }
   // The LISTEN/NOTIFY channel of the store.
   const std::string& channel() const { return channel_; }
   const PgTarget& target() const { return target_; }
@@ -194,6 +200,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   const BackendOptions options_;
   const uint64_t fork_generation_;
   std::string channel_;
+  SnapshotSql snapshot_sql_;  // built once, in the constructor
 
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;
