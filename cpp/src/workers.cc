@@ -13,6 +13,7 @@ namespace {
 
 constexpr size_t kScanBudget = 4096;
 constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
+constexpr int kScanBackoffMaxMs = 100;  // the longest pause after scans that found nothing new
 // How long after a signal of a wait in another process (Backend::SignalWaiting)
 // this pool hurries as if a thread waited here.
 constexpr std::chrono::milliseconds kExternalHurry{1000};
@@ -129,18 +130,17 @@ void Workers::Stop() {
   hurried_ready_ = 0;
 }
 
-void Workers::EnqueueLocked(const Notification& notification) {
-  if (!Mine(notification.row_hash)) return;
+bool Workers::EnqueueLocked(const Notification& notification) {
+  if (!Mine(notification.row_hash)) return false;
   auto it = entries_.find(notification.cell_key);
   if (it != entries_.end()) {
     Entry& entry = it->second;
-    if (notification.stamp > entry.notification.stamp) {
-      entry.notification.stamp = notification.stamp;
-      if (entry.running) entry.again = true;
-    }
-    return;
+    if (notification.stamp <= entry.notification.stamp) return false;
+    entry.notification.stamp = notification.stamp;
+    if (entry.running) entry.again = true;
+    return true;
   }
-  if (entries_.size() >= options_.queue_capacity) return;  // the scanner finds it later
+  if (entries_.size() >= options_.queue_capacity) return false;  // the scanner finds it later
   Entry entry{notification};
   Cell cell;
   if (!DecodeCellKey(notification.cell_key, &cell) || Find(cell, &entry.lane) == nullptr) {
@@ -150,6 +150,7 @@ void Workers::EnqueueLocked(const Notification& notification) {
   entries_.emplace(notification.cell_key, std::move(entry));
   ready_.Push(lane, notification.cell_key);
   work_cv_.notify_one();
+  return true;
 }
 
 void Workers::Offer(const std::vector<Notification>& notifications) {
@@ -528,7 +529,8 @@ void Workers::WorkerLoop() {
   }
 }
 
-size_t Workers::ScanOnce(std::string* position) {
+size_t Workers::ScanOnce(std::string* position, size_t* fresh) {
+  *fresh = 0;
   size_t room;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -547,7 +549,7 @@ size_t Workers::ScanOnce(std::string* position) {
     *position = NotificationKey(found.back().row_hash, found.back().cell_key);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (const Notification& n : found) EnqueueLocked(n);
+  for (const Notification& n : found) *fresh += EnqueueLocked(n);
   return found.size();
 }
 
@@ -555,14 +557,16 @@ void Workers::ScannerLoop() {
   pthread_setname_np(pthread_self(), "pc-scanner");
   std::string position;
   AppendUint64BE(&position, t_random());  // start at a random point
+  int backoff_ms = 0;
   for (;;) {
+    size_t found = 0, fresh = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
     try {
       if (leases_) leases_->Refresh();  // pools that joined or left, seen quickly
-      ScanOnce(&position);
+      found = ScanOnce(&position, &fresh);
     } catch (const Error&) {
       // The store is closing, or a transient failure: the next wake retries.
     }
@@ -572,12 +576,21 @@ void Workers::ScannerLoop() {
       external_hurry_until_ = Clock::now() + kExternalHurry;
       HurryLocked();
     }
+    // A scan that found only what the workers already hold (deferred runs,
+    // a backlog handed over by local commits) read and looked up each of them
+    // for nothing: wait longer before the next, doubling up to
+    // kScanBackoffMaxMs. A scan that found something new, or nothing at all
+    // (an idle store, where a wake-up must be quick), rescans on the next wake.
+    // (Before this pause, a lingering queue bucket made the scanner rescan
+    // after every commit: 90,000 scans a second beside a stream of commits.)
+    backoff_ms =
+        found > 0 && fresh == 0 ? std::min(std::max(2 * backoff_ms, 20), kScanBackoffMaxMs) : 0;
+    int pause_ms = backoff_ms;
+    std::unique_lock<std::mutex> lock(mu_);
     // While the workers are busy, scanning on every commit is wasted work:
     // local commits are handed over directly. Rescan at most every 20 ms then.
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!stopping_ && (!ready_.empty() || active_ >= options_.threads)) {
-      idle_cv_.wait_for(lock, std::chrono::milliseconds(20));
-    }
+    if (!ready_.empty() || active_ >= options_.threads) pause_ms = std::max(pause_ms, 20);
+    if (!stopping_ && pause_ms > 0) idle_cv_.wait_for(lock, std::chrono::milliseconds(pause_ms));
   }
 }
 

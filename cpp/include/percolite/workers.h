@@ -11,7 +11,11 @@
 //   (other processes' commits, work left by a crash or a failure) by scanning
 //   the pending notifications from a random point. Between scans it sleeps in
 //   the backend's WorkWatch (backend.h), which wakes it when any process
-//   commits, so an idle pool costs no CPU.
+//   commits, so an idle pool costs no CPU. While the workers are busy it
+//   rescans at most every 20 ms, and after a scan that found only work the
+//   pool already holds (a lingering queue bucket, a backlog handed over by
+//   local commits) it waits longer, doubling up to 0.1 s: such a scan reads
+//   and looks up every notification for nothing.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
 //   thread serves the observer with the fewest runs going (ties in turn). So
 //   one observer whose runs are slow or wait on something (an exporter on its
@@ -262,10 +266,13 @@ class Workers final : public NotificationSink {
   };
 
   bool Mine(uint64_t row_hash) const;
-  void EnqueueLocked(const Notification& notification);  // REQUIRES(mu_)
+  // REQUIRES(mu_). True when it added an entry or raised one's stamp.
+  bool EnqueueLocked(const Notification& notification);
   void WorkerLoop();
   void ScannerLoop();
-  size_t ScanOnce(std::string* position);
+  // Scans from *position; returns how many notifications it read, and sets
+  // *fresh to how many of them EnqueueLocked took as new.
+  size_t ScanOnce(std::string* position, size_t* fresh);
   RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
   BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
   // Settles a run that threw `e`: conflict, gone, or a failure recorded.

@@ -807,3 +807,28 @@ def waiters_and_adders(backend, path):
         queued=queued(env, "hot"),
     )
     env.stop_workers()
+
+
+def scans_while_lingering(backend, path):
+    """A bucket lingering 60 s keeps its notification pending, and known to
+    the workers, while other commits wake the scanner for a second."""
+    app = percolite.App()
+    cq = app.combine_queue("hot", buckets=1, linger=60)
+    env = open_store(backend, path, app=app, sync="none")
+    env.start_workers(2)
+    with env.transaction() as tx:
+        cq.add(tx, {"k": 5})
+    wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
+    before = env._core.worker_stats()["scans"]
+    commits = 0
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        with env.transaction() as tx:
+            tx.set(f"other{commits}", ("f", "q"), "v")
+        commits += 1
+    emit(
+        commits=commits,
+        scans=env._core.worker_stats()["scans"] - before,
+        queued=queued(env, "hot"),
+    )
+    env.stop_workers()
