@@ -125,8 +125,13 @@ def _current_sink() -> Any:
 # transaction, and phrases are spread over the whole sink table, so a call of
 # thousands of rows rewrites most of its pages (SQLite: into the WAL, then
 # again at the checkpoint). Its cost is per call as much as per row, and one
-# bucket lingering 2.5 s makes the fewest calls.
-@app.export_queue("export", buckets=1, value_codec="int64s:2", batch_size=65536, linger=2.5)
+# bucket lingering 2.5 s makes the fewest calls. Batches of 131,072 rather
+# than 65,536: on 20,000 synthetic documents (2.0 million exported changes
+# into a table of 1.46 million rows) the job took 24.6 s instead of 28.4 s
+# (median of 3 alternating runs; 262,144: 24.4 s), and the same time on the
+# built-in corpus. The sink alone, 1.57 million rows in sorted batches of
+# 65,536: 6.1 s; of 262,144: 3.3 s.
+@app.export_queue("export", buckets=1, value_codec="int64s:2", batch_size=131072, linger=2.5)
 def export(entries: list[Any]) -> None:
     """Sends changed counts to the sink (a deletion when a phrase reaches 0)."""
     _current_sink()(entries)
