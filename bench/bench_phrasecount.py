@@ -10,11 +10,12 @@ Zipf-distributed phrases, 5% duplicates) written to files first. Three
 systems, each in a fresh process, reading the documents itself:
 
 * ``percolite``: the public job, ``percolite.phrasecount.cli.run(paths, db,
-  export="sqlite:FILE", threads=T)``: loader threads, one transaction per
-  document, the indexing observer, the combine queue (native sum) and the
-  export queue into a SQLite table; the store is ``sync="full"``.
+  export="sqlite:FILE", threads=T)``: one loader thread (``env.loader``),
+  one transaction per document, T worker threads running the indexing
+  observer, the combine queue (native sum) and the export queue into a
+  SQLite table; the store is ``sync="full"``.
 * ``sqlite``: the same job written directly against SQLite (WAL,
-  ``synchronous=FULL``): T loader threads, each with its own connection; one
+  ``synchronous=FULL``): S loader threads, each with its own connection; one
   ``BEGIN IMMEDIATE`` transaction per document that records its location,
   counts a reference to its unique document (by content hash) and, for a new
   unique document, UPSERTs ``(doc_count + 1, total_count + n)`` for each of
@@ -27,10 +28,16 @@ Reported: seconds, documents/s, phrase updates/s (the (phrase, unique
 document) pairs added), peak RSS of the process, whether the counts equal
 ``reference.reference_counts`` of the same documents, and the speed of
 percolite relative to the others (ratio of median times; per repetition the
-systems run back to back in rotating order).
+systems run back to back in rotating order). Each repetition also times
+reading the corpus alone (``read``: the documents, nothing else, in a fresh
+process), and the ratio to SQLite is given on processing time too: each
+system's median less the read's median, the work that is not reading,
+which both systems share. (Reading the built-in corpus imports every module
+of the standard library: about half of either system's time.)
 
-Targets: percolite at least as fast as SQLite on the built-in corpus (ratio
->= 1), and at least 2x on the synthetic corpus.
+Targets, on processing time (the end-to-end ratio is reported beside it):
+percolite at least 2x SQLite on the built-in corpus and at least 3x on the
+synthetic corpus.
 """
 
 from __future__ import annotations
@@ -74,15 +81,19 @@ from percolite.phrasecount.text import phrases
 NAME = "phrasecount"
 SYSTEMS = ("percolite", "sqlite", "counter")
 LABELS = {"percolite": "percolite", "sqlite": "SQLite", "counter": "Counter floor"}
-# Both systems get the demo's thread count (SQLite, 10,000 synthetic documents:
-# 22.7 s with 4 loader threads, 23.1 s with 8).
+READ = "read"  # reading the corpus alone, timed in each repetition too
+# percolite gets the demo's worker threads; SQLite its own loader threads
+# (10,000 synthetic documents: 22.7 s with 4 loader threads, 23.1 s with 8;
+# more only wait longer for its one write lock).
 DEFAULT_THREADS = cli.DEFAULT_THREADS
+DEFAULT_SQLITE_THREADS = 8
 DEFAULT_SYNTHETIC_DOCS = 20_000
 QUICK_SYNTHETIC_DOCS = 150
 # The quick run takes the first modules of the standard library, written to files.
 QUICK_BUILTIN_DOCS = 25
 SYNTHETIC_SEED = 7
-TARGET_RATIOS = {"builtin": 1.0, "synthetic": 2.0}
+# percolite / SQLite on processing time (the read excluded from both)
+TARGET_RATIOS = {"builtin": 2.0, "synthetic": 3.0}
 
 
 @dataclass(frozen=True)
@@ -265,7 +276,22 @@ def _run_counter(paths: tuple[str, ...], work: Path, threads: int) -> dict[str, 
     return {"seconds": elapsed, "documents": len(seen), "digest": digest}
 
 
-RUN = {"percolite": _run_percolite, "sqlite": _run_sqlite, "counter": _run_counter}
+def _run_read(paths: tuple[str, ...], work: Path, threads: int) -> dict[str, Any]:
+    """Only what every system does first: read the documents, a location once."""
+    began = time.perf_counter()
+    seen: set[str] = set()
+    for document in read_documents(paths):
+        seen.add(document.location)
+    elapsed = time.perf_counter() - began
+    return {"seconds": elapsed, "documents": len(seen), "digest": None}
+
+
+RUN = {
+    "percolite": _run_percolite,
+    "sqlite": _run_sqlite,
+    "counter": _run_counter,
+    READ: _run_read,
+}
 
 
 def _child(system: str, paths: tuple[str, ...], work: str, threads: int) -> dict[str, Any]:
@@ -384,15 +410,21 @@ def add_arguments(parser: OptionGroup) -> None:
         type=int,
         default=DEFAULT_THREADS,
         metavar="N",
-        help="loader threads of percolite and SQLite, and percolite's worker threads "
-        "(default: %(default)s)",
+        help="percolite's worker threads (default: %(default)s, the demo's)",
+    )
+    parser.add_argument(
+        "--pc-sqlite-threads",
+        type=int,
+        default=DEFAULT_SQLITE_THREADS,
+        metavar="N",
+        help="SQLite's loader threads, one connection each (default: %(default)s)",
     )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Count every corpus with every system ``--pc-repeat`` times; return the report."""
-    if args.pc_threads < 1:
-        raise ValueError("--pc-threads must be positive")
+    if args.pc_threads < 1 or args.pc_sqlite_threads < 1:
+        raise ValueError("--pc-threads and --pc-sqlite-threads must be positive")
     if args.pc_synthetic_docs is not None and args.pc_synthetic_docs < 1:
         raise ValueError("--pc-synthetic-docs must be positive")
     repeat = args.repeat if args.pc_repeat is None else args.pc_repeat
@@ -406,16 +438,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{NAME}: {corpus.name}: {expected['documents']:,} documents, "
                 f"{expected['phrase_updates']:,} phrase updates"
             )
-            runs: dict[str, list[dict[str, Any]]] = {system: [] for system in SYSTEMS}
+            runs: dict[str, list[dict[str, Any]]] = {system: [] for system in (*SYSTEMS, READ)}
             for repetition in range(repeat):
-                shift = repetition % len(SYSTEMS)
-                for system in SYSTEMS[shift:] + SYSTEMS[:shift]:
+                order = (*SYSTEMS, READ)
+                shift = repetition % len(order)
+                for system in order[shift:] + order[:shift]:
                     work = scratch / f"{corpus.name}-{system}-{repetition}"
-                    measured = _measure_in_child(system, corpus, work, args.pc_threads)
+                    threads = args.pc_sqlite_threads if system == "sqlite" else args.pc_threads
+                    measured = _measure_in_child(system, corpus, work, threads)
                     runs[system].append(_record(measured, expected))
+                    exact = "" if system == READ else f", exact={runs[system][-1]['exact']}"
                     log(
                         f"{NAME}: {corpus.name} {system:>9} run {repetition + 1}/{repeat}: "
-                        f"{measured['seconds']:.2f} s, exact={runs[system][-1]['exact']}"
+                        f"{measured['seconds']:.2f} s{exact}"
                     )
             results.append(_summarise(corpus, expected, runs))
     return {
@@ -424,6 +459,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {
             "corpora": list(args.pc_corpora),
             "threads": args.pc_threads,
+            "sqlite_threads": args.pc_sqlite_threads,
             "repeat": repeat,
             "quick": args.quick,
             "percolite": {"sync": "full", "export": "SQLite table", "processes": 1},
@@ -475,8 +511,14 @@ def _summarise(
             "runs": measured,
         }
     seconds = {system: summary[system]["median_seconds"] for system in SYSTEMS}
+    read = median([r["seconds"] for r in runs[READ]])
+    summary["read_median_seconds"] = read
+    summary["read_runs"] = [r["seconds"] for r in runs[READ]]
     # Speed ratios: how many times faster percolite was (> 1: percolite faster).
     summary["percolite_vs_sqlite"] = _rounded(ratio(seconds["sqlite"], seconds["percolite"]))
+    summary["percolite_vs_sqlite_processing"] = _rounded(
+        _processing_ratio(seconds["sqlite"], seconds["percolite"], read)
+    )
     summary["percolite_vs_counter"] = _rounded(ratio(seconds["counter"], seconds["percolite"]))
     summary["percolite_vs_sqlite_per_repetition"] = [
         _rounded(ratio(theirs["seconds"], ours["seconds"]))
@@ -484,6 +526,13 @@ def _summarise(
     ]
     summary["target_ratio"] = TARGET_RATIOS[corpus.name]
     return summary
+
+
+def _processing_ratio(theirs: float, ours: float, read: float) -> float | None:
+    """theirs / ours with the read taken from both; None when either is all read."""
+    if ours <= read or theirs <= read:
+        return None
+    return ratio(theirs - read, ours - read)
 
 
 def _rounded(value: float | None) -> float | None:
@@ -499,8 +548,9 @@ def tables(report: dict[str, Any]) -> list[Table]:
     results = report["results"]
     systems = Table(
         title=(
-            f"Phrase count end to end, {settings['threads']} threads, durable commits, "
-            f"median of {settings['repeat']}"
+            f"Phrase count end to end, percolite {settings['threads']} worker threads, "
+            f"SQLite {settings.get('sqlite_threads', settings['threads'])} loader threads, "
+            f"durable commits, median of {settings['repeat']}"
         ),
         headers=[
             "corpus",
@@ -530,22 +580,34 @@ def tables(report: dict[str, Any]) -> list[Table]:
             f"{r['corpus']}: {r['description']}: {r['documents']:,} documents "
             f"({r['unique_documents']:,} unique), {r['phrases']:,} phrases, "
             f"{r['phrase_updates']:,} phrase updates; reading the corpus alone takes "
-            f"{r['read_seconds']:.2f} s."
+            f"{r['read_median_seconds']:.2f} s (median)."
             for r in results
         ],
     )
     ratios = Table(
         title="Phrase count: percolite's speed relative to the others (ratio of median times)",
-        headers=["corpus", "vs SQLite", "per repetition", "vs Counter floor", "target vs SQLite"],
+        headers=[
+            "corpus",
+            "vs SQLite, processing",
+            "target",
+            "vs SQLite, end to end",
+            "per repetition",
+            "vs Counter floor",
+        ],
         rows=[
             [
                 r["corpus"],
+                _times(r["percolite_vs_sqlite_processing"]),
+                f">= {r['target_ratio']:g}x",
                 _times(r["percolite_vs_sqlite"]),
                 _range(r["percolite_vs_sqlite_per_repetition"]),
                 _times(r["percolite_vs_counter"]),
-                f">= {r['target_ratio']:g}x",
             ]
             for r in results
+        ],
+        notes=[
+            "processing: each median less the median time to read the corpus alone; "
+            "end to end: the medians as they are; per repetition: end to end"
         ],
     )
     return [systems, ratios]
@@ -573,9 +635,13 @@ def plots(report: dict[str, Any]) -> list[Plot]:
 
 
 def targets(report: dict[str, Any]) -> list[Target]:
-    measured = {r["corpus"]: r["percolite_vs_sqlite"] for r in report["results"]}
+    measured = {r["corpus"]: r["percolite_vs_sqlite_processing"] for r in report["results"]}
     return [
-        Target(f"phrase count: percolite / SQLite, {corpus} corpus", measured.get(corpus), needed)
+        Target(
+            f"phrase count: percolite / SQLite on processing time, {corpus} corpus",
+            measured.get(corpus),
+            needed,
+        )
         for corpus, needed in TARGET_RATIOS.items()
     ]
 

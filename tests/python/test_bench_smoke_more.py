@@ -66,8 +66,10 @@ def test_options_do_not_clash(bench: ModuleType) -> None:
 
     args = bench.parse_arguments(["--quick"])
     assert args.export_threads is None and args.growth_sizes is None  # --quick decides
-    # The phrase count gets the demo's threads; growth keeps 4, as its reports have.
-    assert args.pc_threads == percolite.phrasecount.cli.DEFAULT_THREADS == 8
+    # The phrase count gets the demo's worker threads (SQLite keeps its 8 loader
+    # threads); growth keeps 4, as its reports have.
+    assert args.pc_threads == percolite.phrasecount.cli.DEFAULT_THREADS == 16
+    assert args.pc_sqlite_threads == 8
     assert args.growth_threads == 4
 
     help_text = run_script("run.py", "--help").stdout
