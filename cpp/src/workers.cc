@@ -13,6 +13,7 @@ namespace {
 
 constexpr size_t kScanBudget = 4096;
 constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
+constexpr int kBusyRescanMs = 20;       // the least pause between scans while the pool is busy
 constexpr int kScanBackoffMaxMs = 100;  // the longest pause after scans that found nothing new
 // How long after a signal of a wait in another process (Backend::SignalWaiting)
 // this pool hurries as if a thread waited here.
@@ -150,7 +151,8 @@ bool Workers::EnqueueLocked(const Notification& notification) {
   entries_.emplace(notification.cell_key, std::move(entry));
   ready_.Push(lane, notification.cell_key);
   work_cv_.notify_one();
-  return true;
+  // One no observer here runs is only taken off the queue: not new work.
+  return lane < observers_.size();
 }
 
 void Workers::Offer(const std::vector<Notification>& notifications) {
@@ -529,12 +531,12 @@ void Workers::WorkerLoop() {
   }
 }
 
-size_t Workers::ScanOnce(std::string* position, size_t* fresh) {
-  *fresh = 0;
+Workers::ScanCounts Workers::ScanOnce(std::string* position) {
+  ScanCounts counts;
   size_t room;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || entries_.size() >= options_.queue_capacity) return 0;
+    if (stopping_ || entries_.size() >= options_.queue_capacity) return counts;
     room = options_.queue_capacity - entries_.size();
     ++scans_;
   }
@@ -548,9 +550,16 @@ size_t Workers::ScanOnce(std::string* position, size_t* fresh) {
   } else if (!found.empty()) {
     *position = NotificationKey(found.back().row_hash, found.back().cell_key);
   }
+  counts.found = found.size();
   std::lock_guard<std::mutex> lock(mu_);
-  for (const Notification& n : found) *fresh += EnqueueLocked(n);
-  return found.size();
+  for (const Notification& n : found) {
+    if (!Mine(n.row_hash)) {
+      ++counts.others;
+    } else if (EnqueueLocked(n)) {
+      ++counts.fresh;
+    }
+  }
+  return counts;
 }
 
 void Workers::ScannerLoop() {
@@ -559,14 +568,14 @@ void Workers::ScannerLoop() {
   AppendUint64BE(&position, t_random());  // start at a random point
   int backoff_ms = 0;
   for (;;) {
-    size_t found = 0, fresh = 0;
+    ScanCounts counts;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
     try {
       if (leases_) leases_->Refresh();  // pools that joined or left, seen quickly
-      found = ScanOnce(&position, &fresh);
+      counts = ScanOnce(&position);
     } catch (const Error&) {
       // The store is closing, or a transient failure: the next wake retries.
     }
@@ -578,19 +587,30 @@ void Workers::ScannerLoop() {
     }
     // A scan that found only what the workers already hold (deferred runs,
     // a backlog handed over by local commits) read and looked up each of them
-    // for nothing: wait longer before the next, doubling up to
-    // kScanBackoffMaxMs. A scan that found something new, or nothing at all
-    // (an idle store, where a wake-up must be quick), rescans on the next wake.
-    // (Before this pause, a lingering queue bucket made the scanner rescan
-    // after every commit: 90,000 scans a second beside a stream of commits.)
-    backoff_ms =
-        found > 0 && fresh == 0 ? std::min(std::max(2 * backoff_ms, 20), kScanBackoffMaxMs) : 0;
-    int pause_ms = backoff_ms;
+    // for nothing: wait longer before the next, doubling from 20 ms up to
+    // kScanBackoffMaxMs; only Stop ends that pause early. Where another
+    // pool's notifications were among them, that pool may commit work into
+    // ours at any time: 20 ms at most then. A scan that found something new,
+    // or nothing at all (an idle store, where a wake-up must be quick),
+    // rescans on the next wake. (Before this pause, a lingering queue bucket
+    // made the scanner rescan after every commit: 90,000 scans a second
+    // beside a stream of commits.)
+    if (counts.found == 0 || counts.fresh > 0) {
+      backoff_ms = 0;
+    } else if (counts.others > 0) {
+      backoff_ms = kBusyRescanMs;
+    } else {
+      backoff_ms = std::min(std::max(2 * backoff_ms, kBusyRescanMs), kScanBackoffMaxMs);
+    }
+    const Clock::time_point resume = Clock::now() + std::chrono::milliseconds(backoff_ms);
     std::unique_lock<std::mutex> lock(mu_);
     // While the workers are busy, scanning on every commit is wasted work:
-    // local commits are handed over directly. Rescan at most every 20 ms then.
-    if (!ready_.empty() || active_ >= options_.threads) pause_ms = std::max(pause_ms, 20);
-    if (!stopping_ && pause_ms > 0) idle_cv_.wait_for(lock, std::chrono::milliseconds(pause_ms));
+    // local commits are handed over directly. Rescan at most every 20 ms
+    // then, or sooner once the pool goes idle.
+    if (!stopping_ && (!ready_.empty() || active_ >= options_.threads)) {
+      idle_cv_.wait_for(lock, std::chrono::milliseconds(kBusyRescanMs));
+    }
+    idle_cv_.wait_until(lock, resume, [this] { return stopping_; });
   }
 }
 

@@ -86,7 +86,7 @@ def check_phrasecount_report(report: dict[str, Any]) -> None:
         assert result["percolite_vs_sqlite"] > 0
         assert result["percolite_vs_counter"] > 0
         # Processing time: each median less the median read of the corpus alone.
-        assert 0 < result["read_median_seconds"] < result["sqlite"]["median_seconds"]
+        assert 0 <= result["read_median_seconds"] < result["sqlite"]["median_seconds"]
         assert result["percolite_vs_sqlite_processing"] is None or (
             result["percolite_vs_sqlite_processing"] > 0
         )

@@ -643,14 +643,16 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp
     assert len(lingering["reports"]['"k"']) <= 2 < len(eager["reports"]['"k"'])
 
 
-def test_the_scanner_backs_off_while_it_finds_only_known_work(backend, tmp_path):
+@pytest.mark.parametrize("observed", [False, True])
+def test_the_scanner_backs_off_while_it_finds_only_known_work(backend, tmp_path, observed):
     """Commits elsewhere wake the scanner; while its scans find only the
     lingering bucket the workers already hold, it waits longer between them
-    (up to 0.1 s) instead of scanning after every commit."""
-    out = child("scans_while_lingering", backend, path=str(tmp_path / "store"))
+    (20 ms doubling to 0.1 s) instead of scanning after every commit, also
+    when those commits start runs (whose ends wake the waiting scanner)."""
+    out = child("scans_while_lingering", backend, path=str(tmp_path / "store"), observed=observed)
     assert out["queued"] == 1  # still lingering: nothing folded it
-    assert out["commits"] >= 50
-    assert out["scans"] <= 25, out
+    assert out["scans"] <= 5 + 15 * out["seconds"], out
+    assert out["scans"] * 2 < out["commits"], out
 
 
 def test_wait_does_not_linger(backend, tmp_path):

@@ -15,7 +15,9 @@
 //   rescans at most every 20 ms, and after a scan that found only work the
 //   pool already holds (a lingering queue bucket, a backlog handed over by
 //   local commits) it waits longer, doubling up to 0.1 s: such a scan reads
-//   and looks up every notification for nothing.
+//   and looks up every notification for nothing. Work another process
+//   commits is so found within 0.1 s, or 20 ms while other pools' work is
+//   pending.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
 //   thread serves the observer with the fewest runs going (ties in turn). So
 //   one observer whose runs are slow or wait on something (an exporter on its
@@ -266,13 +268,17 @@ class Workers final : public NotificationSink {
   };
 
   bool Mine(uint64_t row_hash) const;
-  // REQUIRES(mu_). True when it added an entry or raised one's stamp.
+  // REQUIRES(mu_). True when it added an entry an observer here runs, or
+  // raised an entry's stamp: new work.
   bool EnqueueLocked(const Notification& notification);
   void WorkerLoop();
   void ScannerLoop();
-  // Scans from *position; returns how many notifications it read, and sets
-  // *fresh to how many of them EnqueueLocked took as new.
-  size_t ScanOnce(std::string* position, size_t* fresh);
+  struct ScanCounts {
+    size_t found = 0;   // notifications read
+    size_t fresh = 0;   // of them, new work for this pool (EnqueueLocked true)
+    size_t others = 0;  // of them, another pool's (not Mine)
+  };
+  ScanCounts ScanOnce(std::string* position);  // scans on from *position
   RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
   BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
   // Settles a run that threw `e`: conflict, gone, or a failure recorded.

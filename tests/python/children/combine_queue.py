@@ -809,11 +809,14 @@ def waiters_and_adders(backend, path):
     env.stop_workers()
 
 
-def scans_while_lingering(backend, path):
+def scans_while_lingering(backend, path, observed):
     """A bucket lingering 60 s keeps its notification pending, and known to
-    the workers, while other commits wake the scanner for a second."""
+    the workers, while other commits wake the scanner for a second; with
+    ``observed``, each of those commits also starts a run of an observer."""
     app = percolite.App()
     cq = app.combine_queue("hot", buckets=1, linger=60)
+    if observed:
+        app.observer(("f", "q"), notify=percolite.STRONG)(lambda tx, row, column: None)
     env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
     with env.transaction() as tx:
@@ -821,13 +824,14 @@ def scans_while_lingering(backend, path):
     wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
     before = env._core.worker_stats()["scans"]
     commits = 0
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+    began = time.monotonic()
+    while time.monotonic() - began < 1.0 or commits < 60:
         with env.transaction() as tx:
             tx.set(f"other{commits}", ("f", "q"), "v")
         commits += 1
     emit(
         commits=commits,
+        seconds=time.monotonic() - began,
         scans=env._core.worker_stats()["scans"] - before,
         queued=queued(env, "hot"),
     )
