@@ -132,7 +132,6 @@ void Workers::Stop() {
 }
 
 bool Workers::EnqueueLocked(const Notification& notification) {
-  if (!Mine(notification.row_hash)) return false;
   auto it = entries_.find(notification.cell_key);
   if (it != entries_.end()) {
     Entry& entry = it->second;
@@ -158,7 +157,9 @@ bool Workers::EnqueueLocked(const Notification& notification) {
 void Workers::Offer(const std::vector<Notification>& notifications) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
-  for (const Notification& n : notifications) EnqueueLocked(n);
+  for (const Notification& n : notifications) {
+    if (Mine(n.row_hash)) EnqueueLocked(n);
+  }
 }
 
 const Observer* Workers::Find(const Cell& cell, size_t* index) const {

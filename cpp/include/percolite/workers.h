@@ -268,8 +268,8 @@ class Workers final : public NotificationSink {
   };
 
   bool Mine(uint64_t row_hash) const;
-  // REQUIRES(mu_). True when it added an entry an observer here runs, or
-  // raised an entry's stamp: new work.
+  // REQUIRES(mu_), and Mine(notification.row_hash). True when it added an
+  // entry an observer here runs, or raised an entry's stamp: new work.
   bool EnqueueLocked(const Notification& notification);
   void WorkerLoop();
   void ScannerLoop();

@@ -66,9 +66,10 @@ class Summary(NamedTuple):
 # threads 19.9-20.7 s, 12 threads 20.0 s, 16 threads 21.0 s; built-in corpus:
 # the same time). With the loader, on a busy 2-core machine, 8, 12 and 16
 # worker threads were within the runs' noise of each other (19.6-24.9 s).
-# Since the export batches grew to 262,144 the indexing observer sets the
-# pace, each run waiting for its group commit: 3 alternating pairs, 16
-# threads 22.7-24.7 s, 8 threads 24.9-26.4 s (16/8: 0.93 by the pairs' median).
+# Since the export batches grew (app.py) the indexing observer sets the
+# pace, each run waiting for its group commit: 3 alternating pairs (export
+# batches of 262,144), 16 threads 22.7-24.7 s, 8 threads 24.9-26.4 s (16/8:
+# 0.93 by the pairs' median); 32 threads 1.07x the time of 16.
 DEFAULT_THREADS = 16
 
 # The documents are loaded from one thread through a loader. It has at most
