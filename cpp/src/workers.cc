@@ -131,16 +131,18 @@ void Workers::Stop() {
   hurried_ready_ = 0;
 }
 
-bool Workers::EnqueueLocked(const Notification& notification) {
+Workers::Enqueued Workers::EnqueueLocked(const Notification& notification) {
   auto it = entries_.find(notification.cell_key);
   if (it != entries_.end()) {
     Entry& entry = it->second;
-    if (notification.stamp <= entry.notification.stamp) return false;
+    if (notification.stamp <= entry.notification.stamp) {
+      return entry.running ? Enqueued::kRunning : Enqueued::kHeld;
+    }
     entry.notification.stamp = notification.stamp;
     if (entry.running) entry.again = true;
-    return true;
+    return Enqueued::kNew;
   }
-  if (entries_.size() >= options_.queue_capacity) return false;  // the scanner finds it later
+  if (entries_.size() >= options_.queue_capacity) return Enqueued::kHeld;  // found later
   Entry entry{notification};
   Cell cell;
   if (!DecodeCellKey(notification.cell_key, &cell) || Find(cell, &entry.lane) == nullptr) {
@@ -151,7 +153,7 @@ bool Workers::EnqueueLocked(const Notification& notification) {
   ready_.Push(lane, notification.cell_key);
   work_cv_.notify_one();
   // One no observer here runs is only taken off the queue: not new work.
-  return lane < observers_.size();
+  return lane < observers_.size() ? Enqueued::kNew : Enqueued::kHeld;
 }
 
 void Workers::Offer(const std::vector<Notification>& notifications) {
@@ -556,8 +558,17 @@ Workers::ScanCounts Workers::ScanOnce(std::string* position) {
   for (const Notification& n : found) {
     if (!Mine(n.row_hash)) {
       ++counts.others;
-    } else if (EnqueueLocked(n)) {
-      ++counts.fresh;
+      continue;
+    }
+    switch (EnqueueLocked(n)) {
+      case Enqueued::kNew:
+        ++counts.fresh;
+        break;
+      case Enqueued::kRunning:
+        ++counts.running;
+        break;
+      case Enqueued::kHeld:
+        break;
     }
   }
   return counts;
@@ -586,17 +597,19 @@ void Workers::ScannerLoop() {
       external_hurry_until_ = Clock::now() + kExternalHurry;
       HurryLocked();
     }
-    // A scan that found only what the workers already hold (deferred runs,
-    // a backlog handed over by local commits) read and looked up each of them
-    // for nothing: wait longer before the next, doubling from 20 ms up to
-    // kScanBackoffMaxMs; only Stop ends that pause early. Where another
-    // pool's notifications were among them, that pool may commit work into
-    // ours at any time: 20 ms at most then. A scan that found something new,
-    // or nothing at all (an idle store, where a wake-up must be quick),
+    // A scan that found only what the workers already hold and are not
+    // running (deferred runs, a backlog handed over by local commits) read
+    // and looked up each of them for nothing: wait longer before the next,
+    // doubling from 20 ms up to kScanBackoffMaxMs; only Stop ends that pause
+    // early. Where another pool's notifications were among them, that pool
+    // may commit work into ours at any time: 20 ms at most then. A scan that
+    // found something new, a run going (whose commit may come with another
+    // process's work: a pause there tripled the two-process wake-up time),
+    // or nothing at all (an idle store, where a wake-up must be quick)
     // rescans on the next wake. (Before this pause, a lingering queue bucket
     // made the scanner rescan after every commit: 90,000 scans a second
     // beside a stream of commits.)
-    if (counts.found == 0 || counts.fresh > 0) {
+    if (counts.found == 0 || counts.fresh > 0 || counts.running > 0) {
       backoff_ms = 0;
     } else if (counts.others > 0) {
       backoff_ms = kBusyRescanMs;

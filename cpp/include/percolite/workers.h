@@ -17,7 +17,7 @@
 //   local commits) it waits longer, doubling up to 0.1 s: such a scan reads
 //   and looks up every notification for nothing. Work another process
 //   commits is so found within 0.1 s, or 20 ms while other pools' work is
-//   pending.
+//   pending, and at once while this pool has runs going or nothing pending.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
 //   thread serves the observer with the fewest runs going (ties in turn). So
 //   one observer whose runs are slow or wait on something (an exporter on its
@@ -268,15 +268,19 @@ class Workers final : public NotificationSink {
   };
 
   bool Mine(uint64_t row_hash) const;
-  // REQUIRES(mu_), and Mine(notification.row_hash). True when it added an
-  // entry an observer here runs, or raised an entry's stamp: new work.
-  bool EnqueueLocked(const Notification& notification);
+  // What EnqueueLocked made of a notification: new work (an entry an
+  // observer here runs, or a raised stamp), an entry held and running, or
+  // one held (waiting, or left for later when the queue is full).
+  enum class Enqueued { kNew, kRunning, kHeld };
+  // REQUIRES(mu_), and Mine(notification.row_hash).
+  Enqueued EnqueueLocked(const Notification& notification);
   void WorkerLoop();
   void ScannerLoop();
   struct ScanCounts {
-    size_t found = 0;   // notifications read
-    size_t fresh = 0;   // of them, new work for this pool (EnqueueLocked true)
-    size_t others = 0;  // of them, another pool's (not Mine)
+    size_t found = 0;    // notifications read
+    size_t fresh = 0;    // of them, new work for this pool (Enqueued::kNew)
+    size_t running = 0;  // of them, held and running (Enqueued::kRunning)
+    size_t others = 0;   // of them, another pool's (not Mine)
   };
   ScanCounts ScanOnce(std::string* position);  // scans on from *position
   RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
