@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 
@@ -15,6 +16,11 @@ constexpr size_t kScanBudget = 4096;
 constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
 constexpr int kBusyRescanMs = 20;       // the least pause between scans while the pool is busy
 constexpr int kScanBackoffMaxMs = 100;  // the longest pause after scans that found nothing new
+// Runs of one pool whose commits the writer may hold at once (SubmitCommit).
+// A worker hands its run's commit over and takes the next notification, so
+// observers go on while the writer applies and syncs a large batch (a combine
+// queue's fold); past this many, a worker waits for room.
+constexpr size_t kMaxCommitsInFlight = 256;
 // How long after a signal of a wait in another process (Backend::SignalWaiting)
 // this pool hurries as if a thread waited here.
 constexpr std::chrono::milliseconds kExternalHurry{1000};
@@ -122,6 +128,24 @@ void Workers::Stop() {
   threads_.clear();
   if (scanner_.joinable()) scanner_.join();
   watch_.reset();
+  // The commits the writer holds come back whatever happens to them (the
+  // backend reports every one it took), and are settled here: counted, and
+  // a failed one recorded, as a worker would.
+  std::deque<Committed> committed;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    commit_cv_.wait(lock, [this] { return in_flight_ == 0; });
+    committed.swap(committed_);
+  }
+  {
+    // Settling may call on_failure: the callbacks' thread rules hold here too.
+    struct AsWorker {
+      bool before = t_on_worker_thread;
+      AsWorker() { t_on_worker_thread = true; }
+      ~AsWorker() { t_on_worker_thread = before; }
+    } as_worker;
+    for (Committed& c : committed) SettleCommitted(c.run, c.result);
+  }
   if (leases_) leases_->Stop();  // others take over at once
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
@@ -227,14 +251,14 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
       try {
         // Keys a queue's run parks are counted and reported like failures,
         // once committed.
-        ParkReporter reporter([this, observer, index = run.observer_index,
-                               parked = run.parked_keys](const WorkRecord& r) {
+        ParkReporter reporter([this, index = run.observer_index, parked = run.parked_keys,
+                               records = run.parked_records](const WorkRecord& r) {
           ++*parked;
           {
             std::lock_guard<std::mutex> lock(mu_);
             ++stats_[index].parked;
           }
-          if (options_.on_failure) options_.on_failure(observer->column, r);
+          if (options_.on_failure) records->push_back(r);  // reported by ReportParked
         });
         status = observer->fn(run.transaction, run.cell);
       } catch (const std::exception& e) {
@@ -286,6 +310,101 @@ RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
     Settle(*source, observer, e, &run);
   }
   Count(run);
+  ReportParked(run);
+  return run.outcome;
+}
+
+void Workers::ReportParked(BegunRun& run) {
+  if (run.parked_records->empty() || run.observer_index >= observers_.size()) return;
+  std::vector<WorkRecord> records;
+  records.swap(*run.parked_records);
+  for (const WorkRecord& record : records) {
+    options_.on_failure(observers_[run.observer_index].column, record);
+  }
+}
+
+void Workers::SubmitCommit(std::string key, BegunRun run) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    commit_cv_.wait(lock, [this] { return in_flight_ < kMaxCommitsInFlight; });
+    ++in_flight_;
+  }
+  std::shared_ptr<Transaction> transaction = std::move(run.transaction);
+  auto committed = std::make_shared<Committed>(Committed{std::move(key), std::move(run), {}});
+  // On whichever thread learns the result: the backend's writer, a thread
+  // whose own commit leads a group commit (LMDB), or this one, inside
+  // CommitAsync. So it only takes mu_: never a commit, never the GIL. A
+  // commit, a conflict or a closed store is settled here, so a run's end
+  // never waits for a free worker (every thread may be in a slow observer);
+  // a failure to record, or parked keys to report, goes to a worker (both
+  // may block or call back). It runs once, even if CommitAsync throws after
+  // calling it.
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  auto done = [this, committed, once](const CommitResult& result) {
+    if (once->exchange(true)) return;
+    BegunRun& run = committed->run;
+    RunOutcome outcome = RunOutcome::kReady;  // kReady: for a worker to settle
+    if (run.parked_records->empty()) {
+      if (result.status.ok()) {
+        outcome = RunOutcome::kCommitted;
+      } else if (result.status.code() == ErrorCode::kConflict) {
+        outcome = RunOutcome::kConflict;
+      } else if (result.status.code() == ErrorCode::kClosed) {
+        outcome = RunOutcome::kGone;
+      }
+    }
+    if (outcome != RunOutcome::kReady) {
+      run.outcome = outcome;
+      Count(run);
+    }
+    // Everything under the lock, the notifications too: once in_flight_
+    // reaches 0, Stop may return and this pool be destroyed.
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (outcome != RunOutcome::kReady) {
+      AfterRunLocked(committed->key, outcome, run);
+    } else {
+      committed->result = result;
+      committed_.push_back(std::move(*committed));
+    }
+    if (waiters_ > 0 || Clock::now() < external_hurry_until_) HurryLocked();
+    // A worker looks again: at what is ready or came back, and at delayed_,
+    // which may have a retry (a conflict) sooner than any worker waits for.
+    work_cv_.notify_one();
+    if (IdleLocked()) idle_cv_.notify_all();
+    commit_cv_.notify_all();
+  };
+  try {
+    if (committed->run.forget_record) {
+      ForgetWorkRecord(*transaction, committed->run.notification.cell_key);
+    }
+    transaction->CommitAsync(done);
+  } catch (const Error& e) {  // not submitted (the store closed): nothing was written
+    transaction->Abort();
+    done(CommitResult{e.ToStatus(), 0});
+  } catch (const std::exception& e) {
+    transaction->Abort();
+    done(CommitResult{Status::Make(ErrorCode::kStorage, e.what()), 0});
+  }
+}
+
+RunOutcome Workers::SettleCommitted(BegunRun& run, const CommitResult& result) {
+  if (result.status.ok()) {
+    run.outcome = RunOutcome::kCommitted;
+  } else {
+    std::shared_ptr<TransactionSource> source = source_.lock();
+    try {
+      result.status.ThrowIfError();
+    } catch (const Error& e) {
+      if (source) {
+        Settle(*source, observers_[run.observer_index], e, &run);  // records a failure
+      } else {
+        run.outcome = RunOutcome::kGone;
+      }
+    }
+  }
+  Count(run);
+  ReportParked(run);
   return run.outcome;
 }
 
@@ -433,6 +552,19 @@ void Workers::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (stopping_) return;
+    if (!committed_.empty()) {  // a commit came back: settle it first
+      Committed committed = std::move(committed_.front());
+      committed_.pop_front();
+      ++active_;
+      lock.unlock();
+      const RunOutcome outcome = SettleCommitted(committed.run, committed.result);
+      lock.lock();
+      --active_;
+      AfterRunLocked(committed.key, outcome, committed.run);
+      if (!ready_.empty()) work_cv_.notify_one();
+      if (IdleLocked()) idle_cv_.notify_all();
+      continue;
+    }
     const auto now = Clock::now();
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
       auto delayed = entries_.find(delayed_.begin()->second);
@@ -472,65 +604,74 @@ void Workers::WorkerLoop() {
     ++active_;
     lock.unlock();
 
-    BegunRun report;
-    const RunOutcome outcome = RunOne(notification, hurried, &report);
+    BegunRun report = BeginRun(notification, hurried, /*fail=*/false);
+    const bool submitted = report.outcome == RunOutcome::kReady;
+    // Its entry stays running until the commit comes back and is settled.
+    if (submitted) SubmitCommit(key, std::move(report));
 
     lock.lock();
     --active_;
     ready_.Done(lane);
-    it = entries_.find(key);
-    if (it != entries_.end()) {
-      Entry& entry = it->second;
-      entry.running = false;
-      switch (outcome) {
-        case RunOutcome::kCommitted:
-        case RunOutcome::kGone:
-        case RunOutcome::kParked:
-        case RunOutcome::kSkippedParked:
-          if (entry.again && !stopping_) {
-            entry.attempts = 0;
-            entry.hurried = false;
-            ready_.Push(entry.lane, key);
-          } else {
-            entries_.erase(it);
-          }
-          break;
-        case RunOutcome::kNoObserver:
-          entries_.erase(it);  // left pending for an application that observes it
-          break;
-        case RunOutcome::kDeferred:
-          if (stopping_) break;
-          entry.attempts = 0;
-          entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
-          if (entry.deferred) ++deferred_count_;
-          delayed_.emplace(
-              Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(report.deferred_seconds)),
-              key);
-          break;
-        case RunOutcome::kConflict: {
-          ++entry.attempts;
-          double delay = Uniform(0.001, 0.005) * std::min(entry.attempts, 10);
-          delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(delay)),
-                           key);
-          break;
-        }
-        case RunOutcome::kFailed: {
-          entry.attempts = std::max(entry.attempts + 1, static_cast<int>(report.attempts));
-          double delay = std::min(
-              options_.retry_max_seconds,
-              options_.retry_initial_seconds * std::pow(2.0, std::min(entry.attempts - 1, 30)));
-          delay *= Uniform(0.5, 1.0);
-          delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(delay)),
-                           key);
-          break;
-        }
-      }
-    }
+    if (!submitted) AfterRunLocked(key, report.outcome, report);
     if (!ready_.empty()) work_cv_.notify_one();
-    if (active_ == 0 && ready_.empty()) idle_cv_.notify_all();
+    if (IdleLocked()) idle_cv_.notify_all();
+  }
+}
+
+bool Workers::IdleLocked() const {
+  return active_ == 0 && ready_.empty() && in_flight_ == 0 && committed_.empty();
+}
+
+void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  Entry& entry = it->second;
+  entry.running = false;
+  switch (outcome) {
+    case RunOutcome::kReady:  // settled before it gets here
+    case RunOutcome::kCommitted:
+    case RunOutcome::kGone:
+    case RunOutcome::kParked:
+    case RunOutcome::kSkippedParked:
+      if (entry.again && !stopping_) {
+        entry.attempts = 0;
+        entry.hurried = false;
+        ready_.Push(entry.lane, key);
+      } else {
+        entries_.erase(it);
+      }
+      break;
+    case RunOutcome::kNoObserver:
+      entries_.erase(it);  // left pending for an application that observes it
+      break;
+    case RunOutcome::kDeferred:
+      if (stopping_) break;
+      entry.attempts = 0;
+      entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
+      if (entry.deferred) ++deferred_count_;
+      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(run.deferred_seconds)),
+                       key);
+      break;
+    case RunOutcome::kConflict: {
+      ++entry.attempts;
+      double delay = Uniform(0.001, 0.005) * std::min(entry.attempts, 10);
+      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(delay)),
+                       key);
+      break;
+    }
+    case RunOutcome::kFailed: {
+      entry.attempts = std::max(entry.attempts + 1, static_cast<int>(run.attempts));
+      double delay =
+          std::min(options_.retry_max_seconds, options_.retry_initial_seconds *
+                                                   std::pow(2.0, std::min(entry.attempts - 1, 30)));
+      delay *= Uniform(0.5, 1.0);
+      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(delay)),
+                       key);
+      break;
+    }
   }
 }
 
@@ -629,9 +770,12 @@ void Workers::ScannerLoop() {
 }
 
 void Workers::HurryLocked() {
-  // Only when nothing is ready but runs hurried already: other ready work may
-  // be what the deferred runs are waiting to gather.
+  // Only when nothing is ready but runs hurried already, nothing runs and no
+  // commit is out: other work, ready or going, may be what the deferred runs
+  // are waiting to gather. The worker that ends the last run, or the thread
+  // that learns of the last commit, calls this again.
   if (deferred_count_ == 0 || ready_.size() > hurried_ready_) return;
+  if (active_ > 0 || in_flight_ > 0 || !committed_.empty()) return;
   bool any = false;
   for (auto it = delayed_.begin(); it != delayed_.end();) {
     auto entry = entries_.find(it->second);
@@ -672,7 +816,7 @@ bool Workers::WaitIdle(double timeout_seconds) {
     bool local_idle;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      local_idle = active_ == 0 && ready_.empty();
+      local_idle = IdleLocked();
     }
     if (local_idle && backend_->PendingNotifications() == 0) return true;
     auto now = Clock::now();

@@ -135,3 +135,35 @@ def test_a_loader_future_resolves_only_after_its_sync(tmp_path, sync_gate):
         "while held: done=False",
         "then: done",
     ]
+
+
+def test_a_worker_goes_on_while_its_commit_waits_for_the_sync(tmp_path, sync_gate):
+    """One worker thread runs every pending notification while the first
+    run's commit is held before its sync (each commit goes to the writer, the
+    worker to the next notification), and no reader sees any of their writes
+    until the syncs pass."""
+    hold, checked = tmp_path / "hold", tmp_path / "checked"
+    db, go, child = start_committer(
+        tmp_path, sync_gate, function="observe_when_told", extra=(checked, 20), hold_sync=hold
+    )
+    reader = percolite.open(db, sync="full")
+    hold.touch()
+    go.touch()
+    try:
+        deadline = time.monotonic() + 30
+        while not checked.exists():
+            assert time.monotonic() < deadline, "the child never reported its runs"
+            tx = reader.transaction()
+            try:
+                seen = list(tx.scan(columns=[("f", "out")]))
+            finally:
+                tx.abort()
+            assert seen == [], "a reader saw an observer's write before its sync"
+            time.sleep(0.005)
+    finally:
+        hold.unlink()
+    assert finish_child(child, timeout=60).splitlines() == [
+        "runs while held: 20",
+        "then: 20 written",
+    ]
+    reader.close()

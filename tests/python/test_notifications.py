@@ -179,6 +179,21 @@ def test_failing_observer_is_retried_with_backoff_and_reported(backend, tmp_path
     assert result["final"]["failures"] >= failing["failures"]
 
 
+def test_a_conflict_is_retried_though_its_commit_came_back_to_an_idle_pool(backend, tmp_path):
+    """A run's commit goes to the writer and the worker thread goes on
+    (workers.h "Committing"); when it comes back as a conflict, the retry is
+    scheduled then, and the thread, already waiting for work, must wake for
+    it: the wait ends within its timeout, after one conflict and one commit."""
+    result = child("conflict_retried_on_one_thread", backend, db=tmp_path / "db")
+    assert result == {
+        "idle": True,
+        "attempts": 2,
+        "commits": 1,
+        "conflicts": 1,
+        "value": "run 2",
+    }
+
+
 # -- scheduling across observers ------------------------------------------------
 
 

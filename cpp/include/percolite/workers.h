@@ -29,6 +29,16 @@
 //   notifications whose row hash is worker_index mod n. Duplicates across
 //   processes are harmless: the ack cell lets at most one run of a
 //   notification commit.
+// - Committing: a worker hands its run's commit to the backend's group-commit
+//   writer (Transaction::CommitAsync) and goes on with the next notification,
+//   so observer runs are not bound by threads / commit latency. The
+//   notification stays held (not run again here) until the commit comes back
+//   and is settled as below: at once when it committed, lost a conflict or
+//   found the store closed (so it never waits for a free worker); by the next
+//   free worker when a failure must be recorded or parked keys reported. At
+//   most 256 commits of a pool are out at once (past that a worker waits for
+//   room). WaitIdle counts commits out as work; Stop waits for them and
+//   settles them.
 // - Before running, a worker checks in the run's own snapshot that the
 //   notification is still pending; a notification another run already
 //   removed is skipped, so a run never repeats work that committed.
@@ -57,6 +67,8 @@
 //   with Transaction::Hurried() true, so a lingering queue (export_queue.h)
 //   goes on with what it holds. While other work is ready, deferrals keep
 //   their time (a queue still gathers what its upstream observers produce).
+//   Runs going and commits still out count as such work: a queue waits for
+//   what they add.
 //   Retries of failures and conflicts keep their delays, and a hurried run
 //   that defers again is deferred as asked. A wait in another process, one
 //   without workers of its own (Env::WaitIdle), hurries this pool too: it
@@ -75,8 +87,11 @@
 //   waited for but counted in passes. Failures are recorded and parked as
 //   on worker threads.
 // - WaitIdle returns true once the notify table is empty and no observer is
-//   running in this pool; false when the timeout elapses first.
-// - Stop lets running observers finish, runs nothing new, and joins threads.
+//   running in this pool and none of its commits is out; false when the
+//   timeout elapses first.
+// - Stop lets running observers finish, runs nothing new, joins threads, then
+//   waits for the commits still out and settles them (failures recorded, on
+//   the calling thread, which counts as a worker thread meanwhile).
 #pragma once
 
 #include <chrono>
@@ -117,8 +132,9 @@ struct WorkerOptions {
   double retry_initial_seconds = 0.05;
   double retry_max_seconds = 2.0;
   size_t queue_capacity = 20000;  // notifications held in memory at once
-  // Called on the worker thread after each failure is recorded (no lock
-  // held): the observer's column and the record as written (parked or not).
+  // Called on a worker thread after each failure is recorded (no lock held;
+  // for commits settled by Stop, on the thread that stops the pool): the
+  // observer's column and the record as written (parked or not).
   std::function<void(const ObservedColumn&, const WorkRecord&)> on_failure;
 };
 
@@ -194,8 +210,12 @@ struct BegunRun {
   std::string error;                         // kFailed, kParked: the failure's text
   uint32_t attempts = 0;                     // kFailed: failed runs recorded in the store
   double deferred_seconds = 0;               // kDeferred
-  // Queue keys the run parked, counted once its transaction commits.
+  // Queue keys the run parked, counted once its transaction commits, and
+  // their records, reported to WorkerOptions::on_failure once the run is
+  // settled, on the thread that settles it (never the backend's writer).
   std::shared_ptr<std::atomic<uint32_t>> parked_keys = std::make_shared<std::atomic<uint32_t>>(0);
+  std::shared_ptr<std::vector<WorkRecord>> parked_records =
+      std::make_shared<std::vector<WorkRecord>>();
 };
 
 class Workers final : public NotificationSink {
@@ -275,6 +295,18 @@ class Workers final : public NotificationSink {
   // REQUIRES(mu_), and Mine(notification.row_hash).
   Enqueued EnqueueLocked(const Notification& notification);
   void WorkerLoop();
+  // Hands a kReady run's commit to the backend's writer (CommitAsync); its
+  // result comes back through committed_.
+  void SubmitCommit(std::string key, BegunRun run);
+  // Settles a run whose commit came back (conflict, failure recorded),
+  // counts it and reports its parked keys. No lock held.
+  RunOutcome SettleCommitted(BegunRun& run, const CommitResult& result);
+  // REQUIRES(mu_): what a settled run leaves of its entry (done, again,
+  // retried later, deferred).
+  void AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run);
+  void ReportParked(BegunRun& run);
+  // REQUIRES(mu_): no run going, none ready, no commit in flight or unsettled.
+  bool IdleLocked() const;
   void ScannerLoop();
   struct ScanCounts {
     size_t found = 0;    // notifications read
@@ -319,6 +351,16 @@ class Workers final : public NotificationSink {
   bool stopping_ = false;                     // GUARDED_BY(mu_)
   bool started_ = false;                      // GUARDED_BY(mu_)
   uint64_t scans_ = 0;                        // GUARDED_BY(mu_)
+  // Runs whose commits the writer has (SubmitCommit): their entries stay
+  // running until a worker settles what came back.
+  struct Committed {
+    std::string key;
+    BegunRun run;
+    CommitResult result;
+  };
+  size_t in_flight_ = 0;               // GUARDED_BY(mu_): submitted, not come back
+  std::deque<Committed> committed_;    // GUARDED_BY(mu_): come back, not settled
+  std::condition_variable commit_cv_;  // a full pool's workers wait here for room
 
   std::unique_ptr<Leases> leases_;    // when sharing by lease
   std::unique_ptr<WorkWatch> watch_;  // the scanner sleeps in it; Stop interrupts it

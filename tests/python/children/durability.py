@@ -48,3 +48,38 @@ def load_when_told(db, opened, go, held, checked):
         open(checked, "w").close()
         print(f"then: {future.result(timeout=30)}")
     env.close()
+
+
+def observe_when_told(db, opened, go, checked, count):
+    """Commit ``count`` notifications and start one worker thread, whose
+    first run waits for ``go``; create ``opened``. Once ``go`` exists (the
+    test holds the syncs first), print how many observer runs the thread
+    made while the first run's commit waits for its sync, create
+    ``checked``, and once the test lets the syncs pass, how many runs'
+    writes are in the store."""
+    count = int(count)
+    runs = []
+    app = percolite.App("held")
+
+    @app.observer(("f", "in"), notify=percolite.STRONG)
+    def copy(tx, row, column):
+        while not os.path.exists(go):
+            time.sleep(0.005)
+        tx.set(row, ("f", "out"), tx.get(row, column))
+        runs.append(row)
+
+    env = percolite.open(db, app=app, sync="full")
+    env.run(lambda tx: [tx.set(f"r{i:03d}", ("f", "in"), b"x") for i in range(count)])
+    env.start_workers(1)
+    open(opened, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    deadline = time.monotonic() + 10
+    while len(runs) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(f"runs while held: {len(runs)}")
+    open(checked, "w").close()
+    env.wait(timeout=60)
+    with env.transaction() as tx:
+        print(f"then: {sum(1 for _ in tx.scan(columns=[('f', 'out')]))} written")
+    env.close()

@@ -596,3 +596,40 @@ def fair_scheduling(backend, db, n):
         )
     )
     env.close()
+
+
+def conflict_retried_on_one_thread(backend, db):
+    """One worker thread; the observer's first run loses a write-write
+    conflict (a transaction of its own writes the same cell and commits
+    first). Its commit comes back after the thread went to wait for work:
+    the retry must still run."""
+    app = percolite.App()
+    attempts = []
+
+    @app.observer(("in", "q"), notify=percolite.STRONG, name="racer")
+    def racer(tx, row, column):
+        attempts.append(time.monotonic())
+        tx.set("shared", ("out", "q"), f"run {len(attempts)}")
+        if len(attempts) == 1:
+            env.run(lambda other: other.set("shared", ("out", "q"), "other"))
+
+    env = open_store(backend, db, app=app, sync="full")
+    env.start_workers(1)
+    env.run(lambda tx: tx.set("r", ("in", "q"), "x"))
+    idle = env.wait(timeout=10)
+    stats = observer_stats(env)["racer"]
+    with env.transaction() as tx:
+        value = tx.get("shared", ("out", "q"))
+    env.stop_workers()
+    print(
+        json.dumps(
+            {
+                "idle": idle,
+                "attempts": len(attempts),
+                "commits": stats["commits"],
+                "conflicts": stats["conflicts"],
+                "value": value.decode(),
+            }
+        )
+    )
+    env.close()
