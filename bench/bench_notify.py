@@ -9,6 +9,14 @@ Measures, with sync="full":
   apart) so this is the latency of an idle system, not of a queue.
 - CPU used by an idle worker pool (4 threads, nothing to do) over a few
   seconds, as a percentage of one core.
+- Observer throughput: runs/s of the same observer (one cell written per
+  run) over a backlog of notifications committed before the workers start,
+  timed from ``start_workers(T)`` until idle, for several T. A worker hands
+  each run's commit to the group-commit writer and goes on with the next
+  notification, so runs are not bound by T / (commit latency). Beside it,
+  the same number of one-cell transactions committed through
+  ``env.loader()`` from one thread: what the writer takes when nothing else
+  runs.
 
 CLOCK_MONOTONIC is system-wide on Linux, so times compare across processes.
 """
@@ -110,6 +118,42 @@ def measure_idle_cpu(db: str, seconds: float) -> dict:
     }
 
 
+def measure_throughput(db: str, runs: int, threads: list[int]) -> dict:
+    """Observer runs/s over a backlog of ``runs`` notifications, per thread
+    count, and the loader's commits/s of as many one-cell transactions."""
+
+    def write(tx: percolite.Transaction, row: str) -> None:
+        tx.set(row, notify_app.COLUMN, "x")
+
+    by_threads = {}
+    loader_rates = []
+    for n, count in enumerate(threads):
+        path = f"{db}-{n}"
+        env = percolite.open(path, app=notify_app.app, sync="full")
+        try:
+            began = time.perf_counter()
+            with env.loader() as loader:  # no workers yet: the notifications wait
+                for i in range(runs):
+                    loader.submit(write, f"r{i:06d}")
+            loader_rates.append(runs / (time.perf_counter() - began))
+            began = time.perf_counter()
+            env.start_workers(count)
+            if not env.wait(timeout=600):
+                raise RuntimeError(f"{runs} observer runs did not finish in 600 s")
+            seconds = time.perf_counter() - began
+            with env.transaction() as tx:
+                done = sum(1 for _ in tx.scan(prefix="r", columns=[notify_app.STARTED]))
+            if done != runs:
+                raise RuntimeError(f"{done} of {runs} observer runs committed")
+        finally:
+            env.close()
+        by_threads[str(count)] = {"seconds": round(seconds, 3), "runs_per_s": round(runs / seconds)}
+    loader = median(loader_rates)
+    for r in by_threads.values():
+        r["of_loader"] = round(r["runs_per_s"] / loader, 3)
+    return {"runs": runs, "threads": by_threads, "loader_commits_per_s": round(loader)}
+
+
 NAME = "notify"
 
 
@@ -127,18 +171,43 @@ def add_arguments(parser) -> None:
         default=5.0,
         help="how long the idle pool is watched (default: %(default)s)",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=5000,
+        help="notifications queued for the observer throughput (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--run-threads",
+        type=int,
+        nargs="+",
+        default=[1, 4, 16],
+        help="worker threads for the observer throughput (default: 1 4 16)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict:
     commits = 20 if args.quick else args.commits
     idle_seconds = 0.5 if args.quick else args.idle_seconds
+    runs = 1000 if args.quick else args.runs
+    if runs < 1 or any(t < 1 for t in args.run_threads):
+        raise SystemExit("--runs and --run-threads must be >= 1")
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         return {
-            "settings": {"commits": commits, "idle_seconds": idle_seconds, "sync": "full"},
+            "settings": {
+                "commits": commits,
+                "idle_seconds": idle_seconds,
+                "sync": "full",
+                "runs": runs,
+                "run_threads": args.run_threads,
+            },
             "machine": machine_info(),
             "local": measure_latency(os.path.join(scratch, "local"), commits, remote=False),
             "two_processes": measure_latency(os.path.join(scratch, "remote"), commits, remote=True),
             "idle": measure_idle_cpu(os.path.join(scratch, "idle"), idle_seconds),
+            "throughput": measure_throughput(
+                os.path.join(scratch, "throughput"), runs, args.run_threads
+            ),
         }
 
 
@@ -152,7 +221,7 @@ def tables(report: dict) -> list[Table]:
         )
     ]
     idle = report["idle"]
-    return [
+    out = [
         Table(
             "Commit -> observer start latency, ms (sync=full; from the commit() call)",
             ["workers in", "p50", "p99", "max", "commit p50"],
@@ -163,6 +232,24 @@ def tables(report: dict) -> list[Table]:
             ],
         )
     ]
+    throughput = report.get("throughput")  # older reports have none
+    if throughput:
+        out.append(
+            Table(
+                f"Observer throughput over a backlog of {throughput['runs']:,} notifications"
+                " (sync=full; one cell written per run)",
+                ["worker threads", "seconds", "runs/s", "of the loader's commits/s"],
+                [
+                    [t, r["seconds"], r["runs_per_s"], r["of_loader"]]
+                    for t, r in throughput["threads"].items()
+                ],
+                [
+                    "the loader: the same number of one-cell transactions from one thread,"
+                    f" {throughput['loader_commits_per_s']:,} commits/s"
+                ],
+            )
+        )
+    return out
 
 
 def format_report(report: dict) -> str:

@@ -97,6 +97,12 @@ def check_notify_report(report: dict[str, Any]) -> None:
         latency = report[where]
         assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"], (where, latency)
     assert report["idle"]["cpu_seconds"] >= 0
+    # Every queued notification's run committed (the benchmark counts them).
+    throughput = report["throughput"]
+    assert throughput["runs"] == 1000 and throughput["loader_commits_per_s"] > 0
+    assert set(throughput["threads"]) == {"1", "4", "16"}
+    for measured in throughput["threads"].values():
+        assert measured["runs_per_s"] > 0 and measured["of_loader"] > 0
 
 
 def check_storage_report(report: dict[str, Any]) -> None:
