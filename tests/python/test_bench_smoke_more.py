@@ -76,7 +76,7 @@ def test_options_do_not_clash(bench: ModuleType) -> None:
     assert args.export_threads is None and args.growth_sizes is None  # --quick decides
     # The phrase count gets the demo's worker threads (SQLite keeps its 8 loader
     # threads); growth keeps 4, as its reports have.
-    assert args.pc_threads == percolite.phrasecount.cli.DEFAULT_THREADS == 16
+    assert args.pc_threads == percolite.phrasecount.cli.DEFAULT_THREADS == 8
     assert args.pc_sqlite_threads == 8
     assert args.growth_threads == 4
 

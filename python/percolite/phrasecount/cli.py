@@ -69,8 +69,12 @@ class Summary(NamedTuple):
 # Since the export batches grew (app.py) the indexing observer sets the
 # pace, each run waiting for its group commit: 3 alternating pairs (export
 # batches of 262,144), 16 threads 22.7-24.7 s, 8 threads 24.9-26.4 s (16/8:
-# 0.93 by the pairs' median); 32 threads 1.07x the time of 16.
-DEFAULT_THREADS = 16
+# 0.93 by the pairs' median); 32 threads 1.07x the time of 16. Since the
+# workers hand their commits to the writer and go on, runs no longer wait,
+# and fewer threads leave the export more of the interpreter: 8 threads
+# 22.0-23.2 s, 4 threads 22.3 s, against 25.5 s with 16 (and 26.0-26.8 s
+# before the change, with 16); the built-in corpus: the same time.
+DEFAULT_THREADS = 8
 
 # The documents are loaded from one thread through a loader. It has at most
 # LOADER_IN_FLIGHT transactions in flight, and at most LOADER_IN_FLIGHT_CHARS
