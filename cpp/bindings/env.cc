@@ -264,6 +264,7 @@ void BindEnv(py::module_& m) {
              d["threads"] = s.threads;
              d["queued"] = s.queued;
              d["active"] = s.active;
+             d["committing"] = s.committing;
              d["scans"] = s.scans;
              if (s.lease_owner.empty()) {
                d["lease"] = py::none();

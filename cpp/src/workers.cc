@@ -834,6 +834,7 @@ WorkerStats Workers::Stats() const {
   s.threads = options_.threads;
   s.queued = static_cast<int>(ready_.size() + delayed_.size());
   s.active = active_;
+  s.committing = static_cast<int>(in_flight_ + committed_.size());
   s.scans = scans_;
   s.observers = stats_;
   if (leases_) {

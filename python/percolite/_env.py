@@ -714,9 +714,12 @@ class Env:
         ``STATUS_PARKED_LIMIT`` of them (:meth:`parked` has them all); the
         entries queued in each queue of the bound app (``queues``: ``{id:
         count}``, found by a scan; ``queues=False`` skips the scan, for
-        frequent polling); the worker leases of every process (``leases``:
-        owner, group, threads, expiry, live, partitions taken); and this
-        process's commit counters."""
+        frequent polling); this process's worker pool (``workers``:
+        ``running``, ``threads``, ``queued`` notifications, ``active`` runs,
+        ``committing``: runs whose commits are with the writer or wait to be
+        settled, their notifications held meanwhile, and ``lease``); the
+        worker leases of every process (``leases``: owner, group, threads,
+        expiry, live, partitions taken); and this process's commit counters."""
         if not isinstance(queues, bool):
             raise TypeError(f"status: queues must be True or False, not {type(queues).__name__}")
         workers = self._core.worker_stats()
@@ -768,7 +771,10 @@ class Env:
             "pending": sum(pending.values()),
             "parked": len(parked),
             "parked_work": [self._describe_record(r) for r in parked[: self.STATUS_PARKED_LIMIT]],
-            "workers": {k: workers[k] for k in ("running", "threads", "queued", "active", "lease")},
+            "workers": {
+                k: workers[k]
+                for k in ("running", "threads", "queued", "active", "committing", "lease")
+            },
             "leases": self._core.lease_holders(),
             "observers": observers,
             "queues": depths,

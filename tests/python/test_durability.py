@@ -164,6 +164,7 @@ def test_a_worker_goes_on_while_its_commit_waits_for_the_sync(tmp_path, sync_gat
         hold.unlink()
     assert finish_child(child, timeout=60).splitlines() == [
         "runs while held: 20",
+        "committing while held: 20",  # env.status()["workers"]: every run's commit is out
         "then: 20 written",
     ]
     reader.close()

@@ -264,6 +264,7 @@ def test_stop_workers_while_observers_run_does_not_deadlock(backend, tmp_path):
     assert after_stop["in_progress"] == 0, "stop_workers lets running observers finish"
     assert after_stop["running"] is False
     assert after_stop["active"] == 0
+    assert after_stop["committing"] == 0, "stop_workers waits for the commits out"
     assert after_stop["pending"] > 0, "stopped before the work was done"
     assert after_stop["rows"] + after_stop["pending"] == 200
     assert result["idle"] is True

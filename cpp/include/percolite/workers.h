@@ -157,6 +157,9 @@ struct WorkerStats {
   int threads = 0;
   int queued = 0;  // in memory, ready or waiting for a retry
   int active = 0;  // observers running now
+  // Runs whose commits are out (with the writer) or came back and wait to be
+  // settled: their notifications stay held meanwhile.
+  int committing = 0;
   uint64_t scans = 0;
   std::vector<ObserverStats> observers;
   std::string lease_owner;        // empty unless sharing by lease

@@ -78,6 +78,7 @@ def observe_when_told(db, opened, go, checked, count):
     while len(runs) < count and time.monotonic() < deadline:
         time.sleep(0.01)
     print(f"runs while held: {len(runs)}")
+    print(f"committing while held: {env.status(queues=False)['workers']['committing']}")
     open(checked, "w").close()
     env.wait(timeout=60)
     with env.transaction() as tx:

@@ -142,6 +142,7 @@ def busy_stop_workers(backend, db, sleep):
         "in_progress": in_progress[0],
         "running": env.workers_running,
         "active": env.status()["workers"]["active"],
+        "committing": env.status()["workers"]["committing"],
         "pending": env.status()["pending"],
         "rows": len(runs(env)),
     }
