@@ -129,9 +129,11 @@ void BindEnv(py::module_& m) {
                if (py::isinstance<percolite::CombineQueue>(t[4])) {
                  o.fn = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->Processor();
                  o.max_attempts = 0;
+                 o.wait_for_commit = true;
                } else if (py::isinstance<percolite::ExportQueue>(t[4])) {
                  o.fn = t[4].cast<std::shared_ptr<percolite::ExportQueue>>()->Processor();
                  o.max_attempts = 0;
+                 o.wait_for_commit = true;
                } else {
                  o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
                }

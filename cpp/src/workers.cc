@@ -605,14 +605,19 @@ void Workers::WorkerLoop() {
     lock.unlock();
 
     BegunRun report = BeginRun(notification, hurried, /*fail=*/false);
-    const bool submitted = report.outcome == RunOutcome::kReady;
-    // Its entry stays running until the commit comes back and is settled.
-    if (submitted) SubmitCommit(key, std::move(report));
+    RunOutcome outcome = report.outcome;
+    const bool submitted =
+        outcome == RunOutcome::kReady && !observers_[report.observer_index].wait_for_commit;
+    if (submitted) {
+      SubmitCommit(key, std::move(report));  // the entry stays running until it is settled
+    } else if (outcome == RunOutcome::kReady) {
+      outcome = FinishRun(report, /*conflict=*/false);
+    }
 
     lock.lock();
     --active_;
     ready_.Done(lane);
-    if (!submitted) AfterRunLocked(key, report.outcome, report);
+    if (!submitted) AfterRunLocked(key, outcome, report);
     if (!ready_.empty()) work_cv_.notify_one();
     if (IdleLocked()) idle_cv_.notify_all();
   }

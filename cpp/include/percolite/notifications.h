@@ -57,6 +57,12 @@ struct Observer {
   ObservedColumn column;
   ObserverFn fn;
   uint32_t max_attempts = kDefaultMaxAttempts;
+  // The worker waits for each run's commit before its next notification
+  // (workers.h "Committing"), as a queue's processor does: its bucket cannot
+  // run again before the commit anyway, and a thread freed early only folds
+  // other buckets sooner, in more and smaller batches that compete with the
+  // commits feeding them.
+  bool wait_for_commit = false;
 };
 
 }  // namespace percolite

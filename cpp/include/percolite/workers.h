@@ -31,7 +31,8 @@
 //   notification commit.
 // - Committing: a worker hands its run's commit to the backend's group-commit
 //   writer (Transaction::CommitAsync) and goes on with the next notification,
-//   so observer runs are not bound by threads / commit latency. The
+//   so observer runs are not bound by threads / commit latency (a queue's
+//   processor, Observer::wait_for_commit, waits for its commit instead). The
 //   notification stays held (not run again here) until the commit comes back
 //   and is settled as below: at once when it committed, lost a conflict or
 //   found the store closed (so it never waits for a free worker); by the next
