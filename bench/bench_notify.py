@@ -189,9 +189,12 @@ def add_arguments(parser) -> None:
 def run(args: argparse.Namespace) -> dict:
     commits = 20 if args.quick else args.commits
     idle_seconds = 0.5 if args.quick else args.idle_seconds
+    if args.runs < 1:
+        raise ValueError(f"--runs must be positive, not {args.runs}")
     runs = 1000 if args.quick else args.runs
-    if runs < 1 or any(t < 1 for t in args.run_threads):
-        raise SystemExit("--runs and --run-threads must be >= 1")
+    for threads in args.run_threads:
+        if threads < 1:
+            raise ValueError(f"--run-threads must be positive, not {threads}")
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         return {
             "settings": {

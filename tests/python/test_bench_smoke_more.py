@@ -58,6 +58,14 @@ def test_phrasecount_refuses_thread_counts_below_one(bench: ModuleType, option: 
         module.run(args)
 
 
+@pytest.mark.parametrize("option", ["--runs", "--run-threads"])
+def test_notify_refuses_counts_below_one(bench: ModuleType, option: str) -> None:
+    args = bench.parse_arguments(["--quick", option, "0"])
+    module = next(m for m in bench.BENCHMARKS if m.NAME == "notify")
+    with pytest.raises(ValueError, match=f"^{option} must be positive, not 0$"):
+        module.run(args)
+
+
 def test_options_do_not_clash(bench: ModuleType) -> None:
     """argparse refuses two modules defining one option string; two options
     with one destination would silently share a value, so check those too."""
