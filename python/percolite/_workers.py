@@ -13,11 +13,11 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,14 +106,20 @@ def _run_in_this_process(
     metrics_port: int | None = None,
     upgrade: bool = False,
 ) -> int:
-    # The handler only sets a flag: taking a lock there (threading.Event.set
-    # does) deadlocks when a second SIGTERM arrives while the first handler
-    # holds it, which happens when both the parent and a process-group kill
-    # deliver one.
+    # The handler only sets a flag and writes a byte to a pipe: taking a lock
+    # there (threading.Event.set does) deadlocks when a second SIGTERM
+    # arrives while the first handler holds it, which happens when both the
+    # parent and a process-group kill deliver one. The loop below waits on
+    # the pipe, so a stop begins at once rather than at the next check
+    # (time.sleep resumes after a handler; select returns on the byte).
     stop_requested = [False]
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
 
     def request_stop(signum, frame):  # noqa: ARG001
         stop_requested[0] = True
+        with contextlib.suppress(OSError):  # a full pipe has a byte already
+            os.write(wake_write, b"x")
 
     parent = os.environ.get(PARENT_VARIABLE)
     parent_pid = int(parent) if parent and parent.isdigit() else None
@@ -148,7 +154,7 @@ def _run_in_this_process(
                     if until_idle and env.wait(timeout=PARENT_CHECK_SECONDS):
                         return EXIT_DONE
                     if not until_idle:
-                        time.sleep(PARENT_CHECK_SECONDS)
+                        select.select([wake_read], [], [], PARENT_CHECK_SECONDS)
             except WorkParked as e:
                 if parent_pid is None:  # in a group, the parent says it once
                     _log.logger.error("%s", e)
@@ -158,6 +164,8 @@ def _run_in_this_process(
         return EXIT_DONE
     finally:
         signal.signal(signal.SIGTERM, previous)
+        os.close(wake_read)
+        os.close(wake_write)
 
 
 @contextlib.contextmanager

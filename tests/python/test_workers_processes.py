@@ -472,6 +472,41 @@ def test_sigterm_to_a_multi_process_worker_stops_its_worker_processes(tmp_path):
         parent.stderr.close()
 
 
+def test_sigterm_stops_a_worker_process_at_once_not_at_its_next_check(tmp_path):
+    """A worker process looks for its parent every PARENT_CHECK_SECONDS;
+    SIGTERM must not wait for that: here the check comes once a minute and
+    the process must still exit 0 within 20 s of the signal."""
+    db = tmp_path / "db"
+    load_documents(db, make_documents(10))
+    code = (
+        "import sys; import percolite._workers as w; w.PARENT_CHECK_SECONDS = 60.0; "
+        "from percolite.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code, *worker_command(db, "--threads", "1")[3:]],
+        cwd=TESTS_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with percolite.open(db, sync="none") as env:
+            assert env.wait(timeout=30), "the worker process did not do the work"
+        signalled = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the worker process waited for its next check to stop")
+        assert worker.returncode == 0, worker.stderr.read()
+        assert time.monotonic() - signalled < 20
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        worker.stderr.close()
+
+
 # -- worker leases: a dead worker's share moves to the live ones ----------------
 
 
