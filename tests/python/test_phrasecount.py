@@ -109,15 +109,18 @@ def test_default_sink_is_next_to_the_db_and_files_can_be_named_one_by_one(tmp_pa
     assert exported_sqlite(sink) == reference_counts(named)
 
 
-def test_two_worker_processes(tmp_path):
+@pytest.mark.parametrize("processes", ["0", "2"])
+def test_workers_in_the_loading_process_or_in_two_worker_processes(tmp_path, processes):
+    """The default (one worker process) is tested above; 0 runs the workers
+    in the process that loads, 2 in a group of two beside it."""
     root, db = tmp_path / "corpus", tmp_path / "db"
     files = write_corpus(root, n=220, seed=11)
     sink = tmp_path / "out.sqlite"
-    first = phrasecount(root, "--db", db, "--export", f"sqlite:{sink}", "--processes", "2")
+    first = phrasecount(root, "--db", db, "--export", f"sqlite:{sink}", "--processes", processes)
     assert first.returncode == 0, first.stderr
     assert exported_sqlite(sink) == reference_for(root)
     edit_delete_duplicate(files, root)
-    second = phrasecount(root, "--db", db, "--export", f"sqlite:{sink}", "--processes", "2")
+    second = phrasecount(root, "--db", db, "--export", f"sqlite:{sink}", "--processes", processes)
     assert second.returncode == 0, second.stderr
     assert exported_sqlite(sink) == reference_for(root)
 
