@@ -5,7 +5,7 @@ file size after queues drain must not keep growing (consumed queue entries are
 reclaimed)". Two parts:
 
 * **Sizes.** The phrasecount application (``percolite.phrasecount.cli.run``,
-  SQLite sink, ``--growth-threads`` threads) indexes ``--growth-sizes``
+  SQLite sink, ``--growth-threads`` threads, in the loading process) indexes ``--growth-sizes``
   synthetic documents (default 10,000, 50,000 and 100,000;
   ``percolite.phrasecount.reference.synthetic_corpus(n, seed=0)``, written as
   files first; a smaller corpus is a prefix of a larger one). Each size runs
@@ -109,7 +109,10 @@ CHILD = """
 import json, sys
 from percolite.phrasecount.cli import run
 settings = json.loads(sys.argv[1])
-summary = run(settings["paths"], settings["db"], threads=settings["threads"], progress=False)
+# processes=0: the workers in this process, whose memory is the one measured.
+summary = run(
+    settings["paths"], settings["db"], threads=settings["threads"], processes=0, progress=False
+)
 with open("/proc/self/status", encoding="ascii") as status:
     hwm = [int(line.split()[1]) for line in status if line.startswith("VmHWM:")]
 print(json.dumps({
