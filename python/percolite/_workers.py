@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,7 +132,7 @@ def _run_in_this_process(
         # still working beside the new one.
         return parent_pid is not None and os.getppid() != parent_pid
 
-    previous = signal.signal(signal.SIGTERM, request_stop)
+    previous = signal.signal(signal.SIGTERM, request_stop)  # the main thread (checked)
     try:
         with (
             open_env(db, app=app, create=False, upgrade=upgrade) as env,
@@ -209,6 +210,13 @@ def run_worker_processes(
     metrics_port: int | None = None,
     upgrade: bool = False,
 ) -> int:
+    if threading.current_thread() is not threading.main_thread():
+        # Before anything starts: a handler for SIGTERM can only be set there,
+        # and worker processes started first would be left running.
+        raise RuntimeError(
+            "run the workers from the main thread: they stop on SIGTERM, and only the main "
+            "thread can handle signals"
+        )
     if processes < 1:
         raise ValueError(f"processes must be at least 1, not {processes}")
     if threads < 1:
@@ -294,7 +302,8 @@ def run_workers(
     ``processes`` worker processes of ``threads`` threads each; with
     ``until_idle`` (default) return once nothing is pending. Returns the exit
     status: ``EXIT_DONE`` (0) when all work is done, ``EXIT_PARKED`` (3)
-    when everything left is parked work, ``EXIT_ERROR`` (1) on an error."""
+    when everything left is parked work, ``EXIT_ERROR`` (1) on an error.
+    Raises RuntimeError when called from a thread other than the main one."""
     return run_worker_processes(
         app_spec=app,
         app=load_app(app),

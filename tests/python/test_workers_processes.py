@@ -507,6 +507,39 @@ def test_sigterm_stops_a_worker_process_at_once_not_at_its_next_check(tmp_path):
         worker.stderr.close()
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_run_workers_outside_the_main_thread_is_refused_before_anything_starts(tmp_path, processes):
+    """Only the main thread can handle SIGTERM: from another thread,
+    run_workers raises a clear RuntimeError and starts no worker process."""
+    import threading
+
+    db = tmp_path / "db"
+    load_documents(db, make_documents(3))
+    raised: list = []
+
+    def call() -> None:
+        try:
+            percolite.run_workers(
+                "children.wordcount_app:app", db, processes=processes, until_idle=True
+            )
+        except RuntimeError as e:
+            raised.append(e)
+
+    before = children_of(os.getpid())
+    sys.path.insert(0, str(TESTS_DIR))
+    try:
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(timeout=60)
+    finally:
+        sys.path.remove(str(TESTS_DIR))
+    assert not thread.is_alive()
+    assert len(raised) == 1 and "main thread" in str(raised[0])
+    assert children_of(os.getpid()) == before
+    with percolite.open(db, sync="none") as env:
+        assert env.status(queues=False)["pending"] == 3  # nothing ran
+
+
 # -- worker leases: a dead worker's share moves to the live ones ----------------
 
 
