@@ -151,15 +151,20 @@ TEST_CASE("A lingering combine queue folds updates that keep arriving in one run
   options.buffer_size = 100;
   options.linger_seconds = 0.4;
   auto queue = percolite::CombineQueue::Create(options);
+  // A full buffer first, folded at once: the bucket is no longer young (a
+  // young one goes as soon as as many updates wait as its runs ever took).
+  for (int i = 0; i < 100; ++i) AddUpdate(*env, *queue, 1, "old" + std::to_string(i));
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  CHECK(ChangeCount(reports) == 100);
   AddUpdate(*env, *queue, 1);
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == Approx(0.1));  // short: wait a quarter
   AddUpdate(*env, *queue, 2);
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);  // more arrived: wait again
   CHECK_FALSE(Current(*env, *queue).has_value());
-  CHECK(ChangeCount(reports) == 0);
+  CHECK(ChangeCount(reports) == 100);
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);  // nothing new: fold both
   CHECK(Current(*env, *queue) == Int64(3));
-  CHECK(ChangeCount(reports) == 1);
+  CHECK(ChangeCount(reports) == 101);
 
   options.linger_seconds = 3601;
   CHECK(percolite_test::ErrorCodeOf([&] { percolite::CombineQueue::Create(options); }) ==

@@ -208,19 +208,23 @@ TEST_CASE("A lingering bucket defers while entries keep arriving, then exports t
   auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/100, /*linger_seconds=*/0.4);
+  // A full batch first, exported at once: the bucket is no longer young.
+  for (int i = 0; i < 100; ++i) AddOne(*env, *queue, "f" + std::to_string(i));
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(sink.calls.size() == 1);
   AddOne(*env, *queue, "a");
   // First look at a short batch: wait a quarter of linger, export nothing.
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == Approx(0.1));
-  CHECK(sink.calls.empty());
+  CHECK(sink.calls.size() == 1);
   AddOne(*env, *queue, "b");
   // More arrived since the last look: wait again.
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);
-  CHECK(sink.calls.empty());
+  CHECK(sink.calls.size() == 1);
   CHECK(Depth(*env) == 2);
   // Nothing arrived since: export what is there, in one call.
   CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
-  REQUIRE(sink.calls.size() == 1);
-  CHECK(sink.calls[0].size() == 2);
+  REQUIRE(sink.calls.size() == 2);
+  CHECK(sink.calls[1].size() == 2);
   CHECK(Depth(*env) == 0);
 }
 
@@ -229,6 +233,11 @@ TEST_CASE("Lingering ends after linger_seconds even while entries keep arriving"
   auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 1, /*batch_size=*/1000, /*linger_seconds=*/0.2);
+  // A full batch first, exported at once: the bucket is no longer young (a
+  // young one goes as soon as as many entries wait as its runs ever took).
+  for (int i = 0; i < 1000; ++i) AddOne(*env, *queue, "f" + std::to_string(i));
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
+  REQUIRE(sink.calls.size() == 1);
   const auto start = std::chrono::steady_clock::now();
   int added = 0;
   double deferred = 0;
@@ -241,8 +250,42 @@ TEST_CASE("Lingering ends after linger_seconds even while entries keep arriving"
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(elapsed >= 0.2);
+  REQUIRE(sink.calls.size() == 2);
+  CHECK(sink.calls[1].size() == static_cast<size_t>(added));
+}
+
+TEST_CASE("A young bucket goes once as many entries wait as its runs ever took", "[export]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  Sink sink;
+  auto queue = MakeQueue(&sink, 1, /*batch_size=*/1000, /*linger_seconds=*/3600);
+  // First look: it defers. Second: 2 wait, its runs took 0: it goes.
+  AddOne(*env, *queue, "a");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);
+  AddOne(*env, *queue, "b");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);
   REQUIRE(sink.calls.size() == 1);
-  CHECK(sink.calls[0].size() == static_cast<size_t>(added));
+  CHECK(sink.calls[0].size() == 2);
+  // Now it took 2: one entry, then a second, then a third keep it lingering
+  // until 2 wait (the second look after the first), then it goes.
+  AddOne(*env, *queue, "c");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);  // first look
+  AddOne(*env, *queue, "d");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);  // 2 >= 2
+  REQUIRE(sink.calls.size() == 2);
+  CHECK(sink.calls[1].size() == 2);
+  // Took 4: 3 entries arriving one per look keep it lingering (3 < 4).
+  AddOne(*env, *queue, "e");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);
+  AddOne(*env, *queue, "f");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);
+  AddOne(*env, *queue, "g");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) > 0);
+  CHECK(sink.calls.size() == 2);
+  AddOne(*env, *queue, "h");
+  CHECK(percolite_test::RunBucketAsWorker(*env, *queue) == 0);  // 4 >= 4
+  REQUIRE(sink.calls.size() == 3);
+  CHECK(sink.calls[2].size() == 4);
 }
 
 TEST_CASE("A full batch is exported at once however long the linger", "[export]") {

@@ -629,8 +629,8 @@ def test_bad_declaration_is_a_clear_error_and_leaves_nothing(
 
 def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp_path):
     """20 commits adding 1 to one key, 10 ms apart: with linger=1.0 the bucket
-    waits while they arrive and folds them in one or two runs; the reports
-    still chain old to new and end at 20."""
+    waits a quarter-linger step while they arrive and folds them in one or
+    two runs; the reports still chain old to new and end at 20."""
     eager = child("stream_with_linger", backend, path=str(tmp_path / "eager"), linger=0)
     lingering = child("stream_with_linger", backend, path=str(tmp_path / "lingering"), linger=1.0)
     for out in (eager, lingering):
@@ -639,7 +639,7 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp
         assert [old for _ts, old, _new in chain] == [None] + [new for _ts, _old, new in chain][:-1]
         assert chain[-1][2] == 20
     assert eager["deferrals"] == 0 and len(eager["reports"]['"k"']) >= 3
-    assert lingering["linger"] == 1.0 and lingering["deferrals"] >= 2
+    assert lingering["linger"] == 1.0 and lingering["deferrals"] >= 1
     assert len(lingering["reports"]['"k"']) <= 2 < len(eager["reports"]['"k"'])
 
 

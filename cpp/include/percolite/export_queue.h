@@ -28,11 +28,19 @@
 //   batch_size entries) defers itself (workers.h) for linger_seconds / 4
 //   instead of exporting, and looks again (a look counts the entries, it
 //   does not copy them). It exports when the batch is full,
-//   when no entries arrived since its last look, or when linger_seconds have
-//   passed since this process first found the bucket short. So the exporter
-//   gets fewer, fuller batches while adders are busy, an entry waits at most
-//   about linger_seconds longer, and an idle queue drains within
-//   linger_seconds / 2. With linger_seconds = 0 (the default) every run
+//   when no entries arrived since its last look, when at least as many
+//   entries wait as this process's runs of the bucket have taken in all (a
+//   young bucket), or when linger_seconds have passed since this process
+//   first found the bucket short. So the exporter gets fewer, fuller batches
+//   while adders are busy, an entry waits at most about linger_seconds
+//   longer, and an idle queue drains within linger_seconds / 2. The young
+//   bucket rule is for jobs that start with a burst (a load, a fresh store):
+//   a batch costs a sink (or a combine queue's fold, combine_queue.h) about
+//   in proportion to what it already holds, so while the batches are at
+//   least that large they cost little more than one big batch would, and
+//   they go while the adders are still busy instead of all at the end; the
+//   batches at least double, so after a few of them lingering is as before.
+//   With linger_seconds = 0 (the default) every run
 //   exports at once. A linger never idles a waiter: while a thread of this
 //   process waits for the workers (Env::WaitIdle, Python's Env.wait and
 //   Env.process) and they have nothing else to run, the lingering runs are

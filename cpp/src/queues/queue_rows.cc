@@ -198,17 +198,22 @@ double Linger::For(const std::string& bucket_row, size_t found, bool short_batch
   const auto now = std::chrono::steady_clock::now();
   const double step = seconds_ / 4;
   std::lock_guard<std::mutex> lock(mu_);
+  uint64_t& taken = taken_[bucket_row];
   if (!short_batch) {
     short_.erase(bucket_row);
+    taken += found;
     return 0;
   }
   auto [it, first] = short_.try_emplace(bucket_row, Short{now, found});
   if (first) return step;
   const double waited = std::chrono::duration<double>(now - it->second.since).count();
-  // Go now when nothing arrived since the last look (the adders paused), or
-  // once the linger has passed (1 ms of slack for early wake-ups).
-  if (found <= it->second.found || waited + 0.001 >= seconds_) {
+  // Go now when nothing arrived since the last look (the adders paused), when
+  // as many entries wait as this process's runs of the bucket ever took (a
+  // young bucket: see "Lingering"), or once the linger has passed (1 ms of
+  // slack for early wake-ups).
+  if (found <= it->second.found || found >= taken || waited + 0.001 >= seconds_) {
     short_.erase(it);
+    taken += found;
     return 0;
   }
   it->second.found = found;

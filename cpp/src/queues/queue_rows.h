@@ -139,7 +139,8 @@ class Linger {
 
   const double seconds_;
   std::mutex mu_;
-  std::unordered_map<std::string, Short> short_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, Short> short_;     // GUARDED_BY(mu_)
+  std::unordered_map<std::string, uint64_t> taken_;  // GUARDED_BY(mu_)
 };
 
 // How a queue runs one bucket. Both queues run the same steps in one

@@ -280,6 +280,33 @@ def change_observer_exports(backend, path):
     emit(sink=live(sink), final=final)
 
 
+def young_and_older_bucket(backend, path):
+    """A bucket lingering 2 s (a look every 0.5 s): a stream of 150 entries,
+    10 ms apart, into the new bucket; once it is exported, a stream of 20
+    more. Reports, for each call, its size and how many entries had been
+    added when it began."""
+    app = percolite.App()
+    added = [0]
+    began_at = []
+
+    def exporter(entries):
+        began_at.append(added[0])
+        guarded(entries)
+
+    eq = app.export_queue("ex", exporter, buckets=1, batch_size=1000, linger=2.0)
+    env = open_store(backend, path, app=app, sync="none")
+    env.start_workers(2)
+    for count in (150, 20):
+        for i in range(count):
+            with env.transaction() as tx:
+                eq.add(tx, f"k{added[0]:03d}", i)
+            added[0] += 1
+            time.sleep(0.01)
+        settled(env)
+    env.stop_workers()
+    emit(calls=[len(c) for c in calls], began_at=began_at)
+
+
 def stream_with_linger(backend, path, linger):
     """20 commits of one entry, 10 ms apart, to a queue with ``linger``."""
     app = percolite.App()
