@@ -107,20 +107,18 @@ def _run_in_this_process(
     metrics_port: int | None = None,
     upgrade: bool = False,
 ) -> int:
-    # The handler only sets a flag and writes a byte to a pipe: taking a lock
-    # there (threading.Event.set does) deadlocks when a second SIGTERM
-    # arrives while the first handler holds it, which happens when both the
-    # parent and a process-group kill deliver one. The loop below waits on
-    # the pipe, so a stop begins at once rather than at the next check
-    # (time.sleep resumes after a handler; select returns on the byte).
+    # The handler only sets a flag: taking a lock there (threading.Event.set
+    # does) deadlocks when a second SIGTERM arrives while the first handler
+    # holds it, which happens when both the parent and a process-group kill
+    # deliver one. Without --until-idle the loop below waits on a pipe that
+    # the interpreter's C-level signal handler writes to (set_wakeup_fd), so
+    # a stop begins at once rather than at the next check, even when the
+    # signal comes between the flag's check and the wait (time.sleep resumes
+    # after a handler; select returns on the byte).
     stop_requested = [False]
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_write, False)
 
     def request_stop(signum, frame):  # noqa: ARG001
         stop_requested[0] = True
-        with contextlib.suppress(OSError):  # a full pipe has a byte already
-            os.write(wake_write, b"x")
 
     parent = os.environ.get(PARENT_VARIABLE)
     parent_pid = int(parent) if parent and parent.isdigit() else None
@@ -132,7 +130,12 @@ def _run_in_this_process(
         # still working beside the new one.
         return parent_pid is not None and os.getppid() != parent_pid
 
-    previous = signal.signal(signal.SIGTERM, request_stop)  # the main thread (checked)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    # The main thread (checked by the callers), so neither call raises.
+    previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    previous = signal.signal(signal.SIGTERM, request_stop)
     try:
         with (
             open_env(db, app=app, create=False, upgrade=upgrade) as env,
@@ -155,7 +158,10 @@ def _run_in_this_process(
                     if until_idle and env.wait(timeout=PARENT_CHECK_SECONDS):
                         return EXIT_DONE
                     if not until_idle:
-                        select.select([wake_read], [], [], PARENT_CHECK_SECONDS)
+                        ready, _, _ = select.select([wake_read], [], [], PARENT_CHECK_SECONDS)
+                        if ready:  # any handled signal writes; drained, or the wait would spin
+                            with contextlib.suppress(BlockingIOError):
+                                os.read(wake_read, 512)
             except WorkParked as e:
                 if parent_pid is None:  # in a group, the parent says it once
                     _log.logger.error("%s", e)
@@ -165,6 +171,7 @@ def _run_in_this_process(
         return EXIT_DONE
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.set_wakeup_fd(previous_wakeup)
         os.close(wake_read)
         os.close(wake_write)
 
@@ -197,6 +204,16 @@ def _group_status(codes: list[int]) -> int:
     return EXIT_PARKED if EXIT_PARKED in finished else EXIT_DONE
 
 
+def _require_main_thread() -> None:
+    # Before anything starts: a handler for SIGTERM can only be set there, and
+    # worker processes started first would be left running.
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            "run the workers from the main thread: they stop on SIGTERM, and only the main "
+            "thread can handle signals"
+        )
+
+
 def run_worker_processes(
     *,
     app_spec: str,
@@ -210,13 +227,7 @@ def run_worker_processes(
     metrics_port: int | None = None,
     upgrade: bool = False,
 ) -> int:
-    if threading.current_thread() is not threading.main_thread():
-        # Before anything starts: a handler for SIGTERM can only be set there,
-        # and worker processes started first would be left running.
-        raise RuntimeError(
-            "run the workers from the main thread: they stop on SIGTERM, and only the main "
-            "thread can handle signals"
-        )
+    _require_main_thread()
     if processes < 1:
         raise ValueError(f"processes must be at least 1, not {processes}")
     if threads < 1:
@@ -304,6 +315,7 @@ def run_workers(
     status: ``EXIT_DONE`` (0) when all work is done, ``EXIT_PARKED`` (3)
     when everything left is parked work, ``EXIT_ERROR`` (1) on an error.
     Raises RuntimeError when called from a thread other than the main one."""
+    _require_main_thread()  # before the app's module is imported
     return run_worker_processes(
         app_spec=app,
         app=load_app(app),

@@ -507,6 +507,45 @@ def test_sigterm_stops_a_worker_process_at_once_not_at_its_next_check(tmp_path):
         worker.stderr.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_another_handled_signal_does_not_make_the_worker_loop_spin(tmp_path):
+    """Any signal with a Python handler wakes the worker loop's wait; the
+    loop drains the wake-up and waits again (it used 2 s of CPU in 2 s if
+    it did not), and SIGTERM still stops it with exit 0."""
+    db = tmp_path / "db"
+    load_documents(db, make_documents(10))
+    code = (
+        "import signal, sys; signal.signal(signal.SIGUSR1, lambda *a: None); "
+        "from percolite.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code, *worker_command(db, "--threads", "1")[3:]],
+        cwd=TESTS_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with percolite.open(db, sync="none") as env:
+            assert env.wait(timeout=30), "the worker process did not do the work"
+        before = cpu_seconds(worker.pid)
+        worker.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        assert worker.poll() is None
+        assert cpu_seconds(worker.pid) - before < 1.0, "the loop spun after SIGUSR1"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, worker.stderr.read()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        worker.stderr.close()
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_run_workers_outside_the_main_thread_is_refused_before_anything_starts(tmp_path, processes):
     """Only the main thread can handle SIGTERM: from another thread,
