@@ -629,8 +629,8 @@ def test_bad_declaration_is_a_clear_error_and_leaves_nothing(
 
 def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp_path):
     """20 commits adding 1 to one key, 10 ms apart: with linger=1.0 the bucket
-    waits a quarter-linger step while they arrive and folds them in one or
-    two runs; the reports still chain old to new and end at 20."""
+    waits while they arrive and folds them in a few runs; the reports still
+    chain old to new and end at 20."""
     eager = child("stream_with_linger", backend, path=str(tmp_path / "eager"), linger=0)
     lingering = child("stream_with_linger", backend, path=str(tmp_path / "lingering"), linger=1.0)
     for out in (eager, lingering):
@@ -640,7 +640,10 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp
         assert chain[-1][2] == 20
     assert eager["deferrals"] == 0 and len(eager["reports"]['"k"']) >= 3
     assert lingering["linger"] == 1.0 and lingering["deferrals"] >= 1
-    assert len(lingering["reports"]['"k"']) <= 2 < len(eager["reports"]['"k"'])
+    # A young bucket folds when as many updates wait as it folded before
+    # (test_export_queue.py): a few runs at most, fewer than without linger.
+    assert len(lingering["reports"]['"k"']) <= 3
+    assert len(lingering["reports"]['"k"']) < len(eager["reports"]['"k"'])
 
 
 @pytest.mark.parametrize("observed", [False, True])

@@ -29,8 +29,9 @@
 //   instead of exporting, and looks again (a look counts the entries, it
 //   does not copy them). It exports when the batch is full,
 //   when no entries arrived since its last look, when at least as many
-//   entries wait as this process's runs of the bucket have taken in all (a
-//   young bucket), or when linger_seconds have passed since this process
+//   entries wait as the runs of this process that went on after a look
+//   found in all (a young bucket: its second look), or when linger_seconds
+//   have passed since this process
 //   first found the bucket short. So the exporter gets fewer, fuller batches
 //   while adders are busy, an entry waits at most about linger_seconds
 //   longer, and an idle queue drains within linger_seconds / 2. The young
@@ -40,6 +41,8 @@
 //   least that large they cost little more than one big batch would, and
 //   they go while the adders are still busy instead of all at the end; the
 //   batches at least double, so after a few of them lingering is as before.
+//   Each process starts young (a restart, each worker process): at most
+//   about log2(batch_size) + 1 such early batches per bucket and process.
 //   With linger_seconds = 0 (the default) every run
 //   exports at once. A linger never idles a waiter: while a thread of this
 //   process waits for the workers (Env::WaitIdle, Python's Env.wait and

@@ -208,9 +208,9 @@ double Linger::For(const std::string& bucket_row, size_t found, bool short_batch
   if (first) return step;
   const double waited = std::chrono::duration<double>(now - it->second.since).count();
   // Go now when nothing arrived since the last look (the adders paused), when
-  // as many entries wait as this process's runs of the bucket ever took (a
-  // young bucket: see "Lingering"), or once the linger has passed (1 ms of
-  // slack for early wake-ups).
+  // as many entries wait as this process's runs of the bucket found when they
+  // went on (a young bucket: see "Lingering"), or once the linger has passed
+  // (1 ms of slack for early wake-ups).
   if (found <= it->second.found || found >= taken || waited + 0.001 >= seconds_) {
     short_.erase(it);
     taken += found;

@@ -76,9 +76,10 @@ app: percolite.App = percolite.App("phrasecount")
 # 4 export buckets of 16,384; measured at 607796b, the job now takes 9-10 s);
 # the built-in corpus takes the same time. The
 # lingers cost no time at the end: cli.run waits with env.wait once the
-# documents are loaded, and a linger never idles a waiter. Nor at the start:
-# a young bucket does not linger (combine_queue.md), so on the built-in corpus
-# most counts are folded and exported while the documents are still read.
+# documents are loaded, and a linger never idles a waiter. Nor at the
+# start: a young bucket goes at its second look (combine_queue.md), so on the
+# built-in corpus most counts are folded and exported while the documents
+# are still read.
 phrase_counts: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
     "phrases", buckets=16, value_codec="int64s:2", buffer_size=65536, linger=2.5
 )

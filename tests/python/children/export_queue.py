@@ -281,10 +281,11 @@ def change_observer_exports(backend, path):
 
 
 def young_and_older_bucket(backend, path):
-    """A bucket lingering 2 s (a look every 0.5 s): a stream of 150 entries,
-    10 ms apart, into the new bucket; once it is exported, a stream of 20
-    more. Reports, for each call, its size and how many entries had been
-    added when it began."""
+    """A bucket lingering 3 s (a look every 0.75 s): entries 10 ms apart for
+    2.2 s into the new bucket; once they are exported, entries 10 ms apart
+    for 1.6 s (at most half as many) into the same bucket. Reports, for each
+    call, its size and how many entries had been added when it began, and
+    how many each stream added."""
     app = percolite.App()
     added = [0]
     began_at = []
@@ -293,18 +294,23 @@ def young_and_older_bucket(backend, path):
         began_at.append(added[0])
         guarded(entries)
 
-    eq = app.export_queue("ex", exporter, buckets=1, batch_size=1000, linger=2.0)
+    eq = app.export_queue("ex", exporter, buckets=1, batch_size=1000, linger=3.0)
     env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
-    for count in (150, 20):
-        for i in range(count):
+    streams = []
+    for seconds in (2.2, 1.6):
+        limit = streams[0] // 2 if streams else None
+        began, count = time.monotonic(), 0
+        while time.monotonic() - began < seconds and count != limit:
             with env.transaction() as tx:
-                eq.add(tx, f"k{added[0]:03d}", i)
+                eq.add(tx, f"k{added[0]:04d}", count)
             added[0] += 1
+            count += 1
             time.sleep(0.01)
+        streams.append(count)
         settled(env)
     env.stop_workers()
-    emit(calls=[len(c) for c in calls], began_at=began_at)
+    emit(calls=[len(c) for c in calls], began_at=began_at, streams=streams)
 
 
 def stream_with_linger(backend, path, linger):
