@@ -14,6 +14,7 @@ or the CLI (a ``--db`` path) need a store that outlives its process: lmdb.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -472,15 +473,13 @@ def test_sigterm_to_a_multi_process_worker_stops_its_worker_processes(tmp_path):
         parent.stderr.close()
 
 
-def test_sigterm_stops_a_worker_process_at_once_not_at_its_next_check(tmp_path):
-    """A worker process looks for its parent every PARENT_CHECK_SECONDS;
-    SIGTERM must not wait for that: here the check comes once a minute and
-    the process must still exit 0 within 20 s of the signal."""
-    db = tmp_path / "db"
-    load_documents(db, make_documents(10))
+@contextlib.contextmanager
+def idle_worker(db: Path, prelude: str):
+    """`percolite worker` on ``db`` (one thread), run by ``python -c`` after
+    ``prelude``; yields it once it did the work loaded in ``db`` (so it waits
+    in its loop), and kills it if the test did not stop it."""
     code = (
-        "import sys; import percolite._workers as w; w.PARENT_CHECK_SECONDS = 60.0; "
-        "from percolite.__main__ import main; sys.exit(main(sys.argv[1:]))"
+        f"{prelude}; import sys; from percolite.__main__ import main; sys.exit(main(sys.argv[1:]))"
     )
     worker = subprocess.Popen(
         [sys.executable, "-c", code, *worker_command(db, "--threads", "1")[3:]],
@@ -492,19 +491,27 @@ def test_sigterm_stops_a_worker_process_at_once_not_at_its_next_check(tmp_path):
     try:
         with percolite.open(db, sync="none") as env:
             assert env.wait(timeout=30), "the worker process did not do the work"
-        signalled = time.monotonic()
+        yield worker
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        worker.stderr.close()
+
+
+def test_sigterm_stops_a_worker_process_at_once_not_at_its_next_check(tmp_path):
+    """A worker process looks for its parent every PARENT_CHECK_SECONDS;
+    SIGTERM must not wait for that: here the check comes once a minute and
+    the process must still exit 0 within 20 s of the signal."""
+    db = tmp_path / "db"
+    load_documents(db, make_documents(10))
+    with idle_worker(db, "import percolite._workers as w; w.PARENT_CHECK_SECONDS = 60.0") as worker:
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(timeout=20)
         except subprocess.TimeoutExpired:
             pytest.fail("the worker process waited for its next check to stop")
         assert worker.returncode == 0, worker.stderr.read()
-        assert time.monotonic() - signalled < 20
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-        worker.stderr.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -518,20 +525,7 @@ def test_another_handled_signal_does_not_make_the_worker_loop_spin(tmp_path):
     it did not), and SIGTERM still stops it with exit 0."""
     db = tmp_path / "db"
     load_documents(db, make_documents(10))
-    code = (
-        "import signal, sys; signal.signal(signal.SIGUSR1, lambda *a: None); "
-        "from percolite.__main__ import main; sys.exit(main(sys.argv[1:]))"
-    )
-    worker = subprocess.Popen(
-        [sys.executable, "-c", code, *worker_command(db, "--threads", "1")[3:]],
-        cwd=TESTS_DIR,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        with percolite.open(db, sync="none") as env:
-            assert env.wait(timeout=30), "the worker process did not do the work"
+    with idle_worker(db, "import signal; signal.signal(signal.SIGUSR1, lambda *a: None)") as worker:
         before = cpu_seconds(worker.pid)
         worker.send_signal(signal.SIGUSR1)
         time.sleep(2)
@@ -539,11 +533,6 @@ def test_another_handled_signal_does_not_make_the_worker_loop_spin(tmp_path):
         assert cpu_seconds(worker.pid) - before < 1.0, "the loop spun after SIGUSR1"
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0, worker.stderr.read()
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-        worker.stderr.close()
 
 
 @pytest.mark.parametrize("processes", [1, 2])
