@@ -50,18 +50,18 @@ def test_every_benchmark_is_registered_in_order(bench: ModuleType) -> None:
         assert not hasattr(module, "plot"), module.NAME
 
 
-@pytest.mark.parametrize("option", ["--pc-threads", "--pc-sqlite-threads"])
-def test_phrasecount_refuses_thread_counts_below_one(bench: ModuleType, option: str) -> None:
+@pytest.mark.parametrize(
+    "name, option",
+    [
+        ("phrasecount", "--pc-threads"),
+        ("phrasecount", "--pc-sqlite-threads"),
+        ("notify", "--runs"),
+        ("notify", "--run-threads"),
+    ],
+)
+def test_counts_below_one_are_refused(bench: ModuleType, name: str, option: str) -> None:
     args = bench.parse_arguments(["--quick", option, "0"])
-    module = next(m for m in bench.BENCHMARKS if m.NAME == "phrasecount")
-    with pytest.raises(ValueError, match=f"^{option} must be positive, not 0$"):
-        module.run(args)
-
-
-@pytest.mark.parametrize("option", ["--runs", "--run-threads"])
-def test_notify_refuses_counts_below_one(bench: ModuleType, option: str) -> None:
-    args = bench.parse_arguments(["--quick", option, "0"])
-    module = next(m for m in bench.BENCHMARKS if m.NAME == "notify")
+    module = next(m for m in bench.BENCHMARKS if m.NAME == name)
     with pytest.raises(ValueError, match=f"^{option} must be positive, not 0$"):
         module.run(args)
 
