@@ -28,7 +28,12 @@ PyCallable::~PyCallable() {
 
 percolite::Status RunnerStatus(const py::tuple& outcome) {
   if (outcome[0].cast<bool>()) return percolite::Status::Ok();
-  return percolite::Status::Make(ErrorCode::kCallback, py::str(outcome[1]));
+  ErrorCode code = ErrorCode::kCallback;
+  if (outcome.size() > 2 && !outcome[2].is_none()) {
+    const std::string sink = outcome[2].cast<std::string>();
+    code = sink == "refused" ? ErrorCode::kSinkRefused : ErrorCode::kSinkUnavailable;
+  }
+  return percolite::Status::Make(code, py::str(outcome[1]));
 }
 
 percolite::ObserverFn MakeObserverFn(py::object runner) {
@@ -94,7 +99,8 @@ percolite::ExportFn MakeExportFn(py::object runner, py::object entry_type, py::o
     }
     type = std::make_shared<PyCallable>(std::move(entry_type));
   }
-  return [holder, type, kc, vc](const std::vector<percolite::ExportEntry>& entries) {
+  return [holder, type, kc, vc](const std::vector<percolite::ExportEntry>& entries,
+                                const percolite::StoreIdentity& store) {
     return CallPython([&] {
       py::list items(entries.size());
       for (size_t i = 0; i < entries.size(); ++i) {
@@ -103,7 +109,7 @@ percolite::ExportFn MakeExportFn(py::object runner, py::object entry_type, py::o
             type ? DecodeExportEntry(reinterpret_cast<PyTypeObject*>(type->fn.ptr()), e, *kc, *vc)
                  : RawExportEntry(e);
       }
-      return RunnerStatus(holder->fn(items));
+      return RunnerStatus(holder->fn(items, store.id, store.epoch));
     });
   };
 }

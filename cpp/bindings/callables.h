@@ -27,7 +27,10 @@ struct PyCallable {
 
 // Python runners (python/percolite/_app.py, _combine.py) report a failure by
 // returning (False, traceback) instead of raising, so the traceback is
-// formatted once, in Python; (True, result) is a success.
+// formatted once, in Python; (True, result) is a success. An exporter's
+// runner returns (False, traceback, "down") when the sink is down (a
+// transient error: kSinkUnavailable) and (False, traceback, "refused") when
+// it refuses for good (kSinkRefused); None there is an ordinary failure.
 percolite::Status RunnerStatus(const py::tuple& outcome);
 
 // Calls into Python from a core thread: takes the GIL for the call only, and
@@ -54,9 +57,10 @@ percolite::CombineFn MakeCombineFn(py::object runner);
 // A change observer: runner(core_tx, [(key, old, new)]) -> (ok, traceback).
 percolite::ChangeFn MakeChangeFn(py::object runner);
 
-// An exporter: runner([(key, value, seq)]) -> (ok, traceback), with the raw
-// queued bytes. With both codecs native, runner gets decoded entries instead:
-// [entry_type(key, value or None, seq)].
+// An exporter: runner([(key, value, seq)], store_id, epoch) -> (ok,
+// traceback, sink failure), with the raw queued bytes. With both codecs
+// native, runner gets decoded entries instead: [entry_type(key, value or
+// None, seq)]. store_id and epoch name the store (identity.h).
 percolite::ExportFn MakeExportFn(py::object runner, py::object entry_type, py::object key_codec,
                                  py::object value_codec);
 

@@ -105,6 +105,9 @@ void BindCombineQueue(py::module_& m) {
            })
       .def("bucket_of", [](percolite::CombineQueue& self,
                            py::bytes key) { return self.BucketOf(std::string(key)); })
+      .def_property_readonly(
+          "entry_row_prefix",
+          [](percolite::CombineQueue& self) { return py::bytes(self.EntryRowPrefix()); })
       .def("data_row_prefix",
            [](percolite::CombineQueue& self, uint32_t bucket) {
              if (bucket >= self.options().buckets) throw py::value_error("no such bucket");

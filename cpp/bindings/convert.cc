@@ -148,6 +148,9 @@ py::dict WorkRecordToDict(const percolite::WorkRecord& r) {
   d["key"] = r.key ? py::object(py::bytes(*r.key)) : py::object(py::none());
   d["attempts"] = r.attempts;
   d["parked"] = r.parked;
+  static const char* const kSinkNames[] = {nullptr, "down", "refused"};
+  const char* sink = kSinkNames[static_cast<int>(r.sink)];
+  d["sink"] = sink ? py::object(py::str(sink)) : py::object(py::none());
   d["first_failure_unix"] = UnixTime(r.first_failure_unix);
   d["last_failure_unix"] = UnixTime(r.last_failure_unix);
   d["error"] = ErrorDetailToDict(r.error);

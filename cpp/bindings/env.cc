@@ -47,6 +47,21 @@ const char* OutcomeName(percolite::RunOutcome outcome) {
   return "unknown";
 }
 
+// A worker pool's report of a work record (WorkerOptions::on_failure,
+// on_recovery) as fn(record dict), called with the GIL on the worker
+// thread; none when `fn` is None.
+std::function<void(const percolite::ObservedColumn&, const percolite::WorkRecord&)> RecordCallback(
+    py::object fn) {
+  if (fn.is_none()) return nullptr;
+  auto holder = std::make_shared<PyCallable>(std::move(fn));
+  return [holder](const percolite::ObservedColumn&, const percolite::WorkRecord& record) {
+    CallPython([&] {
+      holder->fn(WorkRecordToDict(record));
+      return percolite::Status::Ok();
+    });
+  };
+}
+
 // A run begun step by step (Workers::BeginRun), with the pool that began it.
 struct PyBegunRun {
   std::shared_ptr<percolite::Workers> workers;
@@ -146,7 +161,7 @@ void BindEnv(py::module_& m) {
           "start_workers",
           [](PyEnv& self, int threads, int worker_index, int worker_count, double retry_initial,
              double retry_max, py::object on_failure, double lease_seconds,
-             const std::string& lease_group, py::object on_lease_change) {
+             const std::string& lease_group, py::object on_lease_change, py::object on_recovery) {
             percolite::WorkerOptions options;
             if (!on_lease_change.is_none()) {
               // on_lease_change(owner, partitions, pools), with the GIL.
@@ -161,17 +176,8 @@ void BindEnv(py::module_& m) {
             }
             options.lease_seconds = lease_seconds;
             options.lease_group = lease_group;
-            if (!on_failure.is_none()) {
-              // on_failure(record dict): called with the GIL, on the worker thread.
-              auto holder = std::make_shared<PyCallable>(std::move(on_failure));
-              options.on_failure = [holder](const percolite::ObservedColumn&,
-                                            const percolite::WorkRecord& record) {
-                CallPython([&] {
-                  holder->fn(WorkRecordToDict(record));
-                  return percolite::Status::Ok();
-                });
-              };
-            }
+            options.on_failure = RecordCallback(std::move(on_failure));
+            options.on_recovery = RecordCallback(std::move(on_recovery));
             options.threads = threads;
             options.worker_index = worker_index;
             options.worker_count = worker_count;
@@ -183,7 +189,8 @@ void BindEnv(py::module_& m) {
           py::arg("threads"), py::arg("worker_index"), py::arg("worker_count"),
           py::arg("retry_initial"), py::arg("retry_max"), py::arg("on_failure") = py::none(),
           py::arg("lease_seconds") = percolite::kDefaultLeaseSeconds,
-          py::arg("lease_group") = std::string(), py::arg("on_lease_change") = py::none())
+          py::arg("lease_group") = std::string(), py::arg("on_lease_change") = py::none(),
+          py::arg("on_recovery") = py::none())
       .def("stop_workers",
            [](PyEnv& self) {
              py::gil_scoped_release release;
@@ -283,6 +290,19 @@ void BindEnv(py::module_& m) {
              return d;
            })
       .def(
+          "identity",
+          [](PyEnv& self, bool make) -> py::object {
+            std::optional<percolite::StoreIdentity> identity;
+            {
+              py::gil_scoped_release release;
+              if (make) self.env->MakeIdentity();
+              identity = self.env->Identity();
+            }
+            if (!identity) return py::none();
+            return py::make_tuple(identity->id, identity->epoch);
+          },
+          py::arg("make") = false)
+      .def(
           "work_records",
           [](PyEnv& self, bool parked_only) {
             return ListReleasingGil([&] { return self.env->WorkRecords(parked_only); },
@@ -296,14 +316,15 @@ void BindEnv(py::module_& m) {
            })
       .def(
           "retry_parked",
-          [](PyEnv& self, std::optional<std::vector<std::string>> observers) {
+          [](PyEnv& self, std::optional<std::vector<std::string>> observers, bool refused_only) {
             py::gil_scoped_release release;
             return self.env->RetryParked([&](const percolite::WorkRecord& r) {
+              if (refused_only && r.sink != percolite::SinkFailure::kRefused) return false;
               return !observers || std::find(observers->begin(), observers->end(), r.observer) !=
                                        observers->end();
             });
           },
-          py::arg("observers") = py::none())
+          py::arg("observers") = py::none(), py::arg("refused_only") = false)
       .def("drop_notifications",
            [](PyEnv& self, const std::vector<std::pair<py::bytes, py::bytes>>& columns) {
              std::vector<std::pair<std::string, std::string>> wanted;

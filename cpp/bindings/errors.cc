@@ -17,6 +17,8 @@ const char* ErrorClassName(ErrorCode code) {
     case ErrorCode::kStorage:
       return "StorageError";
     case ErrorCode::kCallback:
+    case ErrorCode::kSinkUnavailable:
+    case ErrorCode::kSinkRefused:
       return "CallbackError";
     case ErrorCode::kInvalidArgument:
       return nullptr;  // ValueError

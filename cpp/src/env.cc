@@ -11,7 +11,27 @@ namespace percolite {
 
 std::shared_ptr<Env> Env::Open(const std::string& target, const BackendOptions& options,
                                const std::string& backend) {
-  return std::shared_ptr<Env>(new Env(OpenBackend(target, backend, options)));
+  std::shared_ptr<Env> env(new Env(OpenBackend(target, backend, options)));
+  if (options.restored) EnsureStoreIdentity(*env->transactions_, /*new_epoch=*/true);
+  return env;
+}
+
+void Env::MakeIdentity() {
+  if (identity_made_) return;
+  try {
+    EnsureStoreIdentity(*transactions_, /*new_epoch=*/false);
+    identity_made_ = true;
+  } catch (const Error&) {
+    // A store that refuses commits (damaged, a full disk) commits no run
+    // either; it makes its identity once it can commit again.
+  }
+}
+
+std::optional<StoreIdentity> Env::Identity() {
+  std::shared_ptr<Transaction> transaction = Begin();
+  std::optional<StoreIdentity> identity = ReadStoreIdentity(*transaction);
+  transaction->Abort();
+  return identity;
 }
 
 Env::Env(std::shared_ptr<Backend> backend)
@@ -68,7 +88,8 @@ void Env::StartWorkers(const WorkerOptions& options) {
                 "worker_index must be in [0, worker_count) and worker_count >= 1, or both 0 "
                 "(share by lease)");
   }
-  backend();  // throws when closed
+  backend();       // throws when closed
+  MakeIdentity();  // before any export: a sink learns its store from it
   std::shared_ptr<Workers> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -115,6 +136,7 @@ void Env::StopWorkers() {
 }
 
 std::shared_ptr<Workers> Env::StepWorkers() {
+  MakeIdentity();
   backend();  // throws when closed
   std::lock_guard<std::mutex> lock(mu_);
   if (workers_) {

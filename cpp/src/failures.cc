@@ -24,7 +24,8 @@ constexpr std::string_view kWorkFamily = "w";
 constexpr std::string_view kKeyedFamily = "k";
 constexpr std::string_view kSummaryFamily = "f";
 
-constexpr char kWorkVersion = 1;
+// Version 2 added the sink byte (SinkFailure); version 1 records still read.
+constexpr char kWorkVersion = 2;
 constexpr char kSummaryVersion = 1;
 // Recording a failure retries its transaction this often on conflicts (runs
 // failing at once on other threads or processes write the same summary).
@@ -47,6 +48,7 @@ ErrorDetail ReadError(Reader* in) {
 std::string EncodeWork(const WorkRecord& r) {
   std::string out(1, kWorkVersion);
   out.push_back(r.parked ? 1 : 0);
+  out.push_back(static_cast<char>(r.sink));
   AppendUint64BE(&out, r.attempts);
   PutDouble(&out, r.first_failure_unix);
   PutDouble(&out, r.last_failure_unix);
@@ -67,12 +69,20 @@ WorkRecord DecodeWork(std::string_view cell_key, std::string_view bytes) {
   r.cell_key = std::string(cell_key);
   const char version = in.Byte();
   r.parked = in.Byte() != 0;
+  if (version >= 2) {
+    const char sink = in.Byte();
+    if (sink < 0 || sink > static_cast<char>(SinkFailure::kRefused))
+      throw Malformed("work", cell_key);
+    r.sink = static_cast<SinkFailure>(sink);
+  }
   r.attempts = static_cast<uint32_t>(in.U64());
   r.first_failure_unix = in.Double();
   r.last_failure_unix = in.Double();
   r.observer = in.String();
   r.error = ReadError(&in);
-  if (!in.ok() || !in.done() || version != kWorkVersion) throw Malformed("work", cell_key);
+  if (!in.ok() || !in.done() || version < 1 || version > kWorkVersion) {
+    throw Malformed("work", cell_key);
+  }
   return r;
 }
 
@@ -186,7 +196,7 @@ void ForgetWorkRecord(Transaction& transaction, std::string_view cell_key) {
 
 WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
                          const std::string& cell_key, const ErrorDetail& error,
-                         uint32_t max_attempts, double now_unix) {
+                         uint32_t max_attempts, double now_unix, SinkFailure sink) {
   for (int tries = 1;; ++tries) {
     std::shared_ptr<Transaction> transaction = source.Begin();
     try {
@@ -203,10 +213,15 @@ WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
           record.first_failure_unix = now_unix;
         }
         record.observer = observer;
-        ++record.attempts;
+        const bool down = sink == SinkFailure::kDown;
+        if (down && record.sink != SinkFailure::kDown) record.first_failure_unix = now_unix;
+        record.sink = sink;
+        if (!down) ++record.attempts;
         record.last_failure_unix = now_unix;
         record.error = error;
-        if (!record.parked && max_attempts > 0 && record.attempts >= max_attempts) {
+        const bool last = sink == SinkFailure::kRefused ||
+                          (!down && max_attempts > 0 && record.attempts >= max_attempts);
+        if (!record.parked && last) {
           record.parked = parked_now = true;
           transaction->SetTrigger(cell_key);  // consumed, as a run's commit would
         }

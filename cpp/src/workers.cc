@@ -31,6 +31,14 @@ double UnixNow() {
 
 thread_local std::mt19937_64 t_random{std::random_device{}()};
 thread_local bool t_on_worker_thread = false;
+// The stop flag of the pool whose worker this thread is (StopRequested).
+thread_local const std::atomic<bool>* t_stop_flag = nullptr;
+
+SinkFailure SinkFailureOf(ErrorCode code) {
+  if (code == ErrorCode::kSinkUnavailable) return SinkFailure::kDown;
+  if (code == ErrorCode::kSinkRefused) return SinkFailure::kRefused;
+  return SinkFailure::kNone;
+}
 
 double Uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(t_random);
@@ -119,6 +127,7 @@ void Workers::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
+    stop_requested_ = true;
   }
   backend_->ClearNotificationSink(this);
   work_cv_.notify_all();
@@ -272,7 +281,12 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
     if (!status.ok()) {
       run.transaction->Abort();
       run.transaction.reset();
+      if (status.code() == ErrorCode::kClosed) {  // closing, or stopped (StopRequested)
+        run.outcome = RunOutcome::kGone;
+        return run;
+      }
       run.error = status.message();
+      run.sink = SinkFailureOf(status.code());
       run.outcome = RecordFailed(*source, *observer, &run);
       return run;
     }
@@ -283,7 +297,7 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
       run.outcome = RunOutcome::kDeferred;
       return run;
     }
-    run.forget_record = record.has_value();
+    if (record) run.previous_failure = std::make_shared<const WorkRecord>(std::move(*record));
     run.outcome = RunOutcome::kReady;
   } catch (const Error& e) {
     Settle(*source, *observer, e, &run);
@@ -302,7 +316,7 @@ RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
   const Observer& observer = observers_[run.observer_index];
   try {
     if (conflict) throw Error(ErrorCode::kConflict, "a conflict injected by the simulation");
-    if (run.forget_record) ForgetWorkRecord(*run.transaction, run.notification.cell_key);
+    if (run.previous_failure) ForgetWorkRecord(*run.transaction, run.notification.cell_key);
     run.transaction->Commit();
     run.transaction.reset();
     run.outcome = RunOutcome::kCommitted;
@@ -311,7 +325,16 @@ RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
   }
   Count(run);
   ReportParked(run);
+  ReportRecovered(run);
   return run.outcome;
+}
+
+void Workers::ReportRecovered(const BegunRun& run) {
+  if (run.outcome != RunOutcome::kCommitted || !run.previous_failure || !options_.on_recovery ||
+      run.observer_index >= observers_.size()) {
+    return;
+  }
+  options_.on_recovery(observers_[run.observer_index].column, *run.previous_failure);
 }
 
 void Workers::ReportParked(BegunRun& run) {
@@ -344,7 +367,8 @@ void Workers::SubmitCommit(std::string key, BegunRun run) {
     if (once->exchange(true)) return;
     BegunRun& run = committed->run;
     RunOutcome outcome = RunOutcome::kReady;  // kReady: for a worker to settle
-    if (run.parked_records->empty()) {
+    // Parked keys and recoveries are reported by a worker (they call back).
+    if (run.parked_records->empty() && !(run.previous_failure && options_.on_recovery)) {
       if (result.status.ok()) {
         outcome = RunOutcome::kCommitted;
       } else if (result.status.code() == ErrorCode::kConflict) {
@@ -375,7 +399,7 @@ void Workers::SubmitCommit(std::string key, BegunRun run) {
     commit_cv_.notify_all();
   };
   try {
-    if (committed->run.forget_record) {
+    if (committed->run.previous_failure) {
       ForgetWorkRecord(*transaction, committed->run.notification.cell_key);
     }
     transaction->CommitAsync(done);
@@ -405,6 +429,7 @@ RunOutcome Workers::SettleCommitted(BegunRun& run, const CommitResult& result) {
   }
   Count(run);
   ReportParked(run);
+  ReportRecovered(run);
   return run.outcome;
 }
 
@@ -418,6 +443,7 @@ void Workers::Settle(TransactionSource& source, const Observer& observer, const 
     run->outcome = RunOutcome::kGone;
   } else {
     run->error = e.what();
+    run->sink = SinkFailureOf(e.code());
     run->outcome = RecordFailed(source, observer, run);
   }
 }
@@ -461,8 +487,9 @@ RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& obse
                                  BegunRun* run) {
   WorkRecord record;
   try {
-    record = RecordFailure(source, observer.column.observer, run->notification.cell_key,
-                           DescribeFailure(run->error), observer.max_attempts, UnixNow());
+    record =
+        RecordFailure(source, observer.column.observer, run->notification.cell_key,
+                      DescribeFailure(run->error), observer.max_attempts, UnixNow(), run->sink);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kClosed) return RunOutcome::kGone;
     // The record could not be written (the store failed): retry the run as
@@ -476,6 +503,10 @@ RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& obse
 }
 
 bool Workers::OnWorkerThread() { return t_on_worker_thread; }
+
+bool Workers::StopRequested() {
+  return t_stop_flag != nullptr && t_stop_flag->load(std::memory_order_relaxed);
+}
 
 std::vector<Notification> Workers::Runnable() {
   std::vector<Notification> pending, runnable;
@@ -549,6 +580,7 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
 void Workers::WorkerLoop() {
   pthread_setname_np(pthread_self(), "pc-worker");  // shown by top -H, perf, py-spy
   t_on_worker_thread = true;
+  t_stop_flag = &stop_requested_;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (stopping_) return;

@@ -19,7 +19,7 @@ from ._check import check
 from ._combine import Change, CombineQueue
 from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
-from ._export import ExportQueue, SequencedExport
+from ._export import ExportBatch, ExportQueue, SequencedExport
 from ._loader import Loader
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._transaction import Transaction
@@ -31,6 +31,11 @@ from .errors import (
     CommitConflict,
     CorruptionError,
     Error,
+    SinkBlocked,
+    SinkBusy,
+    SinkOwnedByOtherStore,
+    SinkRefused,
+    SinkUnavailable,
     StorageError,
     WorkParked,
 )
@@ -47,6 +52,7 @@ __all__ = [
     "ObserverTransaction",
     "CombineQueue",
     "Change",
+    "ExportBatch",
     "ExportQueue",
     "SequencedExport",
     "ShardedCounter",
@@ -66,6 +72,11 @@ __all__ = [
     "CorruptionError",
     "StorageError",
     "CallbackError",
+    "SinkBlocked",
+    "SinkBusy",
+    "SinkOwnedByOtherStore",
+    "SinkRefused",
+    "SinkUnavailable",
     "WorkParked",
     "AppMismatch",
 ]

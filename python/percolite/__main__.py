@@ -2,10 +2,12 @@
 
 Commands: ``phrasecount [PATH ...] --db DB``, ``demo``, ``status DB``,
 ``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``, ``retry DB``,
-``check DB``.
+``take-over MODULE:APP QUEUE --db DB``, ``check DB``.
 
 Exit statuses: 0 done; 1 an error; 2 bad arguments (usage); 3 (``worker
---until-idle`` and ``wait``) nothing left to run but parked work.
+--until-idle`` and ``wait``) nothing left to run but parked work; 4 (the
+same) nothing left but parked work and export queues blocked by a sink
+that refuses the store (``take-over``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from . import _core
 from ._env import TARGET_VARIABLE, shared_target, shown_target, store_directory
 from ._log import describe_cell, shown
 from ._metrics import prometheus_text
-from ._workers import EXIT_DONE, EXIT_ERROR, EXIT_PARKED, EXIT_USAGE, load_app, run_worker_processes
+from ._workers import (
+    EXIT_BLOCKED,
+    EXIT_DONE,
+    EXIT_ERROR,
+    EXIT_PARKED,
+    EXIT_USAGE,
+    load_app,
+    run_worker_processes,
+)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -94,6 +104,9 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
         return EXIT_DONE
     print(f"store:   {status['path']}")
+    if status["identity"] is not None:
+        identity = status["identity"]
+        print(f"identity: {identity['store']} (epoch {identity['epoch']})")
     n = status["pending"]
     print(f"pending: {n} notification{'s' if n != 1 else ''}")
     print(f"parked:  {status['parked']} (notifications and queue keys)")
@@ -121,6 +134,16 @@ def _status(args: argparse.Namespace) -> int:
                 + (f" on {describe_cell(where)}" if where and where["row"] is not None else "")
                 + f": {o['last_error_type']}: {o['last_error_message']}"
             )
+    for queue_id, sink in status["sinks"].items():
+        if sink["state"] == "ok":
+            continue
+        waiting = "" if sink["waiting"] is None else f", {sink['waiting']} entries waiting"
+        error = sink["last_error"]
+        how = "failing" if sink["state"] == "failing" else "refusing this store (blocked)"
+        print(
+            f"sink of export queue {queue_id!r}: {how} since {_when(sink['since_unix'])}"
+            f"{waiting}, last error: {error['type']}: {error['message']}"
+        )
     for record in status["parked_work"]:
         error = record["error"]
         if record["queue"] is not None:
@@ -227,10 +250,23 @@ def _wait(args: argparse.Namespace) -> int:
             idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
         except percolite.WorkParked as e:
             print(f"percolite: {e}", file=sys.stderr)
-            return EXIT_PARKED
+            return EXIT_BLOCKED if isinstance(e, percolite.SinkBlocked) else EXIT_PARKED
     if not idle:
         print(f"percolite: still busy after {args.timeout} s", file=sys.stderr)
         return EXIT_ERROR
+    return EXIT_DONE
+
+
+def _take_over(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    with percolite.open(args.db, app=app, create=False) as env:
+        done = env.take_over_sink(args.queue)
+    print(
+        f"export queue {args.queue!r}: {done['sink']} now belongs to store {done['owner']} "
+        f"(it belonged to {done['previous_owner'] or 'no store'}; {done['rows_cleared']} rows "
+        f"cleared; {done['retried']} blocked bucket{'s' if done['retried'] != 1 else ''} "
+        "put back to run)"
+    )
     return EXIT_DONE
 
 
@@ -352,7 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     worker.epilog = (
         "exit status with --until-idle: 0 when all work is done, 3 when everything left "
-        "is parked (see `percolite status`, then `percolite retry`), 1 on an error"
+        "is parked (see `percolite status`, then `percolite retry`), 4 when export queues "
+        "are blocked by a sink that refuses this store besides (`percolite take-over`), "
+        "1 on an error"
     )
     worker.add_argument("--worker-count", type=int, default=None, help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
@@ -371,6 +409,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     restored.add_argument("db")
     restored.set_defaults(func=_restored)
+
+    take_over = commands.add_parser(
+        "take-over",
+        help="make an export queue's sink belong to this store (clears its rows)",
+        description="A sink belongs to the store that first fed it: another store's entries "
+        "are refused. When that store is gone for good, this makes the sink of export queue "
+        "QUEUE belong to the store DB, deleting the rows the old store exported, and puts the "
+        "queue's blocked buckets back to run.",
+    )
+    take_over.add_argument("app", help="the application, as module:attribute (a percolite.App)")
+    take_over.add_argument("queue", help="the export queue's id")
+    take_over.add_argument(
+        "--db",
+        default=os.environ.get(TARGET_VARIABLE),
+        required=not os.environ.get(TARGET_VARIABLE),
+        help=f"the store (default: ${TARGET_VARIABLE})",
+    )
+    take_over.set_defaults(func=_take_over)
 
     retry = commands.add_parser("retry", help="put parked work back to run")
     retry.add_argument("db")

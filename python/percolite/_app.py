@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal, NamedTuple, TypeVar, overload
 from . import _core
 from ._cells import Column
 from ._combine import CombineQueue
-from ._export import ExportQueue, SequencedExport
+from ._export import ExportQueue, SequencedExport, TransientErrors, check_transient_errors
 from ._log import failure_text
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction, check_max_attempts
 from ._queues import check_queue_options
@@ -334,6 +334,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> ExportQueue[str, int]: ...
     @overload
     def export_queue(
@@ -347,6 +348,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> ExportQueue[str, float]: ...
     @overload
     def export_queue(
@@ -360,6 +362,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> ExportQueue[str, str]: ...
     @overload
     def export_queue(
@@ -373,6 +376,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> ExportQueue[Any, Any]: ...
     @overload
     def export_queue(
@@ -386,6 +390,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, int]]: ...
     @overload
     def export_queue(
@@ -399,6 +404,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, float]]: ...
     @overload
     def export_queue(
@@ -412,6 +418,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, str]]: ...
     @overload
     def export_queue(
@@ -425,6 +432,7 @@ class App:
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
+        transient_errors: TransientErrors | None = ...,
     ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]: ...
     def export_queue(
         self,
@@ -437,6 +445,7 @@ class App:
         batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
+        transient_errors: TransientErrors | None = None,
     ) -> (
         ExportQueue[Any, Any]
         | Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]
@@ -459,12 +468,23 @@ class App:
         (seconds, 0 to 3600) lets a bucket with fewer than ``batch_size``
         entries wait up to that long for more before the exporter is called:
         fewer, fuller calls, for at most ``linger`` more latency. A linger
-        never idles :meth:`Env.wait`. After ``max_attempts`` failed runs of a
+        never idles :meth:`Env.wait`.
+
+        When the exporter raises, the sink being down and a bad key are told
+        apart (``docs/exporters.md``, "When a sink fails"). An exception that
+        is an instance of ``transient_errors`` (an exception class or a tuple
+        of them; default :data:`percolite.exporters.TRANSIENT_ERRORS`:
+        ``OSError``, which covers connection errors and time-outs), of
+        :class:`percolite.SinkUnavailable`, psycopg's ``OperationalError``
+        or a ``sqlite3.OperationalError`` saying the database is locked or
+        busy means the sink is down: the batch is retried whole, with
+        backoff, for as long as it takes, and nothing is parked. Other
+        errors count as failed runs: after ``max_attempts`` of them for a
         bucket (default 10; ``None`` retries forever) the keys the exporter
-        fails on are found by calling it with halves of the batch and parked,
-        their entries kept queued until :meth:`Env.retry_parked`; a sink that
-        is down through all the attempts parks every key it was sent, so
-        give a flaky sink ``None`` or longer retries.
+        fails on are found by calling it with halves of the batch and
+        parked, their entries kept queued until :meth:`Env.retry_parked`;
+        a sink that fails for every part of that split is taken as down,
+        not as poison keys, and nothing is parked.
         """
 
         def declare(fn: Any) -> ExportQueue[Any, Any]:
@@ -481,6 +501,7 @@ class App:
                     batch_size=batch_size,
                     linger=linger,
                     max_attempts=max_attempts,
+                    transient_errors=transient_errors,
                 ),
             )
 
@@ -489,6 +510,7 @@ class App:
         # Check the options now, so a mistake is reported at the call, not at decoration.
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
         check_max_attempts(max_attempts, f"export queue {queue_id!r}")
+        check_transient_errors(transient_errors, f"export queue {queue_id!r}")
         return declare
 
     def _add_queue(self, kind: str, queue_id: str, make: Callable[[], Any]) -> Any:

@@ -290,7 +290,7 @@ class CombineQueue(Generic[K, V]):
 
     def depth(self, tx: Transaction) -> int:
         """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""
-        return sum(1 for _ in tx.scan(prefix=f"{self.id}:u:"))
+        return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
 
     def bucket_of(self, key: K) -> int:
         """The bucket (in ``range(buckets)``) that queues ``key``'s updates:

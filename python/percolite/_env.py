@@ -15,10 +15,11 @@ from typing import Any, Callable, Literal, TypeVar
 
 from . import _core, _log, _metrics
 from ._app import App, differences
+from ._export import ExportQueue
 from ._loader import Loader, check_retry_options
 from ._progress import Progress, check_progress
 from ._transaction import Transaction
-from .errors import AppMismatch, ClosedError, CommitConflict, Error, WorkParked
+from .errors import AppMismatch, ClosedError, CommitConflict, Error, SinkBlocked, WorkParked
 
 __all__ = ["open", "Env", "SYNC_MODES"]
 
@@ -502,16 +503,18 @@ class Env:
             lease_seconds=lease_seconds,
             lease_group=lease_group,
         )
+        failure_log = _log.FailureLog()
         self._core.start_workers(
             threads,
             worker_index or 0,
             worker_count or 0,
             retry_initial,
             retry_max,
-            _log.report_failure,
+            failure_log.failure,
             float(lease_seconds),
             lease_group,
             _log.report_lease_change,
+            failure_log.recovery,
         )
         self._workers_running = True
 
@@ -548,6 +551,7 @@ class Env:
         bar = Progress("notifications done", enabled=progress, unit="notification")
         if bar.enabled:
             bar.remaining(self._core.pending_notifications())
+        looked = 0.0
         try:
             while True:
                 chunk = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
@@ -556,6 +560,9 @@ class Env:
                     self._raise_if_parked()
                     return True
                 bar.remaining(self._core.pending_notifications())
+                if bar.enabled and time.monotonic() - looked >= 1.0:  # a read of the records
+                    bar.note(_sinks_note(self.sinks()))
+                    looked = time.monotonic()
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
         finally:
@@ -575,6 +582,19 @@ class Env:
                 parts.append(f"{n} key{'s' if n != 1 else ''} of {kind} queue {queue_id!r}")
             else:
                 parts.append(f"{n} of observer {name!r}")
+        blocked = self._blocked_queues(parked)
+        if blocked:
+            queue_id, message = next(iter(blocked.items()))
+            raise SinkBlocked(
+                f"nothing left to run but export queue{'s' if len(blocked) > 1 else ''} "
+                f"{', '.join(map(repr, blocked))} blocked by a sink that refuses this store "
+                f"({message.splitlines()[0] if message else '?'}); their entries stay queued. "
+                "Deal with the sink (one that belongs to another store: "
+                f"env.take_over_sink({queue_id!r})), then the queue runs again",
+                parked=len(parked),
+                by_observer=by_observer,
+                blocked=blocked,
+            )
         raise WorkParked(
             f"nothing left to run but parked work, {len(parked)} in all ({', '.join(parts)}), "
             f"which failed on every attempt; see env.parked() or `percolite status "
@@ -583,6 +603,17 @@ class Env:
             parked=len(parked),
             by_observer=by_observer,
         )
+
+    @staticmethod
+    def _blocked_queues(records: list[dict[str, Any]]) -> dict[str, str]:
+        """The export queues that ``records`` (parked work) show blocked by a
+        sink refusing the store: ``{queue_id: the sink's error message}``."""
+        blocked = {}
+        for record in records:
+            if record["sink"] == "refused":
+                queue_id = record["observer"].partition(" queue ")[2]
+                blocked[queue_id] = record["error"]["message"]
+        return blocked
 
     def process(
         self,
@@ -593,8 +624,11 @@ class Env:
     ) -> dict[str, Any]:
         """Start workers, wait until nothing is left to run, stop them;
         return what they did: ``{"runs", "commits", "conflicts",
-        "failures", "parked", "idle"}``. ``parked`` counts the parked
-        notifications in the store at the end (:meth:`parked`); ``idle`` is
+        "failures", "parked", "blocked", "idle"}``. ``parked`` counts the
+        parked notifications in the store at the end (:meth:`parked`);
+        ``blocked`` maps each export queue blocked by a sink that refuses
+        this store to the sink's error (:class:`percolite.SinkBlocked`);
+        ``idle`` is
         ``False`` when ``timeout`` passed first. Parked work does not raise
         here (it does in :meth:`wait`)."""
         check_progress(progress)
@@ -611,7 +645,9 @@ class Env:
             key: sum(o[key] for o in stats["observers"])
             for key in ("runs", "commits", "conflicts", "failures")
         }
-        totals["parked"] = len(self._core.work_records(True))
+        parked = self._core.work_records(True)
+        totals["parked"] = len(parked)
+        totals["blocked"] = self._blocked_queues(parked)
         totals["idle"] = idle
         return totals
 
@@ -664,6 +700,66 @@ class Env:
                 pass
         return record
 
+    @property
+    def identity(self) -> dict[str, Any] | None:
+        """Which store this is, for the sinks it feeds: ``{"store": 32
+        hexadecimal digits, made the first time it is asked for or workers
+        start (one commit) and kept by the store's copies, "epoch": from 1,
+        the next one each time the store is opened as restored from a
+        copy}``; None for a store that refuses commits and has none yet. A
+        ``:memory:`` store is new, with a new identity, at every open."""
+        found = self._core.identity(True)
+        return None if found is None else {"store": found[0], "epoch": found[1]}
+
+    def _recorded_identity(self) -> dict[str, Any] | None:
+        """The identity as the store holds it now (None before it is made)."""
+        found = self._core.identity(False)
+        return None if found is None else {"store": found[0], "epoch": found[1]}
+
+    def sinks(self) -> dict[str, dict[str, Any]]:
+        """The state of each export queue's sink, as the store records it,
+        from any process: ``{queue_id: {"state": ..., "since_unix",
+        "buckets" (how many of its buckets wait on the sink),
+        "last_failure_unix", "last_error": {"type", "message",
+        "traceback"}}}`` where ``state`` is ``"failing"`` (an outage: the
+        sink is down, the batches wait and are retried, nothing is parked)
+        or ``"refused"`` (the sink refuses this store for good, e.g. it
+        belongs to another one: the queue is blocked, its entries kept, see
+        :meth:`take_over_sink`); the other export queues of the bound (or
+        recorded) app as ``{"state": "ok"}``."""
+        states: dict[str, dict[str, Any]] = {}
+        if self._app is not None:
+            for queue_id, queue in self._app._queues.items():
+                if isinstance(queue, ExportQueue):
+                    states[queue_id] = {"state": "ok"}
+        else:
+            with self.transaction() as tx:
+                for queue_id, layout in self._recorded_queues(tx).items():
+                    if layout.get("kind") == "export queue":
+                        states[queue_id] = {"state": "ok"}
+        for record in self._core.work_records(False):
+            kind, _, queue_id = record["observer"].partition(" queue ")
+            if kind != "export" or record["sink"] is None:
+                continue
+            name = "failing" if record["sink"] == "down" else "refused"
+            state = states.get(queue_id)
+            if name == "failing" and state is not None and state["state"] == "refused":
+                continue  # blocked for good says more than down for now
+            if state is None or state["state"] != name:
+                state = states[queue_id] = {
+                    "state": name,
+                    "since_unix": record["first_failure_unix"],
+                    "buckets": 0,
+                    "last_failure_unix": record["last_failure_unix"],
+                    "last_error": record["error"],
+                }
+            state["buckets"] += 1
+            state["since_unix"] = min(state["since_unix"], record["first_failure_unix"])
+            if record["last_failure_unix"] > state["last_failure_unix"]:
+                state["last_failure_unix"] = record["last_failure_unix"]
+                state["last_error"] = record["error"]
+        return states
+
     def failures(self) -> dict[str, dict[str, Any]]:
         """Each observer's failure history in the store, by observer name:
         ``{"failures", "parked", "first_failure_unix", "last_failure_unix",
@@ -699,6 +795,49 @@ class Env:
             wanted += processors
         return self._core.retry_parked(wanted)
 
+    def take_over_sink(self, queue: str) -> dict[str, Any]:
+        """Makes the sink of export queue ``queue`` (a built-in exporter of
+        :mod:`percolite.exporters`) belong to this store, on purpose and
+        once: in one transaction of the sink, its rows (another store's
+        exports) are deleted and this store is recorded as its owner; then
+        the queue's buckets blocked by the sink's refusal run again. Returns
+        what it did: ``{"sink", "previous_owner", "owner", "epoch",
+        "rows_cleared", "retried"}``.
+
+        Raises ValueError when the bound app has no export queue ``queue``
+        or its exporter is not a built-in sink (a custom exporter keeps the
+        identity itself: ``docs/exporters.md``), and
+        :class:`percolite.SinkBusy` when another call is writing the sink
+        (the other store's workers), with nothing changed."""
+        if not isinstance(queue, str):
+            raise TypeError(f"take_over_sink: queue must be a str, not {type(queue).__name__}")
+        declared = self._app._queues.get(queue) if self._app is not None else None
+        if not isinstance(declared, ExportQueue):
+            raise ValueError(
+                f"take_over_sink: no export queue named {queue!r} in "
+                + (f"app {self._app.name!r}" if self._app is not None else "this store (no app)")
+            )
+        take_over = getattr(declared.exporter, "take_over", None)
+        if take_over is None or not callable(take_over):
+            raise ValueError(
+                f"take_over_sink: the exporter of export queue {queue!r} "
+                f"({declared.exporter!r}) is not a built-in sink of percolite.exporters; "
+                "a custom sink is taken over by its own code (env.identity names this store)"
+            )
+        identity = self.identity
+        if identity is None:
+            raise Error(f"take_over_sink: {self.path} has no identity yet (it refuses commits)")
+        done = dict(take_over(identity["store"], identity["epoch"]))
+        done["retried"] = self._core.retry_parked([f"export queue {queue}"], True)
+        _log.logger.warning(
+            "export queue %r: took its sink %s over (owner was %s, %d rows cleared)",
+            queue,
+            done["sink"],
+            done["previous_owner"],
+            done["rows_cleared"],
+        )
+        return done
+
     # How many parked records status() lists (parked() lists them all).
     STATUS_PARKED_LIMIT = 100
 
@@ -714,7 +853,9 @@ class Env:
         ``STATUS_PARKED_LIMIT`` of them (:meth:`parked` has them all); the
         entries queued in each queue of the bound app (``queues``: ``{id:
         count}``, found by a scan; ``queues=False`` skips the scan, for
-        frequent polling); this process's worker pool (``workers``:
+        frequent polling); the state of each export queue's sink (``sinks``,
+        as :meth:`sinks` gives it, with ``waiting``: the entries queued,
+        None without the scan); this process's worker pool (``workers``:
         ``running``, ``threads``, ``queued`` notifications, ``active`` runs,
         ``committing``: runs whose commits are with the writer or wait to be
         settled, their notifications held meanwhile, and ``lease``); the
@@ -762,12 +903,13 @@ class Env:
                     last_failed_cell=summary["last_cell"],
                 )
             observers.append(entry)
-        depths = {}
-        if queues and self._app is not None and self._app._queues:
-            with self.transaction() as tx:
-                depths = {qid: q.depth(tx) for qid, q in self._app._queues.items()}
+        depths = self._queue_depths() if queues else {}
+        sinks = self.sinks()
+        for queue_id, state in sinks.items():
+            state["waiting"] = depths.get(queue_id)
         return {
             "path": self.path,
+            "identity": self._recorded_identity(),
             "pending": sum(pending.values()),
             "parked": len(parked),
             "parked_work": [self._describe_record(r) for r in parked[: self.STATUS_PARKED_LIMIT]],
@@ -778,8 +920,27 @@ class Env:
             "leases": self._core.lease_holders(),
             "observers": observers,
             "queues": depths,
+            "sinks": sinks,
             "store": self.stats(),
         }
+
+    def _queue_depths(self) -> dict[str, int]:
+        """Entries queued per queue: the bound app's, or else those of the
+        app the store recorded (a status read without the app's code)."""
+        with self.transaction() as tx:
+            if self._app is not None:
+                return {qid: q.depth(tx) for qid, q in self._app._queues.items()}
+            depths = {}
+            for queue_id, layout in self._recorded_queues(tx).items():
+                core = _recorded_core_queue(queue_id, layout)
+                if core is not None:
+                    depths[queue_id] = sum(1 for _ in tx.scan(prefix=core.entry_row_prefix))
+            return depths
+
+    def _recorded_queues(self, tx: Transaction) -> dict[str, dict[str, Any]]:
+        """The queues of the app the store recorded: ``{id: {"kind", "buckets", ...}}``."""
+        stored = tx.get(_APP_ROW, _APP_COLUMN)
+        return json.loads(stored).get("queues", {}) if stored is not None else {}
 
     def metrics(self) -> dict[str, Any]:
         """Counters and gauges of the store, totals over every process that
@@ -794,6 +955,7 @@ class Env:
                           "queue_batches", "queue_entries": {queue: n}},
              "gauges": {"pending_notifications", "pending_by_observer",
                         "parked", "parked_by_observer", "queue_depth",
+                        "sink_failing", "sink_failing_since_unix",
                         "lease_holders", "lease_groups", "transactions_per_sync",
                         "updated_unix"}}
 
@@ -851,19 +1013,37 @@ def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
     return names
 
 
-def _queue_notify_columns(queue_id: str, recorded: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-    """The notify column of a queue the recorded app had: the core's layout
-    (``<family>:<id>``, ``notify``), asked of a throwaway queue of that kind."""
+def _sinks_note(sinks: dict[str, dict[str, Any]]) -> str:
+    """What a progress line says of the export queues whose sink is not ok."""
+    parts = []
+    for queue_id, sink in sinks.items():
+        if sink["state"] != "ok":
+            since = time.strftime("%H:%M:%S", time.localtime(sink["since_unix"]))
+            how = "failing" if sink["state"] == "failing" else "refusing this store"
+            parts.append(f"sink of {queue_id!r} {how} since {since}")
+    return "; ".join(parts)
+
+
+def _recorded_core_queue(queue_id: str, recorded: dict[str, Any]) -> Any:
+    """A throwaway core queue of the kind and buckets the store recorded
+    for ``queue_id``, to ask the core for its layout (None if unknown)."""
     kind = recorded.get("kind")
     buckets = int(recorded.get("buckets", 1))
     try:
         if kind == "combine queue":
-            core = _core.CombineQueue.create(queue_id, buckets, 1, "sum", "int64", 0, None)
-        elif kind == "export queue":
-            core = _core.ExportQueue.create(queue_id, buckets, 1, lambda items: (True, None))
-        else:
-            return []
+            return _core.CombineQueue.create(queue_id, buckets, 1, "sum", "int64", 0, None)
+        if kind == "export queue":
+            return _core.ExportQueue.create(queue_id, buckets, 1, lambda *call: (True, None))
     except ValueError:
+        pass
+    return None
+
+
+def _queue_notify_columns(queue_id: str, recorded: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """The notify column of a queue the recorded app had: the core's layout
+    (``<family>:<id>``, ``notify``)."""
+    core = _recorded_core_queue(queue_id, recorded)
+    if core is None:
         return []
     family, qualifier, _name = core.notify_column
     return [(family, qualifier)]

@@ -12,13 +12,18 @@ ExportQueue). In short:
   with ``linger``, a short batch first waits up to that many seconds to fill;
 * at least once: an exporter that raises leaves the batch queued and it is
   retried with backoff (a retry may deliver the same entries again, possibly
-  with more); sinks absorb duplicates with a seq guard.
+  with more); sinks absorb duplicates with a seq guard;
+* the sink being down is not a bad key: an exception of
+  ``transient_errors`` (:func:`sink_is_down`) makes the batch wait and be
+  retried whole, for as long as it takes, parking nothing.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeAlias, TypeVar
 
 from . import _core
 from ._cells import SequencedExport
@@ -33,15 +38,91 @@ from ._queues import (
     require_transaction,
 )
 from .codecs import Codec, get_codec, native_layout
+from .errors import SinkRefused, SinkUnavailable
 
 if TYPE_CHECKING:
     from ._app import App
     from ._transaction import Transaction
 
-__all__ = ["ExportQueue", "SequencedExport", "SEQ_INDEX_BITS"]
+__all__ = [
+    "ExportBatch",
+    "ExportQueue",
+    "SequencedExport",
+    "SEQ_INDEX_BITS",
+    "TRANSIENT_ERRORS",
+    "TransientErrors",
+    "sink_is_down",
+]
 
 # seq = commit_ts << SEQ_INDEX_BITS | index of the entry in its transaction.
 SEQ_INDEX_BITS: int = _core.SEQ_INDEX_BITS
+
+
+# The exceptions that say a sink is down, unless a queue names its own
+# (transient_errors): OSError covers ConnectionError and TimeoutError.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OSError,)
+
+TransientErrors: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
+
+
+def check_transient_errors(value: Any, what: str) -> tuple[type[BaseException], ...]:
+    """``value`` (None, an exception class or a tuple of them) as a tuple;
+    TypeError naming ``what`` otherwise."""
+    if value is None:
+        return TRANSIENT_ERRORS
+    classes = value if isinstance(value, tuple) else (value,)
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise TypeError(
+                f"{what}: transient_errors must be an exception class or a tuple of them, "
+                f"not {cls!r}"
+            )
+    return classes
+
+
+def sink_is_down(error: BaseException, transient: tuple[type[BaseException], ...]) -> bool:
+    """Whether an exporter's ``error`` means its sink is down (retry the
+    whole batch, park nothing) rather than that an entry is bad: an instance
+    of ``transient`` or of :class:`percolite.SinkUnavailable`, psycopg's (or
+    psycopg2's) ``OperationalError``, or a ``sqlite3.OperationalError`` that
+    says the database is locked or busy."""
+    if isinstance(error, (SinkUnavailable, *transient)):
+        return True
+    if isinstance(error, sqlite3.OperationalError):
+        text = str(error)
+        return "locked" in text or "busy" in text
+    for driver in ("psycopg", "psycopg2"):
+        module = sys.modules.get(driver)  # only loaded if the exporter uses it
+        operational = getattr(module, "OperationalError", None)
+        if operational is not None and isinstance(error, operational):
+            return True
+    return False
+
+
+def _sink_failure(error: BaseException, transient: tuple[type[BaseException], ...]) -> str | None:
+    """How the core is to take an exporter's ``error``: "refused" (the
+    sink refuses this store for good: its bucket is blocked), "down" (an
+    outage: retried whole, parks nothing) or None (a failed attempt)."""
+    if isinstance(error, SinkRefused):
+        return "refused"
+    return "down" if sink_is_down(error, transient) else None
+
+
+class ExportBatch(list):  # type: ignore[type-arg] - a list of SequencedExport
+    """The entries of one exporter call: a list of :class:`SequencedExport`
+    ordered by key, then seq, which also says where they come from:
+    ``queue`` (the export queue's id), ``store`` (the identity of the store
+    feeding the sink: 32 hexadecimal digits, the same in every process and
+    kept by copies of the store) and ``epoch`` (from 1; a store opened as
+    restored from a copy starts the next one, and its entries are then newer
+    than everything its sinks hold, whatever their seq). A sink that keeps
+    the identity beside its seq guard can refuse another store's entries
+    (``docs/exporters.md``, "A sink belongs to one store")."""
+
+    __slots__ = ("queue", "store", "epoch")
+    queue: str
+    store: str
+    epoch: int
 
 
 K = TypeVar("K")
@@ -74,7 +155,8 @@ class ExportQueue(Generic[K, V]):
 
     Create it with :meth:`percolite.App.export_queue`; see
     ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
-    ``batch_size``, ``linger``, ``max_attempts``, ``exporter``, ``key_codec``,
+    ``batch_size``, ``linger``, ``max_attempts``, ``transient_errors`` (a
+    tuple), ``exporter``, ``key_codec``,
     ``value_codec`` (as declared).
     """
 
@@ -90,9 +172,13 @@ class ExportQueue(Generic[K, V]):
         batch_size: int,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
+        transient_errors: Any = None,
     ) -> None:
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
         linger = check_linger("export queue", queue_id, linger)
+        self.transient_errors = check_transient_errors(
+            transient_errors, f"export queue {queue_id!r}"
+        )
         core_attempts = check_max_attempts(max_attempts, f"export queue {queue_id!r}")
         if not callable(exporter):
             raise TypeError(
@@ -130,24 +216,28 @@ class ExportQueue(Generic[K, V]):
         """The exporter's wrapper; ``decoded``: the core decodes the entries
         (built-in codecs), else they come as ``(key, value, seq)`` bytes."""
         kc, vc, exporter = self.key_codec, self.value_codec, self.exporter
+        transient = self.transient_errors
 
-        def run(items: list[Any]) -> tuple[Any, ...]:
+        queue_id = self.id
+
+        def run(items: list[Any], store: str, epoch: int) -> tuple[Any, ...]:
             try:
                 if decoded:
-                    entries = items
+                    entries = ExportBatch(items)
                 else:
-                    entries = [
+                    entries = ExportBatch(
                         SequencedExport(
                             kc.decode(k), None if v[:1] == _DELETED else vc.decode(v[1:]), seq
                         )
                         for k, v, seq in items
-                    ]
+                    )
+                entries.queue, entries.store, entries.epoch = queue_id, store, epoch
                 exporter(entries)
                 if _injected.exporter_fails is not None and _injected.exporter_fails():
                     raise InjectedFault("an exporter failure injected by the simulation")
                 return (True, None)
-            except BaseException:
-                return (False, failure_text())
+            except BaseException as error:
+                return (False, failure_text(), _sink_failure(error, transient))
 
         return run
 

@@ -251,11 +251,9 @@ def read(env: Any) -> dict[str, Any]:
     for column, n in pending.items():
         name = names.get(column, "(no observer)")
         pending_by[name] = pending_by.get(name, 0) + n
-    depths = {}
-    if env.app is not None and env.app._queues:
-        with env.transaction() as tx:
-            depths = {qid: q.depth(tx) for qid, q in env.app._queues.items()}
+    depths = env._queue_depths()
     leases = [h for h in env._core.lease_holders() if h["live"]]
+    sinks = env.sinks()
     syncs = counters["syncs"]
     gauges = {
         "pending_notifications": sum(pending.values()),
@@ -263,6 +261,10 @@ def read(env: Any) -> dict[str, Any]:
         "parked": len(parked),
         "parked_by_observer": parked_by,
         "queue_depth": depths,
+        "sink_failing": {q: int(s["state"] != "ok") for q, s in sinks.items()},
+        "sink_failing_since_unix": {
+            q: s["since_unix"] for q, s in sinks.items() if s["state"] != "ok"
+        },
         "lease_holders": len(leases),
         "lease_groups": len({h["group"] for h in leases}),
         "transactions_per_sync": counters["commits"] / syncs if syncs else 0.0,
@@ -277,6 +279,8 @@ _GAUGE_HELP = {
     "parked": "Parked notifications and queue keys (failed on every attempt).",
     "parked_by_observer": ("Parked work, by observer or queue processor.", "observer"),
     "queue_depth": ("Entries queued, by queue.", "queue"),
+    "sink_failing": ("1 while an export queue's sink is down or refuses, by queue.", "queue"),
+    "sink_failing_since_unix": ("When a failing sink went down (unix time), by queue.", "queue"),
     "lease_holders": "Worker pools holding a live lease.",
     "lease_groups": "Groups of worker pools holding live leases.",
     "transactions_per_sync": "Committed transactions per group commit (sync).",

@@ -70,6 +70,12 @@ class Progress:
         if postfix:
             bar.set_postfix(postfix, refresh=False)
 
+    def note(self, text: str) -> None:
+        """``text`` shows beside the bar (empty: nothing), until the next note."""
+        if not self.enabled:
+            return
+        self._open(None).set_postfix_str(text, refresh=False)
+
     def remaining(self, left: int) -> None:
         """``left`` is what remains now: the bar shows what was done since the
         first call, out of everything seen."""

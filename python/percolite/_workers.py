@@ -28,7 +28,7 @@ from . import _core, _log, _metrics
 from ._app import App
 from ._env import TARGET_VARIABLE, shared_target
 from ._env import open as open_env
-from .errors import StorageError, WorkParked
+from .errors import SinkBlocked, StorageError, WorkParked
 
 __all__ = [
     "load_app",
@@ -38,6 +38,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_USAGE",
     "EXIT_PARKED",
+    "EXIT_BLOCKED",
 ]
 
 # Exit statuses of `percolite worker --until-idle` (and run_workers).
@@ -45,6 +46,7 @@ EXIT_DONE = 0  # nothing left to run, nothing parked
 EXIT_ERROR = 1  # an error stopped it
 EXIT_USAGE = 2  # bad arguments
 EXIT_PARKED = 3  # nothing left to run but parked work
+EXIT_BLOCKED = 4  # ... and an export queue blocked by a sink refusing the store
 
 
 @contextlib.contextmanager
@@ -165,7 +167,7 @@ def _run_in_this_process(
             except WorkParked as e:
                 if parent_pid is None:  # in a group, the parent says it once
                     _log.logger.error("%s", e)
-                return EXIT_PARKED
+                return EXIT_BLOCKED if isinstance(e, SinkBlocked) else EXIT_PARKED
             except KeyboardInterrupt:
                 return 130
         return EXIT_DONE
@@ -198,10 +200,13 @@ def _group_status(codes: list[int]) -> int:
     finished = [c for c in codes if c >= 0]
     if not finished:
         return EXIT_ERROR
-    errors = [c for c in finished if c not in (EXIT_DONE, EXIT_PARKED)]
+    errors = [c for c in finished if c not in (EXIT_DONE, EXIT_PARKED, EXIT_BLOCKED)]
     if errors:
         return errors[0]
-    return EXIT_PARKED if EXIT_PARKED in finished else EXIT_DONE
+    for status in (EXIT_BLOCKED, EXIT_PARKED):
+        if status in finished:
+            return status
+    return EXIT_DONE
 
 
 def _require_main_thread() -> None:
@@ -279,7 +284,13 @@ def run_worker_processes(
                     -code,
                 )
         status = _group_status(codes)
-        if status == EXIT_PARKED:
+        if status == EXIT_BLOCKED:
+            _log.logger.error(
+                "nothing left to run but parked work and export queues blocked by a sink that "
+                "refuses this store; see `percolite status %s`",
+                db,
+            )
+        elif status == EXIT_PARKED:
             _log.logger.error(
                 "nothing left to run but parked work; see `percolite status %s`, fix the cause, "
                 "then `percolite retry %s`",

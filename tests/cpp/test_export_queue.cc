@@ -1,9 +1,13 @@
 // The export queue's processor, driven by hand: what it hands the exporter,
 // what it deletes, and what a failing exporter leaves behind.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "percolite/encoding.h"
@@ -31,7 +35,8 @@ std::shared_ptr<ExportQueue> MakeQueue(Sink* sink, uint32_t buckets, size_t batc
   options.buckets = buckets;
   options.batch_size = batch_size;
   options.linger_seconds = linger_seconds;
-  options.exporter = [sink](const std::vector<ExportEntry>& entries) {
+  options.exporter = [sink](const std::vector<ExportEntry>& entries,
+                            const percolite::StoreIdentity&) {
     sink->calls.push_back(entries);
     if (sink->fail) return percolite::Status::Make(percolite::ErrorCode::kCallback, "sink down");
     return percolite::Status::Ok();
@@ -178,7 +183,9 @@ TEST_CASE("Export queue options are checked", "[export]") {
     options.id = std::move(id);
     options.buckets = buckets;
     options.batch_size = batch;
-    options.exporter = [](const std::vector<ExportEntry>&) { return percolite::Status::Ok(); };
+    options.exporter = [](const std::vector<ExportEntry>&, const percolite::StoreIdentity&) {
+      return percolite::Status::Ok();
+    };
     ExportQueue::Create(std::move(options));
   };
   using percolite_test::ErrorCodeOf;
@@ -190,7 +197,8 @@ TEST_CASE("Export queue options are checked", "[export]") {
   CHECK(ErrorCodeOf([&] {
           ExportQueue::Create(ExportQueueOptions{"ok", 4, 10, nullptr});
         }) == invalid);
-  const percolite::ExportFn sink_fn = [](const std::vector<ExportEntry>&) {
+  const percolite::ExportFn sink_fn = [](const std::vector<ExportEntry>&,
+                                         const percolite::StoreIdentity&) {
     return percolite::Status::Ok();
   };
   CHECK(ErrorCodeOf([&] { make("ok", 4, 10); }) == percolite::ErrorCode::kOk);
@@ -316,4 +324,204 @@ TEST_CASE("Only an observer run can defer itself", "[export]") {
   tx->DeferTrigger(0.2);
   CHECK(tx->DeferredSeconds() == 0.5);
   tx->Abort();
+}
+
+// -- When a sink fails: poison keys, outages, stops ("Poison keys and
+// outages" in export_queue.h). max_attempts 1 makes the first run the last
+// attempt, so it splits a failing batch at once.
+
+namespace {
+
+struct SplitSink {
+  std::set<std::string> poison;  // a batch with any of these fails
+  bool down = false;             // every batch fails
+  percolite::ErrorCode code = percolite::ErrorCode::kCallback;
+  size_t calls = 0;
+  std::set<std::string> exported;
+};
+
+std::shared_ptr<ExportQueue> MakeSplitQueue(SplitSink* sink, size_t batch_size) {
+  ExportQueueOptions options;
+  options.id = "ex";
+  options.buckets = 1;
+  options.batch_size = batch_size;
+  options.max_attempts = 1;
+  options.exporter = [sink](const std::vector<ExportEntry>& entries,
+                            const percolite::StoreIdentity&) {
+    ++sink->calls;
+    bool fails = sink->down;
+    for (const ExportEntry& entry : entries) fails = fails || sink->poison.count(entry.key) != 0;
+    if (fails) return percolite::Status::Make(sink->code, "refused");
+    for (const ExportEntry& entry : entries) sink->exported.insert(entry.key);
+    return percolite::Status::Ok();
+  };
+  return ExportQueue::Create(std::move(options));
+}
+
+std::string KeyNumber(int i) {
+  char key[8];
+  std::snprintf(key, sizeof key, "k%04d", i);
+  return key;
+}
+
+void AddKeys(percolite::Env& env, const ExportQueue& queue, int count) {
+  auto tx = env.Begin();
+  for (int i = 0; i < count; ++i) queue.Add(*tx, KeyNumber(i), "v");
+  tx->Commit();
+}
+
+std::set<std::string> ParkedKeys(percolite::Env& env) {
+  std::set<std::string> keys;
+  for (const percolite::WorkRecord& record : env.WorkRecords(true)) {
+    if (record.key) keys.insert(*record.key);
+  }
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("One, two or three poison keys are parked alone and the rest is exported",
+          "[export][poison]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  // k0003 and k0017 sit in different halves of the 20 keys; the three keys
+  // of the last case in different quarters too.
+  const std::set<std::string> poison =
+      GENERATE(std::set<std::string>{"k0011"}, std::set<std::string>{"k0003", "k0017"},
+               std::set<std::string>{"k0001", "k0009", "k0015"});
+  SplitSink sink;
+  sink.poison = poison;
+  auto queue = MakeSplitQueue(&sink, 100);
+  AddKeys(*env, *queue, 20);
+  REQUIRE(RunBucket(*env, *queue).ok());
+  CHECK(ParkedKeys(*env) == poison);
+  CHECK(sink.exported.size() == 20 - poison.size());
+  for (const std::string& key : poison) CHECK(sink.exported.count(key) == 0);
+  CHECK(Depth(*env) == poison.size());  // the parked keys' entries stay queued
+}
+
+TEST_CASE("A sink that fails for every part of the split is down: nothing is parked",
+          "[export][poison]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  SplitSink sink;
+  sink.down = true;
+  auto queue = MakeSplitQueue(&sink, 20000);
+  AddKeys(*env, *queue, 20000);
+  const percolite::Status status = RunBucket(*env, *queue);
+  CHECK(status.code() == percolite::ErrorCode::kSinkUnavailable);
+  CHECK(status.message() == "refused");  // the exporter's own error, as the record shows it
+  CHECK(sink.calls == 1 + 2 + 4);        // the batch, its halves, their quarters: not 2n calls
+  CHECK(ParkedKeys(*env).empty());
+  CHECK(Depth(*env) == 20000);
+}
+
+TEST_CASE("A transient failure is not split: the run fails whole", "[export][poison]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  SplitSink sink;
+  sink.down = true;
+  sink.code = percolite::ErrorCode::kSinkUnavailable;
+  auto queue = MakeSplitQueue(&sink, 100);
+  AddKeys(*env, *queue, 50);
+  CHECK(RunBucket(*env, *queue).code() == percolite::ErrorCode::kSinkUnavailable);
+  CHECK(sink.calls == 1);
+  CHECK(ParkedKeys(*env).empty());
+  CHECK(Depth(*env) == 50);
+}
+
+namespace {
+
+// The queue's processor as the worker pool runs it (as Python's Env does).
+void StartQueueWorkers(percolite::Env& env, const std::shared_ptr<ExportQueue>& queue,
+                       percolite::WorkerOptions options) {
+  percolite::Observer processor{queue->NotifyColumn(), queue->Processor()};
+  processor.max_attempts = 0;
+  processor.wait_for_commit = true;
+  env.SetObservers({processor});
+  options.threads = 1;
+  options.retry_initial_seconds = 0.001;
+  options.retry_max_seconds = 0.005;
+  env.StartWorkers(options);
+}
+
+}  // namespace
+
+TEST_CASE("An outage never counts as an attempt: retried until the sink is back, none parked",
+          "[export][poison][workers]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  std::atomic<int> down_for{12};  // more outage runs than max_attempts
+  std::atomic<int> calls{0};
+  ExportQueueOptions options;
+  options.id = "ex";
+  options.buckets = 1;
+  options.max_attempts = 2;
+  options.exporter = [&](const std::vector<ExportEntry>&, const percolite::StoreIdentity&) {
+    ++calls;
+    if (down_for.fetch_sub(1) > 0) {
+      return percolite::Status::Make(percolite::ErrorCode::kSinkUnavailable, "connection refused");
+    }
+    return percolite::Status::Ok();
+  };
+  auto queue = ExportQueue::Create(std::move(options));
+  AddKeys(*env, *queue, 100);
+  std::mutex mu;
+  std::vector<percolite::WorkRecord> failures, recoveries;
+  percolite::WorkerOptions workers;
+  workers.on_failure = [&](const percolite::ObservedColumn&, const percolite::WorkRecord& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    failures.push_back(r);
+  };
+  workers.on_recovery = [&](const percolite::ObservedColumn&, const percolite::WorkRecord& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    recoveries.push_back(r);
+  };
+  StartQueueWorkers(*env, queue, workers);
+  REQUIRE(env->WaitIdle(60));
+  env->StopWorkers();
+  CHECK(calls == 13);  // twelve whole batches refused, then one exported: never split
+  CHECK(Depth(*env) == 0);
+  CHECK(env->WorkRecords(false).empty());  // the commit deleted the record
+  REQUIRE(failures.size() == 12);
+  for (const percolite::WorkRecord& r : failures) {
+    CHECK(r.sink == percolite::SinkFailure::kDown);
+    CHECK(r.attempts == 0);
+    CHECK_FALSE(r.parked);
+    CHECK(r.error.message == "connection refused");
+  }
+  REQUIRE(recoveries.size() == 1);
+  CHECK(recoveries[0].sink == percolite::SinkFailure::kDown);
+  CHECK(recoveries[0].first_failure_unix <= recoveries[0].last_failure_unix);
+}
+
+TEST_CASE("A stop ends a split between two exporter calls; nothing is recorded or lost",
+          "[export][poison][workers]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  std::atomic<int> calls{0};
+  std::atomic<bool> in_split{false};
+  ExportQueueOptions options;
+  options.id = "ex";
+  options.buckets = 1;
+  options.batch_size = 50000;
+  options.max_attempts = 1;
+  options.exporter = [&](const std::vector<ExportEntry>&, const percolite::StoreIdentity&) {
+    if (++calls == 2) {  // the first half: wait here until the pool is asked to stop
+      in_split = true;
+      for (int i = 0; i < 20000 && !percolite::Workers::StopRequested(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    return percolite::Status::Make(percolite::ErrorCode::kCallback, "bad entry");
+  };
+  auto queue = ExportQueue::Create(std::move(options));
+  AddKeys(*env, *queue, 50000);
+  StartQueueWorkers(*env, queue, percolite::WorkerOptions{});
+  while (!in_split) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  env->StopWorkers();
+  CHECK(calls == 2);  // the call going on ended; no other began
+  CHECK(env->WorkRecords(false).empty());
+  CHECK(env->FailureSummaries().empty());
+  CHECK(Depth(*env) == 50000);
 }

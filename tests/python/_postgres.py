@@ -154,6 +154,10 @@ class TemporaryPostgres:
             "UTF8",
             "--locale=C",
         )
+        self._start_server()
+        return self.dsn
+
+    def _start_server(self) -> None:
         durability = "on" if self.durable else "off"
         options = (
             f"-k {self.socket_dir} -p {_PORT} -c listen_addresses='' "
@@ -174,7 +178,16 @@ class TemporaryPostgres:
             "start",
         )
         self._started = True
-        return self.dsn
+
+    def pause(self) -> None:
+        """``pg_ctl stop -m fast``, keeping the data: the server is down
+        (connections cut, new ones refused) until :meth:`resume`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        self._started = False
+
+    def resume(self) -> None:
+        """Starts the server :meth:`pause` stopped, with the same settings."""
+        self._start_server()
 
     def restart(self) -> None:
         """``pg_ctl restart -m fast``: every connection is cut, the server

@@ -212,6 +212,8 @@ CPP_LAYERS = [
             "include/percolite/notifications.h",
             "include/percolite/failures.h",
             "src/failures.cc",
+            "include/percolite/identity.h",
+            "src/identity.cc",
             "src/records.h",
         ],
     ),

@@ -28,11 +28,15 @@
 //   linger_seconds later; as there, a linger never idles a waiter.
 // - Poison keys: when a run fails (the combiner, on_change, or a forwarding
 //   raises or refuses a value) max_attempts times in a row, the last attempt
-//   splits its batch by key, in halves, until each failing key is alone;
-//   those keys are parked (failures.h) with the error, the other keys fold,
-//   and the parked keys' updates, the ones queued and the ones added later,
-//   stay queued, unfolded, until the key is retried (RetryParked). So the
-//   guarantees below still hold for every key, parked ones included.
+//   splits its batch by key, level by level, until each failing key is
+//   alone (the rule, and when a split that fails everywhere is taken for an
+//   outage instead, are the export queue's: export_queue.h, "Poison keys and
+//   outages"); those keys are parked (failures.h) with the error, the other
+//   keys fold, and the parked keys' updates, the ones queued and the ones
+//   added later, stay queued, unfolded, until the key is retried
+//   (RetryParked). So the guarantees below still hold for every key, parked
+//   ones included. A stop ends a fold with a Python combiner between two
+//   keys (nothing of the run commits).
 // - Guarantees, as in Fluo Recipes: (1) the new value reported for a key combines
 //   every update of that key committed before the processing transaction
 //   started; (2) the old value reported for a key is the new value of the
@@ -141,6 +145,8 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
   ObservedColumn NotifyColumn() const;
   ObserverFn Processor() const;
 
+  // Rows holding queued updates start with this prefix (for depth reports).
+  std::string EntryRowPrefix() const;
   std::string DataRow(std::string_view key) const;
   // Rows of the current values of the keys in `bucket` start with this.
   std::string DataRowPrefix(uint32_t bucket) const;

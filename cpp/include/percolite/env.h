@@ -8,6 +8,11 @@
 //   (backend.h) chooses and returns a new handle. Handles of one lmdb path in
 //   one process share one backend, which closes when its last handle closes;
 //   each ":memory:" handle has a private store of its own.
+// - The store's identity (identity.h) is made when workers first start on
+//   a store that has none (StartWorkers, StepWorkers, RunHere): every export
+//   carries it. Open with options.restored starts the store's next epoch
+//   (and makes the identity if need be). A store that cannot commit runs
+//   without one until it can.
 // - Begin() starts a Transaction (transaction.h) tied to this handle.
 // - Close() marks the handle closed, aborts its transactions that are still
 //   active (waiting for any commit already in flight to finish: close drains
@@ -37,6 +42,7 @@
 //   by a thread of its own instead, after the destructor returns.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -46,6 +52,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/failures.h"
+#include "percolite/identity.h"
 #include "percolite/leases.h"
 #include "percolite/notifications.h"
 #include "percolite/transaction.h"
@@ -83,6 +90,14 @@ class Env : public std::enable_shared_from_this<Env> {
   WorkerStats GetWorkerStats() const;
   std::vector<ObservedColumn> ObservedColumns() const { return backend()->ObservedColumns(); }
 
+  // The store's identity and epoch (identity.h), read now; none when the
+  // store could not make it yet (it refused commits since it was created).
+  std::optional<StoreIdentity> Identity();
+  // Makes the store's identity when it has none (one commit, the first
+  // time); a store that refuses commits is left without (no throw).
+  // StartWorkers and StepWorkers call it first, so every export carries it.
+  void MakeIdentity();
+
   // Failed and parked work recorded in the store (failures.h), read in a
   // fresh snapshot; RetryParked puts the parked work `match` accepts back.
   std::vector<WorkRecord> WorkRecords(bool parked_only);
@@ -112,6 +127,7 @@ class Env : public std::enable_shared_from_this<Env> {
   std::shared_ptr<Workers> stopped_workers_;  // GUARDED_BY(mu_): counters stay visible
   std::shared_ptr<Workers> step_workers_;     // GUARDED_BY(mu_): StepWorkers
   std::mutex run_here_mu_;                    // held by the one RunHere running
+  std::atomic<bool> identity_made_{false};    // MakeIdentity succeeded
 };
 
 }  // namespace percolite

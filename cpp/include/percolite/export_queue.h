@@ -20,7 +20,8 @@
 // - The processor of a bucket (a WEAK observer of NotifyColumn(), run by the
 //   workers) reads, in one transaction, up to batch_size entries after the
 //   bucket's cursor, oldest first (entries are stored in commit order), calls
-//   the exporter once with them ordered by key, then seq, and, when the
+//   the exporter once with them ordered by key, then seq, and with the
+//   store's identity and epoch (identity.h: a sink belongs to one store), and, when the
 //   exporter succeeds, deletes them in the same transaction. When entries
 //   remain, it records where it stopped and notifies the bucket again.
 // - Lingering (linger_seconds > 0, like Kafka's linger.ms): a run that
@@ -55,15 +56,29 @@
 //   the same entries again, possibly with more after them. A sink makes this
 //   idempotent with a seq guard: an entry applies only when its seq is larger
 //   than the last applied seq of its key.
-// - Poison keys: after max_attempts failed runs of a bucket in a row, the
-//   last attempt splits its batch by key, in halves, until each failing key
-//   is alone (the exporter is called with the halves; what it sent of the
-//   keys that succeed is sent, at least once as always); those keys are
-//   parked (failures.h) with the error, the others are exported and go on,
-//   and the parked keys' entries, queued and later, stay queued until the
-//   key is retried (RetryParked). A sink down for the whole of the backoff
-//   parks every key it was sent: give a flaky sink max_attempts 0 (retry
-//   forever) or longer retries.
+// - Poison keys and outages ("When a sink fails"): the sink being down and
+//   a key that cannot be exported are different failures.
+//   * An exporter that fails with kSinkUnavailable (status.h; the Python
+//     layer reports so for transient errors: connections, time-outs, a
+//     locked database) means the sink is down: the run fails whole and is
+//     retried with the workers' capped backoff for as long as the sink stays
+//     down; nothing is split, nothing is parked, and these runs do not count
+//     toward max_attempts (failures.h, "Outages").
+//   * Other failures count. After max_attempts failed runs of a bucket in a
+//     row, the last attempt splits its batch by key, level by level: every
+//     failing part of several keys is split in halves and the halves are
+//     sent (what the exporter sent of the keys that succeed is sent, at
+//     least once as always). A key alone in a failing part is poison: it is
+//     parked (failures.h) with its error, the others are exported and go on,
+//     and its entries, queued and later, stay queued until it is retried
+//     (RetryParked). But when every part tried at one level fails, and there
+//     were at least four, the sink is failing for everything: the run ends as
+//     an outage (kSinkUnavailable) and parks nothing. One, two or three
+//     poison keys can never make that happen (k poison keys fail at most k
+//     parts of a level), so they are always parked alone; four or more, each
+//     in its own quarter of a batch, are taken for an outage.
+//   * A stop (Workers::StopRequested) ends a split between two exporter
+//     calls: nothing of the run commits and the entries stay queued.
 //
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
 //   <id>:e:<bucket>   family "e", qualifier stamp (12 bytes) + key         queued entry
@@ -88,6 +103,7 @@
 #include <utility>
 #include <vector>
 
+#include "percolite/identity.h"
 #include "percolite/notifications.h"
 #include "percolite/status.h"
 #include "percolite/workers.h"
@@ -121,7 +137,10 @@ struct ExportEntry {
   uint64_t seq = 0;
 };
 
-using ExportFn = std::function<Status(const std::vector<ExportEntry>& entries)>;
+// `store`: the identity and epoch of the store the entries come from
+// (identity.h), read in the run's snapshot; an empty id when it has none.
+using ExportFn =
+    std::function<Status(const std::vector<ExportEntry>& entries, const StoreIdentity& store)>;
 
 struct ExportQueueOptions {
   std::string id;
@@ -165,8 +184,9 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
  private:
   explicit ExportQueue(ExportQueueOptions options);
   Status Process(const std::shared_ptr<Transaction>& transaction, const Cell& cell) const;
-  // Hands a run's entries to the exporter, by key then seq.
-  Status Export(const std::string& what, const std::vector<queue_rows::Entry>& queued) const;
+  // Hands a run's entries to the exporter, by key then seq, with the store's identity.
+  Status Export(const std::string& what, const std::vector<queue_rows::Entry>& queued,
+                const StoreIdentity& store) const;
 
   const ExportQueueOptions options_;
   const std::string family_;  // "eq:<id>"

@@ -30,6 +30,14 @@
 //   run itself (ParkKey), in the run's transaction; the run leaves the
 //   key's entries queued, and later runs skip them (ParkedKeys) until the
 //   key is retried.
+// - Outages: a failure whose status is kSinkUnavailable (status.h: a
+//   queue's sink is down, not any key at fault) is recorded with `sink`
+//   kDown and does not count as an attempt: it never parks the work, and the
+//   attempts before it stay as they were. The record shows the outage (since
+//   first_failure_unix, the last error) until a run commits and deletes it.
+//   A failure whose status is kSinkRefused (the sink refuses this store for
+//   good) is recorded with `sink` kRefused and parks the work at once: the
+//   bucket is blocked, its entries kept, until it is retried.
 // - RetryParked(filter) deletes the matching parked records and sets a weak
 //   notification on each of their cells (for keyed work, the bucket's), in
 //   one transaction per kRetryChunk records: the work runs again, with a
@@ -53,6 +61,13 @@ namespace percolite {
 // Rows percolite keeps for itself begin with these bytes.
 inline const std::string kSystemRowPrefix("\0pc:", 4);
 
+// How a failure involved a queue's sink (see Outages above).
+enum class SinkFailure : uint8_t {
+  kNone = 0,     // not the sink's: an ordinary failed attempt
+  kDown = 1,     // the sink is down (kSinkUnavailable)
+  kRefused = 2,  // the sink refuses this store for good (kSinkRefused)
+};
+
 // An error as reported to a person: its type ("ValueError"), its message,
 // and the full traceback (or the text of a core error).
 struct ErrorDetail {
@@ -73,6 +88,7 @@ struct WorkRecord {
   std::optional<std::string> key;  // keyed work: the queue key (as queued)
   uint32_t attempts = 0;
   bool parked = false;
+  SinkFailure sink = SinkFailure::kNone;  // the last failure's, see Outages above
   double first_failure_unix = 0;
   double last_failure_unix = 0;
   ErrorDetail error;  // the last failure's
@@ -100,11 +116,14 @@ void ForgetWorkRecord(Transaction& transaction, std::string_view cell_key);
 
 // Records a failed run of `observer` on the notification of `cell_key`, in
 // transactions of its own begun from `source` (retried on conflicts); parks
-// the work when its attempts reach max_attempts (0: never). Returns the
-// record as written. Throws what the store throws (kClosed once it closes).
+// the work when its attempts reach max_attempts (0: never). A `sink`
+// failure counts as Outages above says.
+// Returns the record as written. Throws what the store throws (kClosed once
+// it closes).
 WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
                          const std::string& cell_key, const ErrorDetail& error,
-                         uint32_t max_attempts, double now_unix);
+                         uint32_t max_attempts, double now_unix,
+                         SinkFailure sink = SinkFailure::kNone);
 
 // In a queue bucket's run (its transaction): parks `key`, whose work
 // failed `attempts` times since `first_failure_unix` (the bucket's first

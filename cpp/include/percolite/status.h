@@ -14,6 +14,8 @@
 //   kCorruption      -> percolite.CorruptionError
 //   kStorage         -> percolite.StorageError
 //   kCallback        -> percolite.CallbackError
+//   kSinkUnavailable -> percolite.CallbackError
+//   kSinkRefused     -> percolite.CallbackError
 //   kInvalidArgument -> ValueError
 //   kWrongState      -> percolite.Error (e.g. a handle used in a forked child)
 #pragma once
@@ -33,6 +35,17 @@ enum class ErrorCode {
   kCallback,
   kInvalidArgument,
   kWrongState,
+  // An exporter's sink is down (the exporter raised a transient error, or
+  // failed for every part of a split batch): not the fault of any key.
+  // A queue run that fails so is retried whole, with capped backoff, for as
+  // long as it takes; it never counts toward max_attempts and never parks
+  // (failures.h, export_queue.h "When a sink fails").
+  kSinkUnavailable,
+  // An exporter's sink refuses this store's entries for good (it belongs to
+  // another store, or the exporter says the failure is permanent): not the
+  // fault of any key either. The queue's bucket is blocked at once, its
+  // entries kept, until the cause is dealt with (failures.h, "Outages").
+  kSinkRefused,
 };
 
 // The outcome of an operation performed on another thread.

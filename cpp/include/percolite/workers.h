@@ -55,6 +55,12 @@
 //   deletes its notification's record. Failures are also counted per
 //   observer in memory, with the last error text (Stats), and each recorded
 //   failure is reported to WorkerOptions::on_failure.
+//   A failure with status kSinkUnavailable (status.h) is an outage, not
+//   an attempt: recorded as such (failures.h "Outages"), retried with the
+//   same capped backoff for as long as it lasts, never parked; one with
+//   kSinkRefused parks (blocks) the work at once. When a run
+//   commits after failures, its record goes, and WorkerOptions::on_recovery
+//   hears of it.
 // - A run that loses a write-write conflict is retried after a short jittered
 //   delay; it re-checks that the notification is still pending.
 // - Deferring: a run that calls Transaction::DeferTrigger(seconds) and
@@ -92,9 +98,15 @@
 //   timeout elapses first.
 // - Stop lets running observers finish, runs nothing new, joins threads, then
 //   waits for the commits still out and settles them (failures recorded, on
-//   the calling thread, which counts as a worker thread meanwhile).
+//   the calling thread, which counts as a worker thread meanwhile). A run
+//   that could go on for long between callbacks (a queue splitting a failing
+//   batch, folding many keys) asks StopRequested() between them and, once
+//   it is true, gives up with a kClosed status: nothing it wrote commits,
+//   no failure is recorded, and its notification stays pending. So a stop
+//   waits for at most the user callbacks already running.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -137,6 +149,9 @@ struct WorkerOptions {
   // for commits settled by Stop, on the thread that stops the pool): the
   // observer's column and the record as written (parked or not).
   std::function<void(const ObservedColumn&, const WorkRecord&)> on_failure;
+  // Called on a worker thread (as on_failure) when a run commits whose
+  // notification had failed before: the record its commit deleted.
+  std::function<void(const ObservedColumn&, const WorkRecord&)> on_recovery;
 };
 
 struct ObserverStats {
@@ -210,10 +225,12 @@ struct BegunRun {
   std::string observer;              // its name
   RunOutcome outcome = RunOutcome::kGone;
   std::shared_ptr<Transaction> transaction;  // kReady only
-  bool forget_record = false;                // a failure record to delete on commit
-  std::string error;                         // kFailed, kParked: the failure's text
-  uint32_t attempts = 0;                     // kFailed: failed runs recorded in the store
-  double deferred_seconds = 0;               // kDeferred
+  // A failure record to delete on commit: the failures before this run.
+  std::shared_ptr<const WorkRecord> previous_failure;
+  std::string error;                      // kFailed, kParked: the failure's text
+  SinkFailure sink = SinkFailure::kNone;  // kFailed, kParked: how the sink failed
+  uint32_t attempts = 0;                  // kFailed: failed runs recorded in the store
+  double deferred_seconds = 0;            // kDeferred
   // Queue keys the run parked, counted once its transaction commits, and
   // their records, reported to WorkerOptions::on_failure once the run is
   // settled, on the thread that settles it (never the backend's writer).
@@ -256,6 +273,8 @@ class Workers final : public NotificationSink {
 
   // True on a thread of any worker pool (an observer is running on it).
   static bool OnWorkerThread();
+  // True on a worker thread of a pool that is stopping (see Stop above).
+  static bool StopRequested();
   // True in a child forked after the pool started: its threads do not exist there.
   bool ForkedAway() const { return backend_->ForkedAway(); }
 
@@ -309,6 +328,8 @@ class Workers final : public NotificationSink {
   // retried later, deferred).
   void AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run);
   void ReportParked(BegunRun& run);
+  // Reports a committed run that ended earlier failures (on_recovery).
+  void ReportRecovered(const BegunRun& run);
   // REQUIRES(mu_): no run going, none ready, no commit in flight or unsettled.
   bool IdleLocked() const;
   void ScannerLoop();
@@ -353,6 +374,7 @@ class Workers final : public NotificationSink {
   size_t deferred_count_ = 0;                 // GUARDED_BY(mu_): entries with `deferred`
   size_t hurried_ready_ = 0;                  // GUARDED_BY(mu_): entries with `hurry_ready`
   bool stopping_ = false;                     // GUARDED_BY(mu_)
+  std::atomic<bool> stop_requested_{false};   // stopping_, for StopRequested() without mu_
   bool started_ = false;                      // GUARDED_BY(mu_)
   uint64_t scans_ = 0;                        // GUARDED_BY(mu_)
   // Runs whose commits the writer has (SubmitCommit): their entries stay

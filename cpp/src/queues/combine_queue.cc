@@ -148,6 +148,10 @@ std::string CombineQueue::BucketName(uint32_t bucket) const {
   return queue_rows::BucketName(bucket);
 }
 
+std::string CombineQueue::EntryRowPrefix() const {
+  return options_.id + ":" + std::string(kUpdateFamily) + ":";
+}
+
 std::string CombineQueue::DataRowPrefix(uint32_t bucket) const {
   return options_.id + ":d:" + BucketName(bucket) + ":";
 }
@@ -280,6 +284,12 @@ Status CombineQueue::Fold(const std::shared_ptr<Transaction>& transaction,
     if (current) values.push_back(*current);
     for (size_t i = first; i < end; ++i) values.push_back(entries[order[i]].value);
     first = end;
+    // A Python combiner's calls may take long in all: a stop does not wait
+    // for the rest of them (workers.h, Stop).
+    if (options_.native == NativeCombiner::kNone && Workers::StopRequested()) {
+      return Status::Make(ErrorCode::kClosed,
+                          "combine queue '" + options_.id + "': the workers are stopping");
+    }
     std::optional<std::string> combined;
     Status status = Combine(key, values, &combined);
     if (!status.ok()) return status;

@@ -85,14 +85,18 @@ Status ExportQueue::Process(const std::shared_ptr<Transaction>& transaction,
   strategy.max_attempts = options_.max_attempts;
   strategy.batches = &batches_;
   strategy.entries = &entries_;
-  strategy.consume = [&](Transaction&, const std::vector<queue_rows::Entry>& queued) {
-    return Export(what, queued);
+  // Read once per run, in its snapshot: every call of the run (the halves
+  // of a split too) names the same store and epoch.
+  std::optional<StoreIdentity> store;
+  strategy.consume = [&](Transaction& transaction, const std::vector<queue_rows::Entry>& queued) {
+    if (!store) store = ReadStoreIdentity(transaction).value_or(StoreIdentity{});
+    return Export(what, queued, *store);
   };
   return queue_rows::ProcessBucket(strategy, *transaction, cell);
 }
 
-Status ExportQueue::Export(const std::string& what,
-                           const std::vector<queue_rows::Entry>& queued) const {
+Status ExportQueue::Export(const std::string& what, const std::vector<queue_rows::Entry>& queued,
+                           const StoreIdentity& store) const {
   std::vector<ExportEntry> batch;
   batch.reserve(queued.size());
   for (const queue_rows::Entry& entry : queued) {
@@ -105,7 +109,7 @@ Status ExportQueue::Export(const std::string& what,
   // Read in commit order; the exporter gets them by key, then seq.
   std::stable_sort(batch.begin(), batch.end(),
                    [](const ExportEntry& a, const ExportEntry& b) { return a.key < b.key; });
-  return options_.exporter(batch);
+  return options_.exporter(batch, store);
 }
 
 }  // namespace percolite

@@ -9,6 +9,7 @@
 #include "percolite/encoding.h"
 #include "percolite/failures.h"
 #include "percolite/transaction.h"
+#include "percolite/workers.h"
 
 namespace percolite {
 namespace queue_rows {
@@ -233,51 +234,106 @@ double UnixNow() {
 }
 
 // Whether a failed consume may be blamed on the keys of its batch (so the
-// batch is split to find them) rather than on the store.
+// batch is split to find them) rather than on the store or the sink.
 bool KeysMayBeAtFault(const Status& status) {
   switch (status.code()) {
     case ErrorCode::kClosed:
     case ErrorCode::kStorage:
     case ErrorCode::kCorruption:
     case ErrorCode::kConflict:
+    case ErrorCode::kSinkUnavailable:
+    case ErrorCode::kSinkRefused:
       return false;
     default:
       return true;
   }
 }
 
-// The last attempt's consume (BucketStrategy): consumes `entries`, and when
-// that fails, undoes what it buffered and consumes the halves of their keys
-// the same way, down to single keys, which are parked (added to *parked).
+Status Stopped(std::string_view what) {
+  return Status::Make(ErrorCode::kClosed, std::string(what) + ": the workers are stopping");
+}
+
+// Part of a batch being split, and how its consume failed.
+struct FailedPart {
+  std::vector<Entry> entries;
+  Status status;
+};
+
+// The distinct keys of `entries`, sorted.
+std::vector<std::string_view> KeysOf(const std::vector<Entry>& entries) {
+  std::vector<std::string_view> keys;
+  keys.reserve(entries.size());
+  for (const Entry& entry : entries) keys.push_back(entry.key());
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+// The last attempt's consume (BucketStrategy, "Poison keys and outages" in
+// export_queue.h): consumes `entries`; when that fails for a reason the keys
+// may be at fault, splits the failing batch level by level: each failing part
+// of several keys is split in two halves by key, and the halves are consumed
+// (what a failing one buffered is undone). A part of one key that fails is
+// poison. When every part tried at a level fails and there were at least
+// kSinkDownParts of them, no key is at fault but the sink: the run fails with
+// kSinkUnavailable and nothing is parked (k poison keys can make at most k
+// parts of a level fail, so up to kSinkDownParts - 1 poison keys are always
+// told apart from a sink that fails for everything). Otherwise the poison
+// keys are parked (added to *parked) and the rest is consumed. Gives up with
+// a kClosed status when the workers are stopping (Workers::StopRequested).
+constexpr size_t kSinkDownParts = 4;
+
 Status ConsumeOrPark(const BucketStrategy& strategy, Transaction& transaction,
                      const std::string& notify_key, const std::vector<Entry>& entries,
                      uint32_t attempts, double first_failure_unix,
                      std::set<std::string, std::less<>>* parked) {
-  const Transaction::Savepoint savepoint = transaction.Save();
-  const Status status = strategy.consume(transaction, entries);
+  Transaction::Savepoint savepoint = transaction.Save();
+  Status status = strategy.consume(transaction, entries);
   if (status.ok() || !KeysMayBeAtFault(status)) return status;
   transaction.RollbackTo(savepoint);
-  std::vector<std::string_view> keys;
-  for (const Entry& entry : entries) keys.push_back(entry.key());
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  if (keys.size() == 1) {
-    ParkKey(transaction, strategy.observer, notify_key, keys[0], DescribeFailure(status.message()),
-            attempts, first_failure_unix, UnixNow());
-    parked->emplace(keys[0]);
-    return Status::Ok();
+  std::vector<FailedPart> failing;
+  failing.push_back(FailedPart{entries, std::move(status)});
+  std::vector<FailedPart> poison;
+  while (!failing.empty()) {
+    std::vector<FailedPart> next;
+    size_t tried = 0;
+    for (FailedPart& part : failing) {
+      const std::vector<std::string_view> keys = KeysOf(part.entries);
+      if (keys.size() == 1) {
+        poison.push_back(std::move(part));
+        continue;
+      }
+      // Halves by key, each keeping its entries in commit order.
+      const std::string_view first_of_second = keys[keys.size() / 2];
+      std::vector<Entry> halves[2];
+      for (const Entry& entry : part.entries) {
+        halves[entry.key() < first_of_second ? 0 : 1].push_back(entry);
+      }
+      for (std::vector<Entry>& half : halves) {
+        if (Workers::StopRequested()) return Stopped(strategy.what);
+        savepoint = transaction.Save();
+        status = strategy.consume(transaction, half);
+        ++tried;
+        if (status.ok()) continue;
+        if (!KeysMayBeAtFault(status)) return status;
+        transaction.RollbackTo(savepoint);
+        next.push_back(FailedPart{std::move(half), std::move(status)});
+      }
+    }
+    if (tried >= kSinkDownParts && next.size() == tried) {
+      // The last failure's text, unchanged: it is what the record shows.
+      return Status::Make(ErrorCode::kSinkUnavailable, next.back().status.message());
+    }
+    failing = std::move(next);
   }
-  // Halves by key, each keeping its entries in commit order.
-  const std::string_view first_of_second = keys[keys.size() / 2];
-  std::vector<Entry> low, high;
-  for (const Entry& entry : entries) {
-    (entry.key() < first_of_second ? low : high).push_back(entry);
+  const double now = UnixNow();
+  for (const FailedPart& part : poison) {
+    const std::string_view key = part.entries.front().key();
+    ParkKey(transaction, strategy.observer, notify_key, key, DescribeFailure(part.status.message()),
+            attempts, first_failure_unix, now);
+    parked->emplace(key);
   }
-  Status half =
-      ConsumeOrPark(strategy, transaction, notify_key, low, attempts, first_failure_unix, parked);
-  if (!half.ok()) return half;
-  return ConsumeOrPark(strategy, transaction, notify_key, high, attempts, first_failure_unix,
-                       parked);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -290,6 +346,7 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
     return Status::Make(ErrorCode::kInvalidArgument,
                         std::string(strategy.what) + ": notified on a row of another queue");
   }
+  if (Workers::StopRequested()) return Stopped(strategy.what);
   const std::string& bucket_row = bucket_cell.row;
   std::string entry_row = id + ":";
   entry_row.append(strategy.entry_kind).append(":").append(bucket_row.substr(prefix_b.size()));

@@ -26,11 +26,11 @@ later calls raise :class:`percolite.ClosedError`.
 
 from __future__ import annotations
 
-from .._export import SequencedExport
+from .._export import TRANSIENT_ERRORS, SequencedExport, sink_is_down
 from ._jsonlines import JSONLines
 from ._postgres import Postgres
 from ._sql import _Row, _sort_key  # noqa: F401 - the SQL exporters' row type and key order
 from ._sqlite import SQLite
 
 # SequencedExport is here too, for those who write or test an exporter.
-__all__ = ["SQLite", "Postgres", "JSONLines", "SequencedExport"]
+__all__ = ["SQLite", "Postgres", "JSONLines", "SequencedExport", "TRANSIENT_ERRORS", "sink_is_down"]

@@ -4,6 +4,7 @@ safe across fork(), the check of an entry's seq, and argument checks."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 import weakref
@@ -11,9 +12,74 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable
 
-from ..errors import ClosedError
+from ..errors import ClosedError, SinkOwnedByOtherStore, SinkUnavailable
 
 _SEQ_LIMIT = 1 << 63  # seq fits a signed 64-bit column
+
+# A sink belongs to one store. Each built-in sink records the identity and
+# epoch of the store that feeds it (an ExportBatch says which store sent it)
+# beside its seq guard, and decides what to do with a batch by this rule.
+APPLY, ADOPT, NEW_EPOCH, UNCHECKED = "apply", "adopt", "new epoch", "unchecked"
+
+
+def _claim(owner: tuple[str, int] | None, entries: Any, sink: str) -> str:
+    """What a sink that recorded ``owner`` (store identity, epoch; None:
+    none yet) does with ``entries``: UNCHECKED when they come from no store
+    (the exporter called directly: nothing is checked or recorded); ADOPT
+    when the sink has no owner yet (a new sink, or one made before sinks
+    knew their store): the batch's store becomes it; APPLY for its owner's
+    entries; NEW_EPOCH for its owner's entries of a later epoch (a copy of
+    the store, restored): what the sink holds counts as older than them.
+    Raises SinkOwnedByOtherStore for another store's entries, and
+    SinkUnavailable for an earlier epoch's (a run begun before the store
+    was opened as restored: retried, with the new epoch)."""
+    store = getattr(entries, "store", None)
+    if not store:
+        return UNCHECKED
+    epoch = entries.epoch
+    if owner is None:
+        return ADOPT
+    if owner[0] != store:
+        queue = getattr(entries, "queue", "?")
+        raise SinkOwnedByOtherStore(
+            f"{sink} belongs to store {owner[0]} (epoch {owner[1]}); these entries of export "
+            f"queue {queue!r} come from store {store}, so the sink refuses them and nothing "
+            "was written. A sink takes one store's entries: give this store its own sink, or, "
+            f"if the old store is gone for good, take the sink over (its rows are cleared): "
+            f"env.take_over_sink({queue!r}) or `percolite take-over MODULE:APP {queue} "
+            "--db DB`",
+            sink=sink,
+            owner=owner[0],
+            store=store,
+        )
+    if epoch > owner[1]:
+        return NEW_EPOCH
+    if epoch < owner[1]:
+        raise SinkUnavailable(
+            f"{sink} holds epoch {owner[1]} of store {store}; these entries come from epoch "
+            f"{epoch}, a run begun before the store was opened as restored: retried"
+        )
+    return APPLY
+
+
+def _log_adopted(sink: Any, store: str) -> None:
+    """A sink that held rows but no owner was adopted (``_claim``: ADOPT)."""
+    logging.getLogger("percolite.exporters").warning(
+        "%r had rows but no owner (it was made before sinks knew their store): store %s "
+        "now owns it; entries of any other store will be refused",
+        sink,
+        store,
+    )
+
+
+def _check_store(store: Any, epoch: Any) -> tuple[str, int]:
+    """A take-over's target: a store identity and an epoch, checked."""
+    if not isinstance(store, str) or not store:
+        raise ValueError(f"take_over: store must be a store identity (str), not {store!r}")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        raise ValueError(f"take_over: epoch must be an int >= 1, not {epoch!r}")
+    return store, epoch
+
 
 # Fork safety: objects whose locks must be new in a forked child (a lock held
 # by another thread at fork time would never be released there).

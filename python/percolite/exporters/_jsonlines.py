@@ -11,9 +11,15 @@ from typing import Any
 from ..errors import ClosedError
 from ._common import (
     _FORK_AWARE,
+    ADOPT,
+    APPLY,
     DEFAULT_FILE_MODE,
+    UNCHECKED,
     _check_seq,
+    _check_store,
+    _claim,
     _file_mode,
+    _log_adopted,
     _open_created,
     _require_directory,
 )
@@ -34,17 +40,42 @@ def _json_line(key: Any, value: Any, seq: int) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
-def _read_lines(data: bytes, last_seq: dict[str, Any], state: dict[str, Any] | None = None) -> None:
+def _owner_line(store: str, epoch: int) -> bytes:
+    return json.dumps({"store": store, "epoch": epoch}).encode("utf-8") + b"\n"
+
+
+def _read_lines(
+    data: bytes,
+    last_seq: dict[str, Any],
+    state: dict[str, Any] | None = None,
+    owner: list[Any] | None = None,
+) -> None:
     """Applies the complete lines of ``data`` to ``last_seq`` (key -> highest
-    seq) and to ``state`` (key -> value of that seq) when given. A line that
-    is not a JSON entry is a torn write from a crashed call: that call did not
-    return, so its batch was delivered again and the line is ignored."""
+    seq), to ``state`` (key -> value of that seq) when given, and to ``owner``
+    ([store, epoch] of the last owner line; a sink belongs to one store). An
+    owner line of a new epoch makes every entry before it older than those
+    after it (``last_seq`` starts again); of another store, it starts the
+    file's state again. A line that is neither is a torn write from a
+    crashed call: that call did not return, so its batch was delivered again
+    and the line is ignored."""
+    if owner is None:
+        owner = []
     for line in data.split(b"\n"):
         try:
             record = json.loads(line)
+            if "key" not in record and "store" in record:
+                store, epoch = record["store"], record["epoch"]
+                if owner and owner[0] != store:  # taken over: the file starts again
+                    last_seq.clear()
+                    if state is not None:
+                        state.clear()
+                elif owner and owner[1] != epoch:  # a new epoch: what came before is older
+                    last_seq.clear()
+                owner[:] = [store, epoch]
+                continue
             key, value, seq = _freeze(record["key"]), record["value"], record["seq"]
             hash(key)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):
             continue
         if isinstance(seq, bool) or not isinstance(seq, int):
             continue
@@ -66,6 +97,13 @@ class JSONLines:
     than the highest seq of that key in the file, then flushes and fsyncs.
     :meth:`load` reads the current state back.
 
+    The file belongs to one store: an owner line ``{"store": ..., "epoch":
+    ...}`` records it (written before the first entries of a store, and
+    again when the store's epoch moves on; entries after a new epoch's line
+    win over those before it whatever their seq). Entries of another store
+    are refused with :class:`percolite.SinkOwnedByOtherStore`, until
+    :meth:`take_over`.
+
     A file the exporter creates gets permissions ``mode`` (default
     ``0o600``, owner-only like the store, whatever the umask).
 
@@ -81,6 +119,7 @@ class JSONLines:
         self._offset = 0  # how far this object has read the file
         self._file_id: tuple | None = None  # (device, inode) read so far
         self._last_seq: dict[Any, Any] = {}  # key -> highest seq in the file up to _offset
+        self._owner: list[Any] = []  # [store, epoch] of the file's last owner line
         self._closed = False
         _FORK_AWARE.add(self)
 
@@ -109,29 +148,92 @@ class JSONLines:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # released by close
                 torn = self._catch_up(fd)
+                owner_line = self._check_owner(entries)
+                if owner_line:
+                    _read_lines(owner_line, self._last_seq, None, self._owner)
                 fresh = {
                     key: line
                     for key, (seq, line) in newest.items()
                     if seq > self._last_seq.get(key, -1)
                 }
-                if not fresh:
+                if not fresh and not owner_line:
                     return
-                data = (b"\n" if torn else b"") + b"".join(fresh.values())
+                data = (b"\n" if torn else b"") + owner_line + b"".join(fresh.values())
                 _write_all(fd, data)
                 os.fsync(fd)
-                _read_lines(data, self._last_seq)
+                _read_lines(data, self._last_seq, None, self._owner)
                 self._offset += len(data)
             finally:
                 os.close(fd)
+
+    def _check_owner(self, entries: Any) -> bytes:
+        """Under the file's lock: the owner line to write before the
+        entries (a sink with no owner yet, or a new epoch), or b"";
+        raises for another store's entries (``_common._claim``)."""
+        owner = (self._owner[0], self._owner[1]) if self._owner else None
+        decision = _claim(owner, entries, repr(self))
+        if decision in (APPLY, UNCHECKED):
+            return b""
+        if decision == ADOPT and self._offset > 0:
+            _log_adopted(self, entries.store)
+        return _owner_line(entries.store, entries.epoch)
+
+    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
+        """Makes this file belong to store ``store`` (an identity, as
+        :attr:`percolite.Env.identity` gives it) from epoch ``epoch``: under
+        the file's lock, empties it (another store's exports) and writes the
+        owner line. Returns what it did: ``{"sink", "previous_owner",
+        "owner", "epoch", "rows_cleared"}``."""
+        import fcntl
+
+        store, epoch = _check_store(store, epoch)
+        with self._lock:
+            if self._closed:
+                raise ClosedError("the exporter was closed")
+            fd = _open_created(self.path, os.O_RDWR, self.mode)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                data = os.pread(fd, os.fstat(fd).st_size, 0)
+                owner: list[Any] = []
+                state: dict[Any, Any] = {}
+                _read_lines(data, {}, state, owner)
+                os.ftruncate(fd, 0)
+                line = _owner_line(store, epoch)
+                _write_all(fd, line)
+                os.fsync(fd)
+                info = os.fstat(fd)
+                self._file_id = (info.st_dev, info.st_ino)
+                self._offset, self._last_seq, self._owner = len(line), {}, [store, epoch]
+            finally:
+                os.close(fd)
+        return {
+            "sink": repr(self),
+            "previous_owner": owner[0] if owner else None,
+            "owner": store,
+            "epoch": epoch,
+            "rows_cleared": sum(1 for value in state.values() if value is not None),
+        }
+
+    def owner(self) -> dict[str, Any] | None:
+        """The store this file belongs to, ``{"store", "epoch"}`` (its last
+        owner line), or None when it has none."""
+        try:
+            with open(self.path, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            return None
+        owner: list[Any] = []
+        _read_lines(data, {}, None, owner)
+        return {"store": owner[0], "epoch": owner[1]} if owner else None
 
     def _catch_up(self, fd: int) -> bool:
         """Reads what others appended; returns whether the file ends in a torn line."""
         info = os.fstat(fd)
         if self._file_id != (info.st_dev, info.st_ino) or info.st_size < self._offset:
             self._file_id = (info.st_dev, info.st_ino)  # a new or replaced file
-            self._offset, self._last_seq = 0, {}
+            self._offset, self._last_seq, self._owner = 0, {}, []
         data = os.pread(fd, info.st_size - self._offset, self._offset)
-        _read_lines(data, self._last_seq)
+        _read_lines(data, self._last_seq, None, self._owner)
         self._offset += len(data)
         return self._offset > 0 and os.pread(fd, 1, self._offset - 1) != b"\n"
 

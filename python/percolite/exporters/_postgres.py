@@ -7,7 +7,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ._common import _positive
+from ..errors import SinkBusy
+from ._common import _check_store, _positive
 from ._sql import _quote, _SQLExporter
 
 _POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
@@ -40,7 +41,8 @@ class Postgres(_SQLExporter):
     """Exports into table ``table`` of the PostgreSQL database at ``dsn``
     (a libpq connection string or URL), through psycopg 3.
 
-    The layout, the guard table ``<table>_seq``, ``key``, ``columns`` and
+    The layout, the guard table ``<table>_seq``, the owner table
+    ``<table>_owner`` (a sink belongs to one store), ``key``, ``columns`` and
     ``create`` are as for :class:`SQLite`; created column types are BIGINT,
     DOUBLE PRECISION, TEXT and BYTEA, and ``seq BIGINT NOT NULL``. A value
     column that is None in every entry of the batch that would create the
@@ -64,6 +66,7 @@ class Postgres(_SQLExporter):
     _untyped = None
     _mark = "%s"
     _seq_type = "BIGINT"
+    _owner_lock = " FOR SHARE"
 
     def __init__(
         self,
@@ -86,10 +89,10 @@ class Postgres(_SQLExporter):
             raise ValueError(f"bad PostgreSQL DSN {self.safe_dsn!r}: {exc}") from None
         self.connect_timeout: float = _positive(connect_timeout, "connect_timeout")
         self._set_up(table, key, columns, create)
-        if len(self.guard_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
+        if len(self.owner_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
             raise ValueError(
                 f"table name {table!r} is too long: PostgreSQL names have at most "
-                f"{_POSTGRES_MAX_IDENTIFIER} bytes, and the guard table adds '_seq'"
+                f"{_POSTGRES_MAX_IDENTIFIER} bytes, and the owner table adds '_owner'"
             )
 
     def _connect(self) -> Any:
@@ -118,6 +121,7 @@ class Postgres(_SQLExporter):
         if not rows:
             return
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            self._check_owner(cursor, entries)
             has_main = self._tables_ready or self._ensure_tables(cursor, rows)
             applied = self._raise_guards(cursor, rows)
             upserts = [
@@ -131,6 +135,40 @@ class Postgres(_SQLExporter):
             if deletes and has_main:
                 cursor.executemany(self._sql.delete, deletes)
         self._tables_ready = has_main
+        self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
+
+    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
+        """Makes this sink belong to store ``store`` (an identity, as
+        :attr:`percolite.Env.identity` gives it) from epoch ``epoch``: in
+        one transaction, deletes every row of the table and of its guard
+        table (another store's exports) and records the new owner. Returns
+        what it did: ``{"sink", "previous_owner", "owner", "epoch",
+        "rows_cleared"}``. When a call of another process holds the sink
+        (its transaction is writing), raises ``SinkBusy`` at once, with
+        nothing changed (:class:`percolite.SinkBusy`)."""
+        store, epoch = _check_store(store, epoch)
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '2s'")
+            try:
+                done = self._take_over_in(cursor, store, epoch)
+            except self._psycopg.errors.LockNotAvailable as exc:
+                raise SinkBusy(
+                    f"{self!r} is being written by another call (another store's workers?): "
+                    "stop them, then take the sink over again; nothing was changed"
+                ) from exc
+        self._owner_ready = True
+        return done
+
+    def owner(self) -> dict[str, Any] | None:
+        """The store this sink belongs to, ``{"store", "epoch"}``, or None
+        when it has none yet (no entries of a store came yet)."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            return self._read_owner(cursor)
+
+    def _lock_owner(self, cursor: Any) -> None:
+        # Two calls adopting a new sink at once would each insert an owner.
+        lock_name = f"percolite.exporters {self.table} owner"
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_name,))
 
     def _raise_guards(self, cursor: Any, rows: list[Any]) -> list[Any]:
         """Runs the guard upsert of every row (pipelined); returns the rows

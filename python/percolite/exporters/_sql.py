@@ -11,7 +11,17 @@ from collections.abc import Iterable, Sequence
 from itertools import chain, compress
 from typing import Any, Callable, NamedTuple
 
-from ._common import _SEQ_LIMIT, _check_seq, _Pool
+from ._common import (
+    _SEQ_LIMIT,
+    ADOPT,
+    APPLY,
+    NEW_EPOCH,
+    UNCHECKED,
+    _check_seq,
+    _claim,
+    _log_adopted,
+    _Pool,
+)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -104,6 +114,7 @@ class _Layout:
                 "table 'excluded' cannot be used: in an upsert that name is the incoming row"
             )
         self.guard_table = f"{table}_seq"
+        self.owner_table = f"{table}_owner"
         self.key = key
         self.columns = columns
         self.key_columns = _names(key, "key")
@@ -375,6 +386,21 @@ class _Statements:
             + ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
             + f" WHERE excluded.seq > {table}.seq"
         )
+        # The owner: one row, the store the sink belongs to (a sink belongs to one store).
+        owner = _quote(layout.owner_table)
+        self.owner = owner
+        self.create_owner = (
+            f"CREATE TABLE IF NOT EXISTS {owner} (store TEXT NOT NULL, epoch BIGINT NOT NULL)"
+        )
+        self.select_owner = f"SELECT store, epoch FROM {owner}"
+        self.clear_owner = f"DELETE FROM {owner}"
+        self.insert_owner = f"INSERT INTO {owner} (store, epoch) VALUES ({mark}, {mark})"
+        self.any_row = f"SELECT 1 FROM {table} LIMIT 1"
+        self.count_rows = f"SELECT count(*) FROM {table}"
+        self.clear_rows = f"DELETE FROM {table}"
+        self.clear_guards = f"DELETE FROM {guard}"
+        # A new epoch: every row the sink holds is older than its entries.
+        self.age_rows = f"UPDATE {table} SET seq = -1"
         match = " AND ".join(f"{name} = {mark}" for name in keys)
         self.delete = f"DELETE FROM {table} WHERE {match} AND seq < {mark}"
         self.select = f"SELECT {key_list}, {', '.join(values)} FROM {table} ORDER BY {key_list}"
@@ -419,12 +445,16 @@ class _SQLExporter:
     _untyped: str | None  # type of a value column with no value yet; None refuses
     _mark: str  # the driver's placeholder
     _seq_type: str
+    # How a call reads the owner row: locked against a take-over going on,
+    # where write transactions may run side by side.
+    _owner_lock = ""
 
     def _set_up(self, table: Any, key: Any, columns: Any, create: bool) -> None:
         self._layout = _Layout(table, key, columns)
         self._sql = _Statements(self._layout, self._mark, self._seq_type)
         self.create: bool = bool(create)
         self._tables_ready = False  # both tables known to exist
+        self._owner_ready = False  # the owner table known to exist
         self._pool = _Pool(self._connect)
 
     def _connect(self) -> Any:
@@ -473,6 +503,82 @@ class _SQLExporter:
                 return False
             handle.execute(sql.create_main(column_types))
         return True
+
+    @property
+    def owner_table(self) -> str:
+        """The owner table, ``<table>_owner``: the store the sink belongs to."""
+        return self._layout.owner_table
+
+    def _owner(self, handle: Any) -> tuple[str, int] | None:
+        """The store the sink belongs to, read in the caller's transaction
+        (the owner table is made when missing)."""
+        if not self._owner_ready:
+            handle.execute(self._sql.create_owner)
+        row = handle.execute(self._sql.select_owner + self._owner_lock).fetchone()
+        return None if row is None else (row[0], int(row[1]))
+
+    def _check_owner(self, handle: Any, entries: Any) -> None:
+        """In the call's write transaction, before anything is written:
+        refuses another store's entries, records the owner of a sink that
+        has none, and ages the rows when the owner's epoch moved on
+        (``_common._claim``). The caller sets ``_owner_ready`` once its
+        transaction committed."""
+        if not getattr(entries, "store", None):
+            return
+        sql = self._sql
+        decision = _claim(self._owner(handle), entries, repr(self))
+        if decision in (APPLY, UNCHECKED):
+            return
+        # Changing the owner: one writer at a time, deciding again under the lock.
+        self._lock_owner(handle)
+        decision = _claim(self._owner(handle), entries, repr(self))
+        if decision in (APPLY, UNCHECKED):
+            return
+        if decision == ADOPT:
+            if self._exists(handle, self.table) and handle.execute(sql.any_row).fetchone():
+                _log_adopted(self, entries.store)
+        elif decision == NEW_EPOCH:
+            self._forget_seqs(handle)
+        handle.execute(sql.clear_owner)
+        handle.execute(sql.insert_owner, (entries.store, entries.epoch))
+
+    def _lock_owner(self, handle: Any) -> None:
+        """Takes the lock that orders changes of the owner, until the
+        caller's transaction ends (a database whose write transactions are
+        already serial needs none)."""
+
+    def _forget_seqs(self, handle: Any) -> None:
+        if self._exists(handle, self.table):
+            handle.execute(self._sql.age_rows)
+        if self._exists(handle, self.guard_table):
+            handle.execute(self._sql.clear_guards)
+
+    def _take_over_in(self, handle: Any, store: str, epoch: int) -> dict[str, Any]:
+        """The take-over's statements, in the caller's write transaction."""
+        sql = self._sql
+        self._lock_owner(handle)
+        previous = self._owner(handle)
+        cleared = 0
+        if self._exists(handle, self.table):
+            cleared = int(handle.execute(sql.count_rows).fetchone()[0])
+            handle.execute(sql.clear_rows)
+        if self._exists(handle, self.guard_table):
+            handle.execute(sql.clear_guards)
+        handle.execute(sql.clear_owner)
+        handle.execute(sql.insert_owner, (store, epoch))
+        return {
+            "sink": repr(self),
+            "previous_owner": None if previous is None else previous[0],
+            "owner": store,
+            "epoch": epoch,
+            "rows_cleared": cleared,
+        }
+
+    def _read_owner(self, handle: Any) -> dict[str, Any] | None:
+        if not self._exists(handle, self.owner_table):
+            return None
+        row = handle.execute(self._sql.select_owner).fetchone()
+        return None if row is None else {"store": row[0], "epoch": int(row[1])}
 
     def close(self) -> None:
         """Closes this process's connections; later calls raise ClosedError."""

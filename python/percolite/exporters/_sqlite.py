@@ -9,9 +9,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..errors import SinkBusy
 from ._common import (
     _FORK_AWARE,
     DEFAULT_FILE_MODE,
+    _check_store,
     _file_mode,
     _open_created,
     _positive,
@@ -30,6 +32,13 @@ class SQLite(_SQLExporter):
     (values are tuples or lists of that length, or dicts with exactly those
     names). A None value deletes the row. Cells are int, float, str, bytes or
     None (bool is stored as int).
+
+    The sink belongs to one store: the table ``<table>_owner`` records the
+    identity and epoch of the store that feeds it, and entries of another
+    store are refused with :class:`percolite.SinkOwnedByOtherStore`, until
+    :meth:`take_over`; entries of a later epoch of the owner (a copy of the
+    store, restored) win over every row, whatever their seq. Called directly
+    with a plain list, the exporter checks nothing.
 
     A row's ``seq`` is the highest seq applied for its key; the guard table
     ``<table>_seq`` (key columns, ``seq``) holds it for deleted keys, until
@@ -124,6 +133,7 @@ class SQLite(_SQLExporter):
         with self._lock, self._pool.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
             try:
+                self._check_owner(conn, entries)
                 has_main = True
                 if values is None or not self._upsert_values(conn, values):
                     rows = rows or layout.collapse(entries)
@@ -135,6 +145,42 @@ class SQLite(_SQLExporter):
                     conn.execute("ROLLBACK")
                 raise
         self._tables_ready = has_main
+        self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
+
+    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
+        """Makes this sink belong to store ``store`` (an identity, as
+        :attr:`percolite.Env.identity` gives it) from epoch ``epoch``: in
+        one transaction, deletes every row of the table and of its guard
+        table (another store's exports) and records the new owner. Returns
+        what it did: ``{"sink", "previous_owner", "owner", "epoch",
+        "rows_cleared"}``. Waits up to ``timeout`` for the database's write
+        lock (a call going on, perhaps another store's workers), then raises
+        :class:`percolite.SinkBusy`, with nothing changed."""
+        store, epoch = _check_store(store, epoch)
+        with self._lock, self._pool.connection() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise SinkBusy(
+                    f"{self!r} is locked by another writer (another store's workers?) for "
+                    f"over {self.timeout} s: stop them, then take the sink over again; "
+                    "nothing was changed"
+                ) from exc
+            try:
+                done = self._take_over_in(conn, store, epoch)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        self._owner_ready = True
+        return done
+
+    def owner(self) -> dict[str, Any] | None:
+        """The store this sink belongs to, ``{"store", "epoch"}``, or None
+        when it has none yet (no entries of a store came yet)."""
+        with self._pool.connection() as conn:
+            return self._read_owner(conn)
 
     def _upsert_values(self, conn: sqlite3.Connection, values: list[Any]) -> bool:
         """Upserts rows of :meth:`_Layout.sorted_values` (values only, one

@@ -119,7 +119,11 @@ def _current_sink() -> Any:
         if not _sink:
             target = os.environ.get(EXPORT_VARIABLE)
             if not target:
-                raise RuntimeError(f"no export target: call set_export() or set {EXPORT_VARIABLE}")
+                # Refused, not failed: every batch would fail the same way,
+                # so the queue is blocked at once instead of retried.
+                raise percolite.SinkRefused(
+                    f"no export target: call set_export() or set {EXPORT_VARIABLE}"
+                )
             _sink.append(open_sink(target))
         return _sink[0]
 
@@ -134,10 +138,24 @@ def _current_sink() -> Any:
 # (median of 3 alternating runs; 262,144: 24.4 s), and the same time on the
 # built-in corpus. The sink alone, 1.57 million rows in sorted batches of
 # 65,536: 6.1 s; of 262,144: 3.3 s.
-@app.export_queue("export", buckets=1, value_codec="int64s:2", batch_size=131072, linger=2.5)
-def export(entries: list[Any]) -> None:
-    """Sends changed counts to the sink (a deletion when a phrase reaches 0)."""
-    _current_sink()(entries)
+class _Forward:
+    """The export queue's exporter: sends changed counts to the sink this
+    process chose (a deletion when a phrase reaches 0), and takes it over
+    for :meth:`percolite.Env.take_over_sink`."""
+
+    def __call__(self, entries: list[Any]) -> None:
+        _current_sink()(entries)
+
+    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
+        return dict(_current_sink().take_over(store, epoch))
+
+    def __repr__(self) -> str:
+        return "<phrasecount sink: $" + EXPORT_VARIABLE + ">"
+
+
+export: percolite.ExportQueue[str, Any] = app.export_queue(
+    "export", _Forward(), buckets=1, value_codec="int64s:2", batch_size=131072, linger=2.5
+)
 
 
 # Every changed count goes to the sink; in C++, like an on_change that calls

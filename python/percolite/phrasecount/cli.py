@@ -186,6 +186,8 @@ def run(
     env = percolite.open(db, app=pc.app)
     worker_proc = None
     try:
+        if export is None:
+            _own_default_sink(env, sink, target, stream)
         if processes > 0:
             worker_proc = _start_worker_processes(db, processes, threads)
         else:
@@ -237,6 +239,39 @@ def run(
         top=top,
         peak_rss_mib=rss / 1024,
     )
+
+
+def _own_default_sink(env: percolite.Env, sink: Any, target: str, stream: TextIO) -> None:
+    """The sink beside the store belongs to the store (a sink belongs to
+    one store). A new, empty store takes over a sink that is not its own
+    (the store was deleted and made anew, the sink left behind, or a sink
+    made before sinks knew their store), and says so when that cleared
+    rows; a store that holds documents refuses another store's sink, naming
+    the command to run."""
+    owner, identity = sink.owner(), env.identity
+    if identity is None or (owner is not None and owner["store"] == identity["store"]):
+        return
+    with env.transaction() as tx:
+        empty = next(iter(tx.scan(prefix="loc:")), None) is None
+    if not empty:
+        if owner is None:
+            return  # adopted at the first export, with a warning (exporters.md)
+        raise percolite.SinkOwnedByOtherStore(
+            f"{target[len('sqlite:') :] if target.startswith('sqlite:') else 'the sink'} "
+            f"belongs to store {owner['store']}, not to this one ({identity['store']}): "
+            "to make it this store's (its counts are cleared), run `percolite take-over "
+            f"percolite.phrasecount.app:app export --db {shown_target(env.path)}`",
+            sink=repr(sink),
+            owner=owner["store"],
+            store=identity["store"],
+        )
+    done = env.take_over_sink("export")
+    if done["rows_cleared"]:
+        print(
+            f"percolite phrasecount: the store is new and its sink held another store's "
+            f"counts ({done['rows_cleared']:,} rows): taken over, counted afresh",
+            file=stream,
+        )
 
 
 def _files(paths: Sequence[str]) -> tuple[Iterable[Document], list, list]:
