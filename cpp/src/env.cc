@@ -1,6 +1,10 @@
 #include "percolite/env.h"
 
+#include <pthread.h>
+
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -8,6 +12,30 @@
 #include "percolite/transaction.h"
 
 namespace percolite {
+namespace {
+
+// Handles being closed by threads of their own (~Env on a worker thread).
+// Never destroyed: such a thread may still run while statics are destroyed.
+struct Closing {
+  std::mutex mu;
+  std::condition_variable done;
+  size_t threads = 0;  // GUARDED_BY(mu)
+};
+
+Closing& Closers() {
+  static Closing* closing = new Closing;
+  static std::once_flag fork_handlers;
+  std::call_once(fork_handlers, [] {
+    // A child created by fork() has none of the parent's threads, so it
+    // waits for none of them: it starts afresh (the parent's threads may
+    // wait on `done`), leaving the parent's copy locked and unused.
+    pthread_atfork([] { closing->mu.lock(); }, [] { closing->mu.unlock(); },
+                   [] { closing = new Closing; });
+  });
+  return *closing;
+}
+
+}  // namespace
 
 std::shared_ptr<Env> Env::Open(const std::string& target, const BackendOptions& options,
                                const std::string& backend) {
@@ -56,9 +84,22 @@ Env::~Env() {
   if (workers && workers->ForkedAway()) {
     new std::shared_ptr<Workers>(std::move(workers));  // the parent's threads: never join them
   }
-  std::thread([workers = std::move(workers), transactions = transactions_] {
+  Closing& closing = Closers();
+  {
+    std::lock_guard<std::mutex> lock(closing.mu);
+    ++closing.threads;
+  }
+  std::thread([&closing, workers = std::move(workers), transactions = transactions_]() mutable {
     if (workers) workers->Stop();
     if (std::shared_ptr<Backend> backend = transactions->Close()) backend->ReleaseHandle();
+    // Dropped before WaitForClosing may return: the pool holds the
+    // observers' callables, which a language runtime must release while
+    // it still runs (Python kills a thread that takes the GIL while it
+    // finalizes).
+    workers.reset();
+    transactions.reset();
+    std::lock_guard<std::mutex> lock(closing.mu);
+    if (--closing.threads == 0) closing.done.notify_all();
   }).detach();
 }
 
@@ -289,6 +330,13 @@ size_t Env::DropNotifications(const std::vector<std::pair<std::string, std::stri
     }
   }
   return dropped;
+}
+
+void Env::WaitForClosing() {
+  RefuseOnWorkerThread("WaitForClosing()");
+  Closing& closing = Closers();
+  std::unique_lock<std::mutex> lock(closing.mu);
+  closing.done.wait(lock, [&] { return closing.threads == 0; });
 }
 
 void Env::Close() {

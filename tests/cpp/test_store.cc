@@ -240,3 +240,74 @@ TEST_CASE("A forked child gets kWrongState from inherited handles and may open t
   CHECK(writer->state() == Transaction::State::kActive);
   CHECK(ErrorCodeOf([&] { writer->Commit(); }) == ErrorCode::kConflict);
 }
+
+TEST_CASE(
+    "An Env freed on a worker thread is closed by a thread of its own; WaitForClosing "
+    "waits for it",
+    "[store][lifetime]") {
+  TempDir freed_dir, dir;
+  const Cell cell{"r", "f", "q"}, done{"r", "f", "done"};
+  const percolite::ObservedColumn column{"f", "q", percolite::NotifyKind::kStrong, "observe"};
+  percolite::WorkerOptions one_thread;
+  one_thread.threads = 1;
+
+  // A store whose observer is still running when its handle is freed, until
+  // `release`; the token is held by the observer, so by the pool and the handle.
+  auto token = std::make_shared<int>(0);
+  std::atomic<bool> started{false}, release{false};
+  std::shared_ptr<Env> freed = Env::Open(freed_dir.path(), FastOptions());
+  freed->SetObservers({percolite::Observer{
+      column, [token, &started, &release](const std::shared_ptr<Transaction>& tx, const Cell& c) {
+        started = true;
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        tx->Set(Ref(Cell{c.row, "f", "done"}), "finished");
+        return percolite::Status::Ok();
+      }}});
+  freed->StartWorkers(one_thread);
+  CommitSet(*freed, cell, "v");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!started && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(started);
+  std::weak_ptr<percolite::Backend> freed_store = freed->backend();
+
+  // Another store's observer drops the last reference to that handle.
+  auto env = Env::Open(dir.path(), FastOptions());
+  std::atomic<ErrorCode> waiting_in_observer{ErrorCode::kOk};
+  env->SetObservers(
+      {percolite::Observer{column, [&](const std::shared_ptr<Transaction>&, const Cell&) {
+                             freed.reset();
+                             waiting_in_observer = ErrorCodeOf([] { Env::WaitForClosing(); });
+                             return percolite::Status::Ok();
+                           }}});
+  env->StartWorkers(one_thread);
+  CommitSet(*env, cell, "v");
+  REQUIRE(env->WaitIdle(30));
+  CHECK(waiting_in_observer == ErrorCode::kWrongState);  // it may be stopping its own pool
+  CHECK(token.use_count() > 1);                          // still closing: the run goes on
+
+  // A child forked meanwhile has none of those threads: it waits for none.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(10);  // a wait that hangs ends the child with SIGALRM
+    Env::WaitForClosing();
+    ::_exit(0);
+  }
+  int wait_status = 0;
+  REQUIRE(::waitpid(pid, &wait_status, 0) == pid);
+  CHECK(WIFEXITED(wait_status));
+
+  release = true;
+  Env::WaitForClosing();
+  // Closed in full: the pool and its observer are gone, and so is the store;
+  // the run that was going on committed, and the pool's lease was given back.
+  CHECK(token.use_count() == 1);
+  CHECK(freed_store.expired());
+  auto reopened = Env::Open(freed_dir.path(), FastOptions());
+  CHECK(ReadCommitted(*reopened, done) == "finished");
+  CHECK(reopened->LeaseHolders().empty());
+  reopened->Close();
+  env->Close();
+}

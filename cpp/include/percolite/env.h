@@ -37,9 +37,17 @@
 //   failure records every process shares (failures.h).
 // - DropNotifications consumes the pending notifications of columns no
 //   observer will run any more (an app upgraded without them), which would
-//   otherwise stay pending, and keep WaitIdle waiting, for ever. An Env
-//   destroyed on a worker thread (its last reference dropped there) is closed
-//   by a thread of its own instead, after the destructor returns.
+//   otherwise stay pending, and keep WaitIdle waiting, for ever.
+// - An Env destroyed on a worker thread (its last reference dropped there) is
+//   closed by a thread of its own instead, after the destructor returns: it
+//   stops the pool (letting running observers finish), closes the handle and
+//   drops the pool with its observers. WaitForClosing waits until every such
+//   thread has done so. Call it before the runtime the observers call into
+//   goes away (the Python package does, at interpreter exit) and before the
+//   process exits: until then such a thread may run observers' last runs
+//   and release their callables, and it uses statics that exit destroys.
+//   Not from a worker thread (kWrongState): that thread's own pool may be
+//   the one being stopped.
 #pragma once
 
 #include <atomic>
@@ -67,6 +75,9 @@ class Env : public std::enable_shared_from_this<Env> {
   ~Env();
   Env(const Env&) = delete;
   Env& operator=(const Env&) = delete;
+
+  // Blocks until every Env destroyed on a worker thread is closed (above).
+  static void WaitForClosing();
 
   std::shared_ptr<Transaction> Begin();
   void Close();
