@@ -9,6 +9,7 @@
 #include "errors.h"
 #include "percolite/backend.h"
 #include "percolite/combine_queue.h"
+#include "percolite/env.h"
 #include "percolite/export_queue.h"
 #include "percolite/failures.h"
 #include "percolite/leases.h"
@@ -28,6 +29,18 @@ PYBIND11_MODULE(_core, m) {
       pb::TranslateError(e);
     }
   });
+
+  // A handle freed on a worker thread is closed by a thread of its own
+  // (env.h), which releases Python callables and may run observers' last
+  // runs: the interpreter waits for those threads before it finalizes, since
+  // it ends a thread that takes the GIL then (pthread_exit, which aborts the
+  // process when it unwinds a C++ destructor). Registered at import, so it
+  // runs after percolite's own hook that closes the open handles (atexit
+  // runs the last registered first), and waits for what their close frees.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    py::gil_scoped_release release;
+    percolite::Env::WaitForClosing();
+  }));
 
   {
     py::tuple names(percolite::BackendNames().size());
