@@ -1,5 +1,10 @@
 // Memory-map growth (backend/lmdb_backend.h): a store opened with a tiny map takes
-// far more data than the map holds, and open snapshots survive the growth.
+// far more data than the map holds, open snapshots survive the growth, and
+// opening a store while another process grows its map works.
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <string>
@@ -16,6 +21,7 @@ using percolite::Cell;
 using percolite::Env;
 using percolite::ScanRange;
 using percolite_test::FastOptions;
+using percolite_test::ReadCommitted;
 using percolite_test::Ref;
 using percolite_test::ScanAll;
 using percolite_test::TempDir;
@@ -149,4 +155,78 @@ TEST_CASE("Readers in other threads keep reading correct values while the map gr
   auto reader = env->Begin();
   CHECK(reader->Get(Ref(BigCell(kTransactions - 1, kValuesPerTransaction - 1))) ==
         BigValue(kTransactions - 1, kValuesPerTransaction - 1));
+}
+
+TEST_CASE("Opening a store while another process grows its map adopts the new size",
+          "[map-growth]") {
+  TempDir dir;
+  percolite::BackendOptions options = FastOptions();
+  options.initial_map_size = kMiB;
+  const Cell first{"first", "f", "q"};
+  {
+    auto env = Env::Open(dir.path(), options);
+    percolite_test::CommitSet(*env, first, "v");
+    env->Close();
+  }
+  int stop[2], grown[2];
+  REQUIRE(::pipe(stop) == 0);
+  REQUIRE(::pipe(grown) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child appends 16 KiB at a time, never freeing a page, so every
+    // commit moves the end of the data past the map of a process that
+    // opened the store before it; its own map grows by doubling. It says
+    // when it first grew the map, and goes on until the parent closes the
+    // pipe (at most 256 MiB). Exit status 0: no error.
+    ::close(stop[1]);
+    ::close(grown[0]);
+    int status = 1;
+    try {
+      auto grower = Env::Open(dir.path(), options);
+      const std::string value(16 * 1024, 'g');
+      pollfd done{stop[0], POLLIN, 0};
+      bool told = false;
+      for (int t = 0; t < 16 * 1024 && ::poll(&done, 1, 0) == 0; ++t) {
+        auto tx = grower->Begin();
+        tx->Set(Ref(Cell{"grow" + std::to_string(t), "f", "q"}), value);
+        tx->Commit();
+        if (!told && grower->Stats().map_growths > 0) {
+          told = ::write(grown[1], "g", 1) == 1;
+        }
+      }
+      status = told ? 0 : 2;
+      grower->Close();
+    } catch (...) {
+      status = 3;
+    }
+    ::_exit(status);
+  }
+  ::close(stop[0]);
+  ::close(grown[1]);
+  char byte = 0;
+  REQUIRE(::read(grown[0], &byte, 1) == 1);  // the child grows the map from now on
+  ::close(grown[0]);
+  // Meanwhile this process opens the store again and again (each open
+  // sizes its map from the data file, then begins its set-up transaction).
+  constexpr int kOpens = 200;
+  std::vector<std::string> failures;
+  for (int i = 0; i < kOpens; ++i) {
+    try {
+      auto env = Env::Open(dir.path(), options);
+      if (ReadCommitted(*env, first) != "v")
+        failures.push_back("open " + std::to_string(i) + ": lost");
+      env->Close();
+    } catch (const percolite::Error& e) {
+      failures.push_back("open " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  ::close(stop[1]);
+  int wait_status = 0;
+  REQUIRE(::waitpid(pid, &wait_status, 0) == pid);
+  REQUIRE(WIFEXITED(wait_status));
+  CHECK(WEXITSTATUS(wait_status) == 0);
+  INFO(failures.size() << " of " << kOpens << " opens failed; the first: "
+                       << (failures.empty() ? "" : failures.front()));
+  CHECK(failures.empty());
 }

@@ -589,8 +589,17 @@ void LmdbBackend::OpenEnvironment() {
     rc = LmdbCall("opening the LMDB environment",
                   [&] { return mdb_env_open(env_, path_.c_str(), flags, options_.file_mode); });
     if (rc) fail(rc, "opening the LMDB environment");
-    rc = LmdbCall("beginning the set-up transaction",
-                  [&] { return mdb_txn_begin(env_, nullptr, 0, &txn); });
+    // mdb_env_open sized the map from the data file; another process may
+    // have grown the data past it since. Adopt its size and begin again, as
+    // every transaction does (TryBeginTxn): nothing else uses this
+    // environment yet, so the map may move.
+    for (;;) {
+      rc = LmdbCall("beginning the set-up transaction",
+                    [&] { return mdb_txn_begin(env_, nullptr, 0, &txn); });
+      if (rc != MDB_MAP_RESIZED) break;
+      rc = LmdbCall("adopting the map size", [&] { return mdb_env_set_mapsize(env_, 0); });
+      if (rc) fail(rc, "adopting the map size another process set");
+    }
     if (rc) fail(rc, "beginning the set-up transaction");
     // Only a new store (nothing in LMDB's main table yet) gets its tables
     // created. In an existing one a missing table is damage: creating it

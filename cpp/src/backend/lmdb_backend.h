@@ -40,7 +40,9 @@
 //   serves, is below the mark (a damaged meta page let the older one take
 //   over, or an old copy was put in its place) is kCorruption, unless
 //   options.restored.
-// - The memory map grows by itself; users never see MDB_MAP_FULL.
+// - The memory map grows by itself; users never see MDB_MAP_FULL, nor
+//   MDB_MAP_RESIZED: every LMDB transaction, opening's set-up one included,
+//   adopts the larger size another process set and begins again.
 // - WatchForWork: inotify on the data file (every commit of every process
 //   writes it) and on the signal file "waiting" in the store directory, which
 //   SignalWaiting touches.
