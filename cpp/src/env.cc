@@ -131,6 +131,7 @@ void Env::StartWorkers(const WorkerOptions& options) {
   }
   backend();       // throws when closed
   MakeIdentity();  // before any export: a sink learns its store from it
+  std::lock_guard<std::mutex> starting(start_stop_mu_);
   std::shared_ptr<Workers> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -163,6 +164,9 @@ void Env::StopWorkers() {
   RefuseOnWorkerThread("stop_workers()");
   std::shared_ptr<Workers> workers;
   {
+    // Only to take the pool, not while it stops: an observer Stop waits for
+    // may call StartWorkers on this handle.
+    std::lock_guard<std::mutex> started(start_stop_mu_);
     std::lock_guard<std::mutex> lock(mu_);
     workers = std::move(workers_);
     if (workers && workers->ForkedAway()) {

@@ -311,3 +311,44 @@ TEST_CASE(
   reopened->Close();
   env->Close();
 }
+
+TEST_CASE("StopWorkers racing StartWorkers on one handle stops the whole pool",
+          "[store][lifetime]") {
+  // Before StopWorkers waited for StartWorkers, it could stop a pool whose
+  // threads were still being started: threads started after it joined were
+  // destroyed joinable, which aborts the process ("terminate called without
+  // an active exception"). So the rounds run in a child.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(60);
+    int status = 0;
+    try {
+      auto env = Env::Open(":memory:", FastOptions());
+      percolite::WorkerOptions options;
+      options.threads = 4;
+      for (int round = 0; round < 2000; ++round) {
+        std::atomic<bool> go{false};
+        std::thread stopper([&] {
+          while (!go) std::this_thread::yield();
+          env->StopWorkers();
+        });
+        go = true;
+        env->StartWorkers(options);
+        stopper.join();
+        env->StopWorkers();
+        // Stopped: no pool runs on the handle any more.
+        if (env->GetWorkerStats().running) status |= 2;
+      }
+      env->Close();
+    } catch (...) {
+      status |= 1;
+    }
+    ::_exit(status);
+  }
+  int wait_status = 0;
+  REQUIRE(::waitpid(pid, &wait_status, 0) == pid);
+  INFO("child wait status " << wait_status);
+  REQUIRE(WIFEXITED(wait_status));
+  CHECK(WEXITSTATUS(wait_status) == 0);
+}

@@ -24,11 +24,13 @@
 //   creates the same notifications) and keeps the observer functions for
 //   StartWorkers. It throws kWrongState while workers run.
 // - StartWorkers runs a Workers pool (workers.h); StopWorkers stops it; Close
-//   stops it first. WaitIdle works with or without workers in this process:
-//   without them it polls the store and signals the other processes' pools
-//   that someone waits (Backend::SignalWaiting). On a store no other process
-//   can open (capabilities().cross_process false), waiting without workers
-//   for pending notifications throws kWrongState at once: it would never end.
+//   stops it first. StopWorkers (or Close) called while StartWorkers runs on
+//   another thread waits for the pool to start, then stops it. WaitIdle
+//   works with or without workers in this process: without them it polls the
+//   store and signals the other processes' pools that someone waits
+//   (Backend::SignalWaiting). On a store no other process can open
+//   (capabilities().cross_process false), waiting without workers for
+//   pending notifications throws kWrongState at once: it would never end.
 // - StopWorkers, Close and WaitIdle called from an observer (a worker thread)
 //   throw kWrongState: a worker cannot wait for its own pool.
 // - RunHere runs the pending work in the calling thread, deterministically
@@ -139,6 +141,9 @@ class Env : public std::enable_shared_from_this<Env> {
   std::shared_ptr<Workers> step_workers_;     // GUARDED_BY(mu_): StepWorkers
   std::mutex run_here_mu_;                    // held by the one RunHere running
   std::atomic<bool> identity_made_{false};    // MakeIdentity succeeded
+  // Held while StartWorkers starts a pool and while StopWorkers takes it, so
+  // no pool is stopped while its threads are still being started.
+  std::mutex start_stop_mu_;
 };
 
 }  // namespace percolite
