@@ -46,12 +46,14 @@ def make_app(sink: dict, guarded: bool) -> percolite.App:
 
 def failing_export_app(max_attempts: int = 10) -> percolite.App:
     """An observer sending each row to an export queue whose exporter always
-    raises: its key is parked after ``max_attempts`` runs."""
+    refuses its entries: its key is parked after ``max_attempts`` runs. (A
+    sink that is down, raising ConnectionError, would park nothing: it is
+    waited for.)"""
     app = percolite.App("failing-export")
 
     @app.export_queue("out", buckets=1, max_attempts=max_attempts)
     def out(entries):
-        raise ConnectionError("sink down")
+        raise ValueError("sink refuses the entry")
 
     @app.observer(TEXT)
     def send(tx, row, col):
