@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import SinkBusy
-from ._common import _check_store, _positive
+from ._common import _positive
 from ._sql import _quote, _SQLExporter
 
 _POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
@@ -137,27 +137,17 @@ class Postgres(_SQLExporter):
         self._tables_ready = has_main
         self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
 
-    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
-        """Makes this sink belong to store ``store`` (an identity, as
-        :attr:`percolite.Env.identity` gives it) from epoch ``epoch``: in
-        one transaction, deletes every row of the table and of its guard
-        table (another store's exports) and records the new owner. Returns
-        what it did: ``{"sink", "previous_owner", "owner", "epoch",
-        "rows_cleared"}``. When a call of another process holds the sink
-        (its transaction is writing), raises ``SinkBusy`` at once, with
-        nothing changed (:class:`percolite.SinkBusy`)."""
-        store, epoch = _check_store(store, epoch)
+    def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
+        # Waits up to 2 s for the owner row, which every call holds FOR SHARE.
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             cursor.execute("SET LOCAL lock_timeout = '2s'")
             try:
-                done = self._take_over_in(cursor, store, epoch)
+                return work(cursor)
             except self._psycopg.errors.LockNotAvailable as exc:
                 raise SinkBusy(
                     f"{self!r} is being written by another call (another store's workers?): "
                     "stop them, then take the sink over again; nothing was changed"
                 ) from exc
-        self._owner_ready = True
-        return done
 
     def owner(self) -> dict[str, Any] | None:
         """The store this sink belongs to, ``{"store", "epoch"}``, or None

@@ -18,6 +18,7 @@ from ._common import (
     NEW_EPOCH,
     UNCHECKED,
     _check_seq,
+    _check_store,
     _claim,
     _log_adopted,
     _Pool,
@@ -573,6 +574,25 @@ class _SQLExporter:
             "epoch": epoch,
             "rows_cleared": cleared,
         }
+
+    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
+        """Makes this sink belong to store ``store`` (an identity, as
+        :attr:`percolite.Env.identity` gives it) from epoch ``epoch``: in
+        one transaction, deletes every row of the table and of its guard
+        table (another store's exports) and records the new owner. Returns
+        what it did: ``{"sink", "previous_owner", "owner", "epoch",
+        "rows_cleared"}``. When another call is writing the sink (perhaps
+        another store's workers), raises :class:`percolite.SinkBusy` after
+        a short wait (SQLite: ``timeout``), with nothing changed."""
+        store, epoch = _check_store(store, epoch)
+        done = self._in_write_transaction(lambda handle: self._take_over_in(handle, store, epoch))
+        self._owner_ready = True
+        return dict(done)
+
+    def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
+        """``work(handle)`` in a write transaction of its own, committed when
+        it returns; raises SinkBusy when another call holds the sink."""
+        raise NotImplementedError
 
     def _read_owner(self, handle: Any) -> dict[str, Any] | None:
         if not self._exists(handle, self.owner_table):

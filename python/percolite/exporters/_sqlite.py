@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable
 
 from ..errors import SinkBusy
 from ._common import (
     _FORK_AWARE,
     DEFAULT_FILE_MODE,
-    _check_store,
     _file_mode,
     _open_created,
     _positive,
     _require_directory,
 )
 from ._sql import _quote, _SQLExporter
+
+
+@contextlib.contextmanager
+def _committed(conn: sqlite3.Connection) -> Iterator[None]:
+    """Commits the write transaction the caller began when the block ends
+    well; rolls it back when it raises."""
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 class SQLite(_SQLExporter):
@@ -132,31 +145,18 @@ class SQLite(_SQLExporter):
             return
         with self._lock, self._pool.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")  # one writer at a time, across processes
-            try:
+            with _committed(conn):
                 self._check_owner(conn, entries)
                 has_main = True
                 if values is None or not self._upsert_values(conn, values):
                     rows = rows or layout.collapse(entries)
                     has_main = self._tables_ready or self._ensure_tables(conn, rows)
                     self._apply(conn, rows, has_main)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
         self._tables_ready = has_main
         self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
 
-    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
-        """Makes this sink belong to store ``store`` (an identity, as
-        :attr:`percolite.Env.identity` gives it) from epoch ``epoch``: in
-        one transaction, deletes every row of the table and of its guard
-        table (another store's exports) and records the new owner. Returns
-        what it did: ``{"sink", "previous_owner", "owner", "epoch",
-        "rows_cleared"}``. Waits up to ``timeout`` for the database's write
-        lock (a call going on, perhaps another store's workers), then raises
-        :class:`percolite.SinkBusy`, with nothing changed."""
-        store, epoch = _check_store(store, epoch)
+    def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
+        # Waits up to `timeout` for the write lock (SinkBusy after that).
         with self._lock, self._pool.connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -166,15 +166,8 @@ class SQLite(_SQLExporter):
                     f"over {self.timeout} s: stop them, then take the sink over again; "
                     "nothing was changed"
                 ) from exc
-            try:
-                done = self._take_over_in(conn, store, epoch)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        self._owner_ready = True
-        return done
+            with _committed(conn):
+                return work(conn)
 
     def owner(self) -> dict[str, Any] | None:
         """The store this sink belongs to, ``{"store", "epoch"}``, or None
