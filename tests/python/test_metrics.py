@@ -103,8 +103,8 @@ def test_status_prometheus_parses(tmp_path):
     assert found[("percolite_observer_runs_total", (("observer", "index"),))] == 1.0
     assert found[("percolite_pending_notifications", ())] == 0.0
     assert ("percolite_commits_total", ()) in found
-    # Queue depths need the app (which names the queues): a worker's page has them.
-    assert not any(name == "percolite_queue_depth" for name, _labels in found)
+    # Queue depths without the app's code: the store records its queues.
+    assert found[("percolite_queue_depth", (("queue", "counts"),))] == 0.0
 
 
 def worker_command(db, port: int, *extra: str) -> list:

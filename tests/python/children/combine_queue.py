@@ -724,15 +724,24 @@ def register_while_workers_run(backend, db):
 
 
 def stream_with_linger(backend, path, linger):
+    """20 commits adding 1 to one key. Without ``linger``, each waits until
+    the one before is folded (it arrives at an idle bucket). With it, the
+    first waits until the bucket's run deferred itself (its first look), and
+    the other 19 follow, 10 ms apart, while the bucket lingers."""
     app = percolite.App()
     cq = app.combine_queue("hot", buckets=1, linger=linger)
     cq.on_change(lambda tx, changes: record(tx, changes))
     env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
-    for _ in range(20):
+    for i in range(20):
         with env.transaction() as tx:
             cq.add(tx, {"k": 1})
-        time.sleep(0.01)
+        if not linger:
+            wait_for(lambda i=i: values(env, cq).get(K("k")) == i + 1)
+        elif i == 0:
+            wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
+        else:
+            time.sleep(0.01)
     # Polled, not env.wait: a wait would hurry the lingering run.
     wait_for(lambda: env.status(queues=False)["pending"] == 0)
     stats = observer(env, "hot")
@@ -809,30 +818,78 @@ def waiters_and_adders(backend, path):
     env.stop_workers()
 
 
+def most_scans(seconds):
+    """The most scans the scanner may begin in ``seconds`` while each of its
+    scans finds only work the pool holds and is not running (workers.h
+    "Finding work"): after such a scan it pauses 20 ms, then 40 ms, 80 ms and
+    0.1 s from then on, whatever commits wake it meanwhile. Counted from a scan
+    right after a reset of the pause, that is 3 scans in the first 0.14 s and
+    one more per 0.1 s: at most 3 + 10 a second. Pauses are sleeps, so a slow
+    machine only makes them longer and the scans fewer."""
+    return 3 + 10 * seconds
+
+
+def _workers_idle(env):
+    """No run going or committing (the lingering bucket waits deferred)."""
+    stats = env._core.worker_stats()
+    return stats["active"] == 0 and stats["committing"] == 0
+
+
+def _run_to_its_commit(env, n):
+    """Commits a cell the observer "seen" watches, and waits until its run
+    committed (the ``n``-th before) and nothing runs."""
+    with env.transaction() as tx:
+        tx.set(f"run{n}", ("f", "q"), "v")
+
+    def committed():
+        seen = next(o for o in env.status()["observers"] if o["name"] == "seen")
+        return seen["commits"] > n and _workers_idle(env)
+
+    wait_for(committed)
+
+
+def _stream(env, n, at_least, deadline):
+    """Commits of a column no observer watches (no notification, but each
+    wakes the scanner), one after another, until ``at_least`` seconds passed
+    and there were more than twice as many commits as ``most_scans`` of the
+    time (so a scan after every commit would exceed it); ``deadline`` only
+    guards against a hang. Returns the commits, the scans begun meanwhile and
+    the seconds, measured around the two reads of the scan count."""
+    began = time.monotonic()
+    before = env._core.worker_stats()["scans"]
+    commits = 0
+    while True:
+        with env.transaction() as tx:
+            tx.set(f"stream{n}:{commits}", ("f", "u"), "v")
+        commits += 1
+        scans = env._core.worker_stats()["scans"] - before
+        seconds = time.monotonic() - began
+        enough = seconds >= at_least and commits > 2 * most_scans(seconds)
+        if enough or time.monotonic() > deadline:
+            return {"commits": commits, "scans": scans, "seconds": seconds}
+
+
 def scans_while_lingering(backend, path, observed):
-    """A bucket lingering 60 s keeps its notification pending, and known to
-    the workers, while other commits wake the scanner for a second; with
-    ``observed``, each of those commits also starts a run of an observer."""
+    """A bucket lingering an hour keeps its notification pending, and known
+    to the workers (its next look is 15 minutes away), while a stream of
+    commits wakes the scanner. With ``observed``, four streams, each after a
+    commit that starts a run of an observer: the stream begins once that run
+    committed, so none of its scans can see a run going (such a scan rescans
+    on the next wake, and how many there are depends on how fast runs go)."""
     app = percolite.App()
-    cq = app.combine_queue("hot", buckets=1, linger=60)
+    cq = app.combine_queue("hot", buckets=1, linger=3600)
     if observed:
-        app.observer(("f", "q"), notify=percolite.STRONG)(lambda tx, row, column: None)
+        app.observer(("f", "q"), notify=percolite.STRONG, name="seen")(lambda tx, row, col: None)
     env = open_store(backend, path, app=app, sync="none")
     env.start_workers(2)
     with env.transaction() as tx:
         cq.add(tx, {"k": 5})
-    wait_for(lambda: observer(env, "hot")["deferrals"] >= 1)
-    before = env._core.worker_stats()["scans"]
-    commits = 0
-    began = time.monotonic()
-    while time.monotonic() - began < 1.0 or commits < 60:
-        with env.transaction() as tx:
-            tx.set(f"other{commits}", ("f", "q"), "v")
-        commits += 1
-    emit(
-        commits=commits,
-        seconds=time.monotonic() - began,
-        scans=env._core.worker_stats()["scans"] - before,
-        queued=queued(env, "hot"),
-    )
+    wait_for(lambda: observer(env, "hot")["deferrals"] >= 1 and _workers_idle(env))
+    deadline = time.monotonic() + 60  # a hang guard: a stream takes about a second
+    streams = []
+    for n in range(4 if observed else 1):
+        if observed:
+            _run_to_its_commit(env, n)
+        streams.append(_stream(env, n, 0.25 if observed else 1.0, deadline))
+    emit(streams=streams, queued=queued(env, "hot"))
     env.stop_workers()
