@@ -108,7 +108,7 @@ def _sink_failure(error: BaseException, transient: tuple[type[BaseException], ..
     return "down" if sink_is_down(error, transient) else None
 
 
-class ExportBatch(list):  # type: ignore[type-arg] - a list of SequencedExport
+class ExportBatch(list[SequencedExport]):
     """The entries of one exporter call: a list of :class:`SequencedExport`
     ordered by key, then seq, which also says where they come from:
     ``queue`` (the export queue's id), ``store`` (the identity of the store
@@ -176,7 +176,7 @@ class ExportQueue(Generic[K, V]):
     ) -> None:
         check_queue_options("export queue", queue_id, buckets, "batch_size", batch_size)
         linger = check_linger("export queue", queue_id, linger)
-        self.transient_errors = check_transient_errors(
+        self.transient_errors: tuple[type[BaseException], ...] = check_transient_errors(
             transient_errors, f"export queue {queue_id!r}"
         )
         core_attempts = check_max_attempts(max_attempts, f"export queue {queue_id!r}")
