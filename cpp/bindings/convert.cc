@@ -101,6 +101,9 @@ py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
       s.last_error.empty() ? py::object(py::none()) : py::object(py::str(s.last_error));
   d["last_failure_unix"] = s.last_failure_unix > 0 ? py::object(py::float_(s.last_failure_unix))
                                                    : py::object(py::none());
+  py::dict writes;
+  for (const auto& [target, n] : s.writes) writes[py::bytes(target)] = n;
+  d["writes"] = writes;
   return d;
 }
 

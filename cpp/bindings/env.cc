@@ -316,15 +316,27 @@ void BindEnv(py::module_& m) {
            })
       .def(
           "retry_parked",
-          [](PyEnv& self, std::optional<std::vector<std::string>> observers, bool refused_only) {
+          [](PyEnv& self, std::optional<std::vector<std::string>> observers, bool refused_only,
+             std::optional<py::tuple> cell, std::optional<py::bytes> key) {
+            // One item: its cell (row, family, qualifier) and, for keyed work, its key.
+            std::optional<std::string> cell_key;
+            if (cell) {
+              CellArg arg = ToCell((*cell)[0], py::make_tuple((*cell)[1], (*cell)[2]));
+              cell_key = percolite::EncodeCellKey(arg.ref());
+            }
+            std::optional<std::string> wanted_key;
+            if (key) wanted_key = std::string(*key);
             py::gil_scoped_release release;
             return self.env->RetryParked([&](const percolite::WorkRecord& r) {
               if (refused_only && r.sink != percolite::SinkFailure::kRefused) return false;
+              if (cell_key && r.cell_key != *cell_key) return false;
+              if (wanted_key && r.key != wanted_key) return false;
               return !observers || std::find(observers->begin(), observers->end(), r.observer) !=
                                        observers->end();
             });
           },
-          py::arg("observers") = py::none(), py::arg("refused_only") = false)
+          py::arg("observers") = py::none(), py::arg("refused_only") = false,
+          py::arg("cell") = py::none(), py::arg("key") = py::none())
       .def("drop_notifications",
            [](PyEnv& self, const std::vector<std::pair<py::bytes, py::bytes>>& columns) {
              std::vector<std::pair<std::string, std::string>> wanted;
@@ -407,6 +419,27 @@ void BindEnv(py::module_& m) {
                                d["max_value_size"] = c.max_value_size;
                                return d;
                              })
+      .def("commit_latency",
+           [](PyEnv& self) {
+             percolite::LatencyHistogram::Reading r;
+             {
+               py::gil_scoped_release release;
+               r = self.env->backend()->commit_latency().Read();
+             }
+             py::list buckets;  // (upper bound in seconds or None, cumulative count)
+             for (size_t i = 0; i < percolite::LatencyHistogram::kBuckets; ++i) {
+               py::object bound = py::none();
+               if (i < percolite::LatencyHistogram::kBounds.size()) {
+                 bound = py::float_(percolite::LatencyHistogram::kBounds[i]);
+               }
+               buckets.append(py::make_tuple(bound, r.cumulative[i]));
+             }
+             py::dict d;
+             d["buckets"] = buckets;
+             d["sum"] = r.sum_seconds;
+             d["count"] = r.count;
+             return d;
+           })
       .def("stats", [](PyEnv& self) {
         percolite::BackendStats s;
         {

@@ -10,6 +10,19 @@
 
 namespace percolite::bindings {
 
+namespace {
+
+// The app's own writes, by column family, for the dataflow graph
+// (Transaction::CountWrite); a queue's internal rows are written in C++.
+void CountFamilyWrite(Tx& tx, const CellArg& cell) {
+  std::string target;
+  target.reserve(7 + cell.family.size());
+  target.append("family:").append(cell.family);
+  tx.CountWrite(target);
+}
+
+}  // namespace
+
 void BindTransaction(py::module_& m) {
   py::class_<Tx, std::shared_ptr<Tx>>(m, "Transaction")
       .def_property_readonly("start_ts", &Tx::start_ts)
@@ -65,11 +78,13 @@ void BindTransaction(py::module_& m) {
              CellArg cell = ToCell(row, column);
              std::string bytes = ToBytes(value, "value");
              self.Set(cell.ref(), bytes);
+             CountFamilyWrite(self, cell);
            })
       .def("delete",
            [](Tx& self, py::handle row, py::handle column) {
              CellArg cell = ToCell(row, column);
              self.Delete(cell.ref());
+             CountFamilyWrite(self, cell);
            })
       .def("set_weak_notification",
            [](Tx& self, py::handle row, py::handle column) {

@@ -1,6 +1,7 @@
 #include "percolite/transaction.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 namespace percolite {
@@ -422,6 +423,23 @@ void Transaction::AfterCommit(std::function<void()> fn) {
   after_commit_.push_back(std::move(fn));
 }
 
+void Transaction::CountWrite(std::string_view target, uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A handful of targets per transaction: a linear search beats a map.
+  for (auto& [name, count] : write_counts_) {
+    if (name == target) {
+      count += n;
+      return;
+    }
+  }
+  write_counts_.emplace_back(std::string(target), n);
+}
+
+std::vector<std::pair<std::string, uint64_t>> Transaction::WriteCounts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return write_counts_;
+}
+
 void Transaction::Commit() {
   std::vector<std::function<void()>> after;
   {
@@ -441,6 +459,7 @@ void Transaction::CommitLocked() {
   std::shared_ptr<Backend> backend = BackendLocked();
   // From here on the transaction ends aborted unless the commit succeeds.
   CommitResult result;
+  const auto began = std::chrono::steady_clock::now();
   try {
     result = backend->Commit(start_ts_, TakeMutationsLocked(), std::move(extras_));
   } catch (...) {
@@ -451,6 +470,7 @@ void Transaction::CommitLocked() {
     ReleaseLocked(State::kAborted);
     result.status.ThrowIfError();
   }
+  backend->commit_latency().Record(std::chrono::steady_clock::now() - began);
   commit_ts_ = result.commit_ts;
   ReleaseLocked(State::kCommitted);
 }
@@ -482,7 +502,11 @@ void Transaction::CommitAsync(CommitCallback done) {
     return;
   }
   std::shared_ptr<Transaction> self = shared_from_this();
-  auto finish = [self, done = std::move(done)](const CommitResult& result) {
+  // The backend calls `finish`, so its histogram outlives the call (a
+  // pointer, not the shared_ptr: the backend must not own itself).
+  auto finish = [self, latency = &backend->commit_latency(), began = std::chrono::steady_clock::now(),
+                 done = std::move(done)](const CommitResult& result) {
+    if (result.status.ok()) latency->Record(std::chrono::steady_clock::now() - began);
     std::vector<std::function<void()>> after;
     {
       std::lock_guard<std::mutex> lock(self->mu_);

@@ -317,6 +317,7 @@ RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
   try {
     if (conflict) throw Error(ErrorCode::kConflict, "a conflict injected by the simulation");
     if (run.previous_failure) ForgetWorkRecord(*run.transaction, run.notification.cell_key);
+    run.writes = run.transaction->WriteCounts();
     run.transaction->Commit();
     run.transaction.reset();
     run.outcome = RunOutcome::kCommitted;
@@ -353,6 +354,7 @@ void Workers::SubmitCommit(std::string key, BegunRun run) {
     ++in_flight_;
   }
   std::shared_ptr<Transaction> transaction = std::move(run.transaction);
+  run.writes = transaction->WriteCounts();
   auto committed = std::make_shared<Committed>(Committed{std::move(key), std::move(run), {}});
   // On whichever thread learns the result: the backend's writer, a thread
   // whose own commit leads a group commit (LMDB), or this one, inside
@@ -455,6 +457,7 @@ void Workers::Count(const BegunRun& run) {
   switch (run.outcome) {
     case RunOutcome::kCommitted:
       ++stats.commits;
+      for (const auto& [target, n] : run.writes) stats.writes[target] += n;
       break;
     case RunOutcome::kSkippedParked:
       ++stats.skipped_parked;

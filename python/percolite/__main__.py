@@ -300,6 +300,15 @@ def _configure_logging(args: argparse.Namespace) -> None:
         logger.addHandler(handler)
 
 
+def _ui(args: argparse.Namespace) -> int:
+    from .ui import _cli as ui_cli
+
+    app = load_app(args.app) if args.app else None
+    backend, _target = shared_target(args.db)
+    with percolite.open(args.db, app=app, create=False) as env:
+        return ui_cli.serve(env, args.host, args.port)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     summary = percolite.__doc__.splitlines()[0]
     parser = argparse.ArgumentParser(prog="percolite", description=summary)
@@ -427,6 +436,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"the store (default: ${TARGET_VARIABLE})",
     )
     take_over.set_defaults(func=_take_over)
+
+    ui = commands.add_parser(
+        "ui",
+        help="serve a live console of the store to a browser",
+        description="Serves a live console of the store DB: its observers, queues, worker "
+        "groups, failures and dataflow graph, in a browser. The first line printed is the URL "
+        "to open, with its access token.",
+    )
+    ui.add_argument("db")
+    from .ui import _cli as ui_cli
+
+    ui_cli.add_arguments(ui)
+    ui.set_defaults(func=_ui)
 
     retry = commands.add_parser("retry", help="put parked work back to run")
     retry.add_argument("db")

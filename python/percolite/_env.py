@@ -952,7 +952,10 @@ class Env:
                           "observer_runs", "observer_commits", "observer_conflicts",
                           "observer_deferrals", "observer_failures", "observer_parkings":
                               {observer: n},
-                          "queue_batches", "queue_entries": {queue: n}},
+                          "queue_batches", "queue_entries": {queue: n},
+                          "observer_writes": {observer: {target: n}},
+                          "commit_seconds_bucket": {le: n}, "commit_seconds_sum",
+                          "commit_seconds_count"},
              "gauges": {"pending_notifications", "pending_by_observer",
                         "parked", "parked_by_observer", "queue_depth",
                         "sink_failing", "sink_failing_since_unix",
@@ -962,8 +965,14 @@ class Env:
         ``commits`` leaves out the metric writes themselves; ``syncs`` counts
         group commits (``commits / syncs`` is ``transactions_per_sync``);
         ``queue_entries / queue_batches`` is a queue's mean fold (or export)
-        size. ``percolite status DB --prometheus`` prints them in the
-        Prometheus text format.
+        size. ``observer_writes`` counts what observers' committed runs wrote,
+        by target: ``"family:F"`` (cells of column family F their own code
+        set or deleted) or ``"queue:ID"`` (entries added to queue ID): the
+        app's dataflow graph, learned from its runs. ``commit_seconds_*`` is
+        a histogram of how long commits took (from the call to the result,
+        group commit and sync included): ``le`` is a bucket's upper bound in
+        seconds, counts cumulative as in Prometheus. ``percolite status DB
+        --prometheus`` prints them in the Prometheus text format.
         """
         self._recorder.flush()
         return _metrics.read(self)

@@ -55,6 +55,14 @@ COUNTERS = {
     ),
     "queue_batches": ("Batches a queue's runs handed to its combiner or exporter.", "queue"),
     "queue_entries": ("Entries in those batches.", "queue"),
+    "observer_writes": (
+        "Cells (by column family) and queue entries (by queue) that observers' committed "
+        "runs wrote: the edges of the app's dataflow graph.",
+        ("observer", "target"),
+    ),
+    "commit_seconds_bucket": ("Commits by how long they took (seconds, cumulative).", "le"),
+    "commit_seconds_sum": ("Seconds that commits took, in all.", None),
+    "commit_seconds_count": ("Commits timed.", None),
 }
 
 Sample = dict[tuple[str, str], float]
@@ -79,15 +87,19 @@ class _Recorder:
     def _sources(self) -> Iterable[tuple[int, Sample]]:
         envs = [env for env in list(self.envs) if not env.closed]
         if envs:
-            stats = envs[0]._core.stats()  # one backend per path and process
-            yield (
-                0,
-                {
-                    ("commits", ""): stats["commits"] - self.own_commits,
-                    ("conflicts", ""): stats["conflicts"],
-                    ("syncs", ""): stats["batches"],
-                },
-            )
+            core = envs[0]._core  # one backend per path and process
+            stats = core.stats()
+            process: Sample = {
+                ("commits", ""): stats["commits"] - self.own_commits,
+                ("conflicts", ""): stats["conflicts"],
+                ("syncs", ""): stats["batches"],
+            }
+            latency = core.commit_latency()
+            for bound, count in latency["buckets"]:
+                process[("commit_seconds_bucket", _le(bound))] = count
+            process[("commit_seconds_sum", "")] = latency["sum"]
+            process[("commit_seconds_count", "")] = latency["count"]
+            yield 0, process
         queues = {}
         for env in envs:
             sample: Sample = {}
@@ -95,6 +107,9 @@ class _Recorder:
                 for key in ("runs", "commits", "conflicts", "deferrals"):
                     name = ("observer_" + key, o["name"])
                     sample[name] = sample.get(name, 0) + o[key]
+                for target, n in o["writes"].items():
+                    name = ("observer_writes", _pair(o["name"], _target(target)))
+                    sample[name] = sample.get(name, 0) + n
             yield id(env), sample
             if env.app is not None:
                 for queue_id, queue in env.app._queues.items():
@@ -200,6 +215,21 @@ def recorder_for(env: Any) -> _Recorder:
         return recorder
 
 
+def _le(bound: float | None) -> str:
+    """A histogram bucket's label: its upper bound, as Prometheus writes it."""
+    return "+Inf" if bound is None else repr(float(bound))
+
+
+def _target(raw: bytes) -> str:
+    """A write target as the core names it (``family:F`` or ``queue:ID``), as text."""
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _pair(first: str, second: str) -> str:
+    """Two label values in one sample key (a JSON list: no value can break it)."""
+    return json.dumps([first, second])
+
+
 def _encode(sample: Sample) -> dict[str, Any]:
     out: dict[Any, Any] = {}
     for (name, label), value in sample.items():
@@ -234,10 +264,20 @@ def read(env: Any) -> dict[str, Any]:
     for name, (_help, label) in COUNTERS.items():
         counters[name] = {} if label else 0
     for (name, label), value in totals.items():
-        if COUNTERS[name][1]:
+        kind = COUNTERS[name][1]
+        if name == "commit_seconds_sum":
+            counters[name] = float(value)
+        elif isinstance(kind, tuple):
+            first, second = json.loads(label)
+            counters[name].setdefault(first, {})[second] = int(value)
+        elif kind:
             counters[name][label] = int(value)
         else:
             counters[name] = int(value)
+    buckets = counters["commit_seconds_bucket"]
+    counters["commit_seconds_bucket"] = dict(
+        sorted(buckets.items(), key=lambda item: float(item[0]))
+    )
     summaries = env.failures()
     counters["observer_failures"] = {n: s["failures"] for n, s in summaries.items()}
     counters["observer_parkings"] = {n: s["parked"] for n, s in summaries.items()}
@@ -300,19 +340,35 @@ def prometheus_text(metrics: dict[str, Any]) -> str:
     exposition format, every name prefixed ``percolite_``."""
     lines: list[str] = []
 
-    def emit(name: str, kind: str, help_text: str, label: str | None, value: Any) -> None:
+    def emit(name: str, kind: str, help_text: str, label: Any, value: Any) -> None:
         full = f"percolite_{name}" + ("_total" if kind == "counter" else "")
         lines.append(f"# HELP {full} {help_text}")
         lines.append(f"# TYPE {full} {kind}")
         if label is None:
             lines.append(f"{full} {float(value)!r}")
-            return
-        for key, n in sorted(value.items()):
-            lines.append(f'{full}{{{label}="{_escape(str(key))}"}} {float(n)!r}')
+        elif isinstance(label, tuple):
+            outer, inner = label
+            for key, by_inner in sorted(value.items()):
+                for second, n in sorted(by_inner.items()):
+                    labels = f'{outer}="{_escape(key)}",{inner}="{_escape(second)}"'
+                    lines.append(f"{full}{{{labels}}} {float(n)!r}")
+        else:
+            for key, n in sorted(value.items()):
+                lines.append(f'{full}{{{label}="{_escape(str(key))}"}} {float(n)!r}')
 
     counters = metrics["counters"]
     for name, (help_text, label) in {**COUNTERS, **_EXTRA_COUNTERS}.items():
+        if name.startswith("commit_seconds"):
+            continue  # one histogram, below
         emit(name, "counter", help_text, label, counters[name])
+    lines.append(
+        "# HELP percolite_commit_seconds How long commits took, from the call to the result."
+    )
+    lines.append("# TYPE percolite_commit_seconds histogram")
+    for le, n in (counters["commit_seconds_bucket"] or {"+Inf": 0}).items():
+        lines.append(f'percolite_commit_seconds_bucket{{le="{le}"}} {float(n)!r}')
+    lines.append(f"percolite_commit_seconds_sum {float(counters['commit_seconds_sum'])!r}")
+    lines.append(f"percolite_commit_seconds_count {float(counters['commit_seconds_count'])!r}")
     gauges = metrics["gauges"]
     for name, spec in _GAUGE_HELP.items():
         help_text, label = spec if isinstance(spec, tuple) else (spec, None)

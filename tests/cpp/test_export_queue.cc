@@ -109,6 +109,22 @@ TEST_CASE("Exported entries are ordered by key then seq, and seq follows commit 
   CHECK(Depth(*env) == 0);
 }
 
+TEST_CASE("Entries added to a queue are counted as the transaction's writes to it",
+          "[export][graph]") {
+  TempDir dir;
+  auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
+  Sink sink;
+  auto queue = MakeQueue(&sink, 2, 100);
+  auto tx = env->Begin();
+  CHECK(tx->WriteCounts().empty());
+  queue->Add(*tx, "a", "1");
+  queue->Add(*tx, {{"b", "2"}, {"c", "3"}});
+  queue->Add(*tx, std::vector<std::pair<std::string, std::string>>{});
+  using Counts = std::vector<std::pair<std::string, uint64_t>>;
+  CHECK(tx->WriteCounts() == Counts{{"queue:ex", 3}});
+  tx->Commit();
+}
+
 TEST_CASE("Batches take the oldest entries first, whatever their keys", "[export]") {
   TempDir dir;
   auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());

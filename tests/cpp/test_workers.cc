@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -92,6 +93,54 @@ TEST_CASE("A worker pool runs every strong notification and commits each run onc
   REQUIRE(stats.observers.size() == 1);
   CHECK(stats.observers[0].commits == kRows);
   CHECK(calls.load() >= kRows);
+}
+
+TEST_CASE("An observer's committed runs count what they wrote; every commit is timed",
+          "[workers][graph]") {
+  Layers layers(PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
+  backend->SetObservedColumns({kContent});
+  const uint64_t timed_before = backend->commit_latency().Read().count;
+  std::atomic<int> calls{0};
+  Observer count{kContent, [&](const std::shared_ptr<Transaction>& tx, const Cell& cell) {
+                   // The first run of row0 loses a conflict: its writes must not count.
+                   if (cell.row == "row0" && calls.fetch_add(1) == 0) {
+                     Set(*source, Cell{cell.row, "doc", "length"}, "0");
+                   }
+                   tx->Set(Ref(Cell{cell.row, "doc", "length"}), "1");
+                   tx->CountWrite("family:doc");
+                   tx->CountWrite("queue:out", 2);
+                   tx->CountWrite("family:doc");
+                   return Status::Ok();
+                 }};
+  percolite::WorkerOptions options;
+  options.threads = 2;
+  percolite::Workers workers(source, {count}, options);
+  workers.Start();
+  constexpr int kRows = 20;
+  for (int i = 0; i < kRows; ++i) {
+    Set(*source, Cell{"row" + std::to_string(i), "doc", "content"}, "x");
+  }
+  REQUIRE(workers.WaitIdle(30));
+  workers.Stop();
+  const percolite::WorkerStats stats = workers.Stats();
+  REQUIRE(stats.observers.size() == 1);
+  const auto& o = stats.observers[0];
+  const std::map<std::string, uint64_t> expected{{"family:doc", 2 * o.commits},
+                                                 {"queue:out", 2 * o.commits}};
+  CHECK(o.writes == expected);
+  CHECK(o.commits >= kRows);
+  CHECK(o.runs > o.commits);  // the lost run was not counted
+
+  const auto reading = backend->commit_latency().Read();
+  // Every commit of this test: the rows, the conflicting write, the runs.
+  CHECK(reading.count - timed_before >= kRows + 1 + o.commits);
+  CHECK(reading.cumulative.back() == reading.count);
+  for (size_t i = 1; i < reading.cumulative.size(); ++i) {
+    CHECK(reading.cumulative[i] >= reading.cumulative[i - 1]);
+  }
+  CHECK(reading.sum_seconds > 0);
 }
 
 TEST_CASE("Two runs of one notification conflict on its ack: only the first commits",

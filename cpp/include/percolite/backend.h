@@ -83,6 +83,7 @@
 #include <vector>
 
 #include "percolite/encoding.h"
+#include "percolite/latency.h"
 #include "percolite/status.h"
 
 namespace percolite {
@@ -298,6 +299,10 @@ class Backend {
   virtual bool SignalWaiting() = 0;
 
   virtual BackendStats Stats() const = 0;
+  // How long this process's successful commits took, from the committer's
+  // call to its result (queueing, group commit and sync included); recorded
+  // by the transaction layer for every backend alike.
+  LatencyHistogram& commit_latency() { return commit_latency_; }
 
   // Walks every table of the store and compares what it finds with the
   // store's own bookkeeping (lmdb: each table's recorded entry count, key
@@ -317,6 +322,9 @@ class Backend {
   virtual void ReleaseHandle() = 0;
   // Drains submitted commits and closes. Idempotent.
   virtual void Close() = 0;
+
+ private:
+  LatencyHistogram commit_latency_;
 };
 
 // What a target names: the backend, and where its store is (the directory

@@ -124,6 +124,14 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   void SetHurried();
   bool Hurried() const;
 
+  // What this transaction wrote, by target, for the app's dataflow graph (the
+  // workers add a committed run's counts to its observer's): "family:F",
+  // cells of column family F the app's own code set or deleted (counted by
+  // the bindings, so a queue's internal rows never show), and "queue:ID",
+  // entries added to queue ID (counted where queue entries are written).
+  void CountWrite(std::string_view target, uint64_t n = 1);
+  std::vector<std::pair<std::string, uint64_t>> WriteCounts() const;
+
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
   // Calls visit(encoded key, value) for the cells Scan would return (this
@@ -204,6 +212,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   double deferred_seconds_ = 0;                              // GUARDED_BY(mu_)
   std::vector<std::function<void()>> after_commit_;          // GUARDED_BY(mu_)
   bool hurried_ = false;                                     // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, uint64_t>> write_counts_;  // GUARDED_BY(mu_)
 };
 
 // Begins transactions on a backend and keeps track of the active ones, so

@@ -166,6 +166,9 @@ struct ObserverStats {
   int running = 0;
   std::string last_error;  // text of the last failure (the Python traceback)
   double last_failure_unix = 0;
+  // What its committed runs wrote, by target (Transaction::WriteCounts):
+  // the edges of the app's dataflow graph, learned from the runs.
+  std::map<std::string, uint64_t> writes;
 };
 
 struct WorkerStats {
@@ -231,6 +234,9 @@ struct BegunRun {
   SinkFailure sink = SinkFailure::kNone;  // kFailed, kParked: how the sink failed
   uint32_t attempts = 0;                  // kFailed: failed runs recorded in the store
   double deferred_seconds = 0;            // kDeferred
+  // What the run's transaction wrote (Transaction::WriteCounts), taken
+  // before it commits and counted once it has.
+  std::vector<std::pair<std::string, uint64_t>> writes;
   // Queue keys the run parked, counted once its transaction commits, and
   // their records, reported to WorkerOptions::on_failure once the run is
   // settled, on the thread that settles it (never the backend's writer).

@@ -1,0 +1,57 @@
+"""``percolite ui DB``: serve the console of a store from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from ._server import DEFAULT_HOST, DEFAULT_PORT, Console
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"the address to listen on (default: {DEFAULT_HOST}, this machine only)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"the port to listen on; 0 picks a free one (default: {DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:APP",
+        default=None,
+        help="the application (a percolite.App), for what needs its code: taking a sink "
+        "over, the exporters' names (default: none, the app the store recorded is shown)",
+    )
+
+
+def serve(env, host: str, port: int) -> int:
+    """Serves the console of ``env`` until interrupted; the URL goes to
+    standard output first."""
+    console = Console(env, host=host, port=port)
+    logging.getLogger("percolite.ui").setLevel(logging.INFO)
+    print(console.url, flush=True)
+    print(
+        f"serving the console of {env.path} on {console.host}:{console.port}; Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def stop(signum, frame):  # noqa: ARG001 - a supervisor's SIGTERM ends it as Ctrl-C does
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        console.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        console.close()
+    return 0
