@@ -504,7 +504,8 @@ void Transaction::CommitAsync(CommitCallback done) {
   std::shared_ptr<Transaction> self = shared_from_this();
   // The backend calls `finish`, so its histogram outlives the call (a
   // pointer, not the shared_ptr: the backend must not own itself).
-  auto finish = [self, latency = &backend->commit_latency(), began = std::chrono::steady_clock::now(),
+  auto finish = [self, latency = &backend->commit_latency(),
+                 began = std::chrono::steady_clock::now(),
                  done = std::move(done)](const CommitResult& result) {
     if (result.status.ok()) latency->Record(std::chrono::steady_clock::now() - began);
     std::vector<std::function<void()>> after;

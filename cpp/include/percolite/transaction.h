@@ -207,11 +207,11 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   CommitExtras extras_;                          // GUARDED_BY(mu_)
   std::vector<Mutation> stamped_;                // GUARDED_BY(mu_)
   // Purged ranges of encoded keys, [from, end); hidden from this transaction's reads.
-  std::vector<std::pair<std::string, std::string>> purged_;  // GUARDED_BY(mu_)
-  bool Purged(std::string_view key) const;                   // REQUIRES(mu_)
-  double deferred_seconds_ = 0;                              // GUARDED_BY(mu_)
-  std::vector<std::function<void()>> after_commit_;          // GUARDED_BY(mu_)
-  bool hurried_ = false;                                     // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, std::string>> purged_;     // GUARDED_BY(mu_)
+  bool Purged(std::string_view key) const;                      // REQUIRES(mu_)
+  double deferred_seconds_ = 0;                                 // GUARDED_BY(mu_)
+  std::vector<std::function<void()>> after_commit_;             // GUARDED_BY(mu_)
+  bool hurried_ = false;                                        // GUARDED_BY(mu_)
   std::vector<std::pair<std::string, uint64_t>> write_counts_;  // GUARDED_BY(mu_)
 };
 
