@@ -13,6 +13,9 @@ command -v g++ >/dev/null || need+=(g++)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # PostgreSQL for the Postgres exporter's tests, which start a temporary server of their own.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+# A real headless browser for the console's tests (tests/python/test_console_browser.py).
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if ((${#need[@]})); then
   echo "bootstrap: installing ${need[*]} from Debian's packages"
   sudo=""

@@ -249,6 +249,7 @@ function loadCells(after = null) {
   if (!queue && value("cells-start")) params.set("start", value("cells-start"));
   if (!queue && value("cells-end")) params.set("end", value("cells-end"));
   params.set("form", value("cells-form-select"));
+  params.set("limit", "20");
   if (after) params.set("after", after);
   api(`/api/cells?${params}`).then((page) => {
     const table = document.getElementById("cells");
