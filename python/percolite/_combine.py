@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar, overload
 from . import _core
 from ._cells import Change
 from ._export import ExportQueue
+from ._frames import key_value_frame
 from ._log import failure_text
 from ._observer import ObserverTransaction, check_max_attempts
 from ._queues import (
@@ -39,6 +40,8 @@ from ._queues import (
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
+    import pandas
+
     from ._app import App
     from ._transaction import Transaction
 
@@ -287,6 +290,17 @@ class CombineQueue(Generic[K, V]):
         merged = heapq.merge(*(bucket(n) for n in range(self.buckets)), key=itemgetter(0))
         for key, value in merged:
             yield kc.decode(key), vc.decode(value)
+
+    def to_pandas(self, tx: Transaction, prefix: K | None = None) -> pandas.DataFrame:
+        """The current values in ``tx``'s view as a DataFrame with columns
+        ``key`` and ``value``, one row per key in the order of :meth:`scan`
+        (``prefix`` as there), decoded by the queue's codecs: ``int64`` and
+        ``float64`` values make columns of those dtypes, ``str`` pandas'
+        string column, the others (``bytes``, ``int64s:N`` tuples, ``json``,
+        ``pickle``, custom codecs) object columns of the decoded values.
+        Needs pandas (``pip install 'percolite[pandas]'``): without it,
+        ImportError before anything is read."""
+        return key_value_frame(self.scan(tx, prefix), self.key_codec, self.value_codec)
 
     def depth(self, tx: Transaction) -> int:
         """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""

@@ -6,20 +6,24 @@ percolite`` never needs it; without it, ``to_pandas`` raises ImportError
 saying what to install. The conversions:
 
 * :meth:`Scan.to_pandas`: the cells of ``tx.scan(...)``, columns ``row``,
-  ``family``, ``qualifier``, ``value`` (bytes).
+  ``family``, ``qualifier``, ``value`` (bytes);
+* :meth:`percolite.CombineQueue.to_pandas`: a queue's current values,
+  columns ``key``, ``value``, decoded by the queue's codecs
+  (:func:`key_value_frame`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._cells import Cell
+from .codecs import Codec, native_layout
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Scan", "INSTALL_HINT", "import_pandas"]
+__all__ = ["Scan", "INSTALL_HINT", "import_pandas", "key_value_frame"]
 
 INSTALL_HINT = "pip install 'percolite[pandas]'"
 
@@ -94,3 +98,39 @@ class Scan(Iterator[Cell]):
 
     def __repr__(self) -> str:
         return "<percolite.Scan (iterate it, or call to_pandas())>"
+
+
+def _series(pd: Any, values: list[Any], dtype: Any) -> Any:
+    """``pd.Series(values, dtype=dtype)``; ``dtype`` None lets pandas
+    choose, except for no values (object, as pandas 2 does: pandas 1 warns)."""
+    return pd.Series(values, dtype=object if dtype is None and not values else dtype)
+
+
+def _dtype(codec: Codec) -> Any:
+    """The dtype of a column of values of ``codec``: int64 and float64 for
+    those built-in codecs, pandas' own choice for ``str``, else object
+    (bytes, tuples, JSON values, pickled objects, custom codecs' values)."""
+    layout = native_layout(codec)
+    if layout is None:
+        return object
+    return {"int64": "int64", "float64": "float64", "str": None}.get(layout[0], object)
+
+
+def key_value_frame(
+    pairs: Iterable[tuple[Any, Any]], key_codec: Codec, value_codec: Codec
+) -> pandas.DataFrame:
+    """A DataFrame with columns ``key`` and ``value`` of decoded ``pairs``,
+    typed after the codecs that decoded them (:func:`_dtype`). pandas is
+    imported before ``pairs`` is iterated."""
+    pd = import_pandas()
+    keys: list[Any] = []
+    values: list[Any] = []
+    for key, value in pairs:
+        keys.append(key)
+        values.append(value)
+    return pd.DataFrame(
+        {
+            "key": _series(pd, keys, _dtype(key_codec)),
+            "value": _series(pd, values, _dtype(value_codec)),
+        }
+    )

@@ -1,5 +1,6 @@
-"""pandas DataFrames (the optional extra percolite[pandas]): scans, on
-every backend; and the error that names the extra when pandas is missing."""
+"""pandas DataFrames (the optional extra percolite[pandas]): combine-queue
+values decoded by every built-in codec and scans, on every backend; and the
+error that names the extra when pandas is missing."""
 
 from __future__ import annotations
 
@@ -10,8 +11,98 @@ import sys
 import percolite
 import pytest
 from conftest import COL, as_tuples, open_store
+from percolite.codecs import get_codec
 
 pd = pytest.importorskip("pandas")
+
+CONTENT = ("doc", "content")
+
+# For each built-in codec: keys and values it encodes (the keys all distinct;
+# no value None, which a combiner's result deletes).
+SAMPLES = {
+    "str": (["", "a", "b/c", "é☃", "z" * 40], ["", "x", "ü", "line\nbreak", "y" * 100]),
+    "bytes": (
+        [b"\x00", b"a", b"a\x00", b"\xff\xfe", b"k"],
+        [b"", b"\x00", b"v", b"\xff" * 9, b"w"],
+    ),
+    "int64": ([-(2**63), -1, 0, 1, 2**63 - 1], [2**63 - 1, -(2**63), 0, 42, -7]),
+    "float64": ([-1.5, 0.0, 2.25, 1e300, float("inf")], [0.5, -0.0, 1e-300, -float("inf"), 3.0]),
+    "int64s:2": ([(0, 0), (-1, 5), (2**63 - 1, -(2**63)), (7, 7), (1, 2)], [(1, 2)] * 5),
+    "int64s:3": ([(0, 0, 1), (9, 8, 7)], [(-(2**63), 0, 2**63 - 1), (3, 2, 1)]),
+    "json": (
+        ["k", [1, "two"], {"a": [None, True]}, 3, None],
+        [{"n": 1, "tags": ["x", "y"]}, [1, 2.5, None], "text", 0, {"nested": {"deep": [False]}}],
+    ),
+    "pickle": (
+        ["p", (1, "tuple"), 2, frozenset({3}), b"raw"],
+        [{"set": {1, 2}}, (1, 2), 1 + 2j, ["list", b"bytes"], 0.5],
+    ),
+}
+
+
+def last(key, values):
+    """A combiner for any codec: the last update wins."""
+    return values[-1]
+
+
+def test_every_built_in_codec_has_a_sample():
+    names = {"str", "bytes", "int64", "float64", "json", "pickle"}
+    assert names <= set(SAMPLES) and any(name.startswith("int64s:") for name in SAMPLES)
+
+
+@pytest.mark.parametrize("codec", sorted(SAMPLES))
+def test_combine_queue_values_round_trip_through_every_codec(backend, tmp_path, codec):
+    """Keys and values of each built-in codec, folded by the workers, come
+    back in the frame as they were folded, in scan order."""
+    keys, values = SAMPLES[codec]
+    values = (values * len(keys))[: len(keys)]
+    app = percolite.App("frames")
+    cq = app.combine_queue("q", buckets=4, combiner=last, key_codec=codec, value_codec=codec)
+    with open_store(backend, tmp_path / "db", app=app, sync="none") as env:
+        with env.transaction() as tx:
+            cq.add(tx, [(key, values[0]) for key in keys])  # folded over below
+        with env.transaction() as tx:
+            cq.add(tx, list(zip(keys, values)))
+        assert env.process(2)["failures"] == 0
+        with env.transaction() as tx:
+            frame = cq.to_pandas(tx)
+            scanned = list(cq.scan(tx))
+    encode = get_codec(codec).encode
+    expected = sorted(zip(keys, values), key=lambda pair: encode(pair[0]))
+    assert list(frame.columns) == ["key", "value"]
+    assert frame["key"].tolist() == [k for k, _ in expected]
+    assert frame["value"].tolist() == [v for _, v in expected]
+    assert list(zip(frame["key"].tolist(), frame["value"].tolist())) == scanned
+    for column in ("key", "value"):
+        kinds = {type(x) for x in frame[column].tolist()}
+        assert kinds == {type(x) for x in (keys if column == "key" else values)}
+
+
+def test_numeric_codecs_make_numeric_columns(tmp_path):
+    app = percolite.App("frames")
+    ints = app.combine_queue("ints")  # str keys, int64 values, native sum
+    floats = app.combine_queue("floats", key_codec="int64", value_codec="float64")
+    never_added = app.combine_queue("empty")
+    with percolite.open(":memory:", app=app) as env:
+        with env.transaction() as tx:
+            ints.add(tx, {"a": 1, "b": 2})
+            floats.add(tx, {1: 0.5, 2: 1.5})
+        with env.transaction() as tx:
+            ints.add(tx, {"a": 10})
+            floats.add(tx, {1: 0.25})
+        env.process(2)
+        with env.transaction() as tx:
+            summed = ints.to_pandas(tx)
+            halves = floats.to_pandas(tx)
+            only_b = ints.to_pandas(tx, prefix="b")
+            empty = never_added.to_pandas(tx)
+    assert summed["value"].dtype == "int64" and summed["value"].tolist() == [11, 2]
+    assert summed["key"].tolist() == ["a", "b"]
+    assert halves["key"].dtype == "int64" and halves["value"].dtype == "float64"
+    assert halves.to_dict("list") == {"key": [1, 2], "value": [0.75, 1.5]}
+    assert only_b.to_dict("list") == {"key": ["b"], "value": [2]}
+    assert list(empty.columns) == ["key", "value"] and len(empty) == 0
+    assert empty["value"].dtype == "int64"
 
 
 def test_scan_to_pandas_has_the_cells_of_the_scan(backend, tmp_path):
@@ -76,12 +167,19 @@ def no_pandas(monkeypatch):
 
 
 def test_without_pandas_every_conversion_names_the_extra(no_pandas):
-    with percolite.open(":memory:") as env:
+    app = percolite.App("frames")
+    cq = app.combine_queue("q")
+    with percolite.open(":memory:", app=app) as env:
         with env.transaction() as tx:
             tx.set("r", COL, "v")
+            cq.add(tx, {"k": 1})
+        env.process(1)
         with env.transaction() as tx:
             scan = tx.scan()
-            conversions = [scan.to_pandas]
+            conversions = [
+                scan.to_pandas,
+                lambda: cq.to_pandas(tx),
+            ]
             for convert in conversions:
                 with pytest.raises(ImportError, match=r"pip install 'percolite\[pandas\]'") as e:
                     convert()
