@@ -20,7 +20,7 @@ from ._combine import Change, CombineQueue
 from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
 from ._export import ExportBatch, ExportQueue, SequencedExport
-from ._frames import Scan
+from ._frames import Failures, ParkedWork, Scan
 from ._loader import Loader
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._transaction import Transaction
@@ -66,6 +66,8 @@ __all__ = [
     "Column",
     "Cell",
     "Scan",
+    "Failures",
+    "ParkedWork",
     "SYNC_MODES",
     "run_workers",
     "Error",

@@ -9,7 +9,13 @@ saying what to install. The conversions:
   ``family``, ``qualifier``, ``value`` (bytes);
 * :meth:`percolite.CombineQueue.to_pandas`: a queue's current values,
   columns ``key``, ``value``, decoded by the queue's codecs
-  (:func:`key_value_frame`).
+  (:func:`key_value_frame`);
+* :meth:`Failures.to_pandas` (``env.failures()``): one row per observer;
+* :meth:`ParkedWork.to_pandas` (``env.parked()``): one row per parked item.
+
+Nested dicts of the records become columns ``<outer>_<inner>``
+(``last_error_type``), and times (``*_unix``, seconds) become UTC
+``pandas.Timestamp`` columns without the suffix (``last_failure``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from .codecs import Codec, native_layout
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["Scan", "INSTALL_HINT", "import_pandas", "key_value_frame"]
+__all__ = ["Failures", "ParkedWork", "Scan", "INSTALL_HINT", "import_pandas", "key_value_frame"]
 
 INSTALL_HINT = "pip install 'percolite[pandas]'"
 
@@ -134,3 +140,110 @@ def key_value_frame(
             "value": _series(pd, values, _dtype(value_codec)),
         }
     )
+
+
+# A record's columns: name -> kind. "time" columns come from "<name>_unix"
+# seconds; nested dicts are flattened into "<outer>_<inner>" first.
+_FAILURE_COLUMNS = {
+    "observer": "text",
+    "failures": "int",
+    "parked": "int",
+    "first_failure": "time",
+    "last_failure": "time",
+    "last_cell_row": "bytes",
+    "last_cell_family": "bytes",
+    "last_cell_qualifier": "bytes",
+    "last_error_type": "text",
+    "last_error_message": "text",
+    "last_error_traceback": "text",
+}
+_PARKED_COLUMNS = {
+    "observer": "text",
+    "queue": "text",
+    "key": "any",
+    "row": "bytes",
+    "family": "bytes",
+    "qualifier": "bytes",
+    "attempts": "int",
+    "parked": "bool",
+    "sink": "text",
+    "first_failure": "time",
+    "last_failure": "time",
+    "error_type": "text",
+    "error_message": "text",
+    "error_traceback": "text",
+}
+_DTYPES = {"int": "int64", "bool": "bool", "text": None, "bytes": object, "any": object}
+
+
+def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in record.items():
+        if isinstance(value, dict):
+            for inner, item in value.items():
+                flat[f"{name}_{inner}"] = item
+        elif name.endswith("_unix"):
+            flat[name[: -len("_unix")]] = value
+        else:
+            flat[name] = value
+    return flat
+
+
+def _records_frame(records: list[dict[str, Any]], columns: dict[str, str]) -> pandas.DataFrame:
+    """One row per record, ``columns`` first (in order, typed by kind),
+    then any other field the records have, in the order first met."""
+    pd = import_pandas()
+    flat = [_flatten(r) for r in records]
+    names = dict.fromkeys(columns)
+    for record in flat:
+        names.update(dict.fromkeys(record))
+    data = {}
+    for name in names:
+        kind = columns.get(name, "any")
+        values = [record.get(name) for record in flat]
+        if kind == "time":
+            # Whole microseconds (what a float of seconds since 1970 holds
+            # exactly); None: NaN, then NaT.
+            micros = (pd.Series(values, dtype="float64") * 1e6).round()
+            data[name] = pd.to_datetime(micros, unit="us", utc=True).astype("datetime64[ns, UTC]")
+        elif kind in ("int", "bool") and any(v is None for v in values):
+            data[name] = pd.Series(values, dtype=object)
+        else:
+            data[name] = _series(pd, values, _DTYPES[kind])
+    return pd.DataFrame(data, columns=list(names))
+
+
+class Failures(dict[str, dict[str, Any]]):
+    """What :meth:`percolite.Env.failures` returns: a dict (equal to the
+    plain dict of the same items) of each observer's failure history by
+    observer name, which :meth:`to_pandas` turns into a DataFrame."""
+
+    __slots__ = ()
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per observer: ``observer``, ``failures``, ``parked``,
+        ``first_failure`` and ``last_failure`` (UTC ``pandas.Timestamp``),
+        ``last_cell_row``, ``last_cell_family``, ``last_cell_qualifier``
+        (bytes), ``last_error_type``, ``last_error_message``,
+        ``last_error_traceback``. Needs pandas (``pip install
+        'percolite[pandas]'``)."""
+        return _records_frame(
+            [{"observer": name, **history} for name, history in self.items()], _FAILURE_COLUMNS
+        )
+
+
+class ParkedWork(list[dict[str, Any]]):
+    """What :meth:`percolite.Env.parked` returns: a list (equal to the
+    plain list of the same records) of the parked work, which
+    :meth:`to_pandas` turns into a DataFrame."""
+
+    __slots__ = ()
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per parked notification or queue key: ``observer``,
+        ``queue``, ``key``, ``row``, ``family``, ``qualifier``,
+        ``attempts``, ``parked``, ``sink``, ``first_failure`` and
+        ``last_failure`` (UTC ``pandas.Timestamp``), ``error_type``,
+        ``error_message``, ``error_traceback``. Needs pandas (``pip install
+        'percolite[pandas]'``)."""
+        return _records_frame(list(self), _PARKED_COLUMNS)

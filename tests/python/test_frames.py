@@ -1,10 +1,11 @@
 """pandas DataFrames (the optional extra percolite[pandas]): combine-queue
-values decoded by every built-in codec and scans, on every backend; and the
-error that names the extra when pandas is missing."""
+values decoded by every built-in codec, scans, failures and parked work, on
+every backend; and the error that names the extra when pandas is missing."""
 
 from __future__ import annotations
 
 import collections.abc
+import json
 import subprocess
 import sys
 
@@ -157,6 +158,101 @@ def test_scan_is_still_a_lazy_iterator(tmp_path):
                 next(wrong)
 
 
+def failing_app() -> tuple[percolite.App, percolite.CombineQueue]:
+    app = percolite.App("frames")
+
+    @app.observer(CONTENT, name="index", max_attempts=2)
+    def index(tx, row, column):
+        raise ValueError(f"bad {row.decode()}")
+
+    def poisoned(key, values):
+        if key == "poison":
+            raise RuntimeError("no folding this")
+        return sum(values)
+
+    cq = app.combine_queue("counts", combiner=poisoned, max_attempts=1)
+    return app, cq
+
+
+def park_work(env: percolite.Env, cq: percolite.CombineQueue) -> None:
+    with env.transaction() as tx:
+        tx.set("r1", CONTENT, "x")
+        tx.set("r2", CONTENT, "y")
+        cq.add(tx, {"poison": 1, "fine": 2})
+    env.start_workers(2, retry_initial=0.005, retry_max=0.02)
+    try:
+        with pytest.raises(percolite.WorkParked):
+            env.wait(timeout=60)
+    finally:
+        env.stop_workers()
+
+
+def test_failures_and_parked_work_become_frames(backend, tmp_path):
+    app, cq = failing_app()
+    with open_store(backend, tmp_path / "db", app=app, sync="none") as env:
+        assert env.failures() == {} and env.parked() == []
+        park_work(env, cq)
+        failures = env.failures()
+        parked = env.parked()
+    # Still a dict and a list to everyone who had them.
+    assert isinstance(failures, dict) and isinstance(failures, percolite.Failures)
+    assert isinstance(parked, list) and isinstance(parked, percolite.ParkedWork)
+    assert failures == dict(failures) and parked == list(parked)
+    json.dumps([dict(failures), list(parked)], default=repr)
+
+    frame = failures.to_pandas()
+    assert sorted(frame["observer"]) == ["combine queue counts", "index"]
+    (index,) = frame[frame["observer"] == "index"].to_dict("records")
+    history = failures["index"]
+    assert index["failures"] == history["failures"] == 4  # 2 attempts of 2 rows
+    assert index["parked"] == 2
+    assert index["last_cell_family"] == b"doc" and index["last_cell_row"] in (b"r1", b"r2")
+    assert index["last_error_type"] == "ValueError"
+    assert index["last_error_message"].startswith("bad r")
+    assert "raise ValueError" in index["last_error_traceback"]
+    for when in ("first_failure", "last_failure"):
+        assert str(frame[when].dtype) == "datetime64[ns, UTC]"
+        assert isinstance(index[when], pd.Timestamp)
+        assert abs(index[when].timestamp() - history[f"{when}_unix"]) < 1e-5
+
+    rows = parked.to_pandas()
+    assert len(rows) == len(parked) == 3
+    assert list(rows.columns[:3]) == ["observer", "queue", "key"]
+    by_observer = rows.sort_values(["observer", "row"]).to_dict("records")
+    queued, first, second = by_observer
+    assert queued["observer"] == "combine queue counts" and queued["queue"] == "counts"
+    assert queued["key"] == "poison" and queued["error_type"] == "RuntimeError"
+    assert queued["attempts"] == 1
+    assert [first["row"], second["row"]] == [b"r1", b"r2"]
+    assert first["key"] is None and pd.isna(first["queue"])
+    assert (first["family"], first["qualifier"]) == (b"doc", b"content")
+    assert first["attempts"] == 2 and bool(first["parked"]) is True
+    assert first["error_message"] == "bad r1"
+    assert str(rows["last_failure"].dtype) == "datetime64[ns, UTC]"
+    assert (rows["first_failure"] <= rows["last_failure"]).all()
+
+
+def test_no_failures_make_empty_frames_with_the_columns():
+    with percolite.open(":memory:") as env:
+        failures, parked = env.failures().to_pandas(), env.parked().to_pandas()
+    assert len(failures) == 0 and len(parked) == 0
+    assert list(failures.columns) == [
+        "observer",
+        "failures",
+        "parked",
+        "first_failure",
+        "last_failure",
+        "last_cell_row",
+        "last_cell_family",
+        "last_cell_qualifier",
+        "last_error_type",
+        "last_error_message",
+        "last_error_traceback",
+    ]
+    assert list(parked.columns)[:6] == ["observer", "queue", "key", "row", "family", "qualifier"]
+    assert str(parked["last_failure"].dtype) == "datetime64[ns, UTC]"
+
+
 # -- without pandas --------------------------------------------------------------
 
 
@@ -179,6 +275,8 @@ def test_without_pandas_every_conversion_names_the_extra(no_pandas):
             conversions = [
                 scan.to_pandas,
                 lambda: cq.to_pandas(tx),
+                env.failures().to_pandas,
+                env.parked().to_pandas,
             ]
             for convert in conversions:
                 with pytest.raises(ImportError, match=r"pip install 'percolite\[pandas\]'") as e:
