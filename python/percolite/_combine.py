@@ -27,6 +27,7 @@ from . import _core
 from ._cells import Change
 from ._export import ExportQueue
 from ._frames import key_value_frame
+from ._html import combine_queue_html
 from ._log import failure_text
 from ._observer import ObserverTransaction, check_max_attempts
 from ._queues import (
@@ -314,6 +315,11 @@ class CombineQueue(Generic[K, V]):
     def __repr__(self) -> str:
         combiner = self.combiner if isinstance(self.combiner, str) else "python"
         return f"<percolite.CombineQueue {self.id!r} buckets={self.buckets} combiner={combiner!r}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the queue: id, kind, buckets, codecs and the rest
+        of its declaration."""
+        return combine_queue_html(self)
 
 
 def _pair(item: Any, what: str) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ from . import _core, _log, _metrics
 from ._app import App, differences
 from ._export import ExportQueue
 from ._frames import Failures, ParkedWork
+from ._html import env_html
 from ._loader import Loader, check_retry_options
 from ._progress import Progress, check_progress
 from ._transaction import Transaction
@@ -999,6 +1000,11 @@ class Env:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<percolite.Env {self.path!r} sync={self._sync!r} {state}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the handle: a status card read with
+        ``status(queues=False)`` (no queue scan), or "closed"."""
+        return env_html(self)
 
 
 def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
