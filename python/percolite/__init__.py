@@ -20,6 +20,7 @@ from ._combine import Change, CombineQueue
 from ._counters import ShardedCounter
 from ._env import SYNC_MODES, Env, open
 from ._export import ExportBatch, ExportQueue, SequencedExport
+from ._frames import Failures, ParkedWork, Scan
 from ._loader import Loader
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._transaction import Transaction
@@ -64,6 +65,9 @@ __all__ = [
     "Transaction",
     "Column",
     "Cell",
+    "Scan",
+    "Failures",
+    "ParkedWork",
     "SYNC_MODES",
     "run_workers",
     "Error",

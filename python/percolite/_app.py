@@ -24,6 +24,7 @@ from . import _core
 from ._cells import Column
 from ._combine import CombineQueue
 from ._export import ExportQueue, SequencedExport, TransientErrors, check_transient_errors
+from ._html import app_html
 from ._log import failure_text
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction, check_max_attempts
 from ._queues import check_queue_options
@@ -609,3 +610,8 @@ class App:
 
     def __repr__(self) -> str:
         return f"<percolite.App {self.name!r} observers={len(self._observers)}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the app: its declarations (observers and their
+        columns, queues with their layouts and where their output goes)."""
+        return app_html(self)

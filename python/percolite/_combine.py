@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar, overload
 from . import _core
 from ._cells import Change
 from ._export import ExportQueue
+from ._frames import key_value_frame
+from ._html import combine_queue_html
 from ._log import failure_text
 from ._observer import ObserverTransaction, check_max_attempts
 from ._queues import (
@@ -39,6 +41,8 @@ from ._queues import (
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
+    import pandas
+
     from ._app import App
     from ._transaction import Transaction
 
@@ -288,6 +292,17 @@ class CombineQueue(Generic[K, V]):
         for key, value in merged:
             yield kc.decode(key), vc.decode(value)
 
+    def to_pandas(self, tx: Transaction, prefix: K | None = None) -> pandas.DataFrame:
+        """The current values in ``tx``'s view as a DataFrame with columns
+        ``key`` and ``value``, one row per key in the order of :meth:`scan`
+        (``prefix`` as there), decoded by the queue's codecs: ``int64`` and
+        ``float64`` values make columns of those dtypes, ``str`` pandas'
+        string column, the others (``bytes``, ``int64s:N`` tuples, ``json``,
+        ``pickle``, custom codecs) object columns of the decoded values.
+        Needs pandas (``pip install 'percolite[pandas]'``): without it,
+        ImportError before anything is read."""
+        return key_value_frame(self.scan(tx, prefix), self.key_codec, self.value_codec)
+
     def depth(self, tx: Transaction) -> int:
         """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""
         return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
@@ -300,6 +315,11 @@ class CombineQueue(Generic[K, V]):
     def __repr__(self) -> str:
         combiner = self.combiner if isinstance(self.combiner, str) else "python"
         return f"<percolite.CombineQueue {self.id!r} buckets={self.buckets} combiner={combiner!r}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the queue: id, kind, buckets, codecs and the rest
+        of its declaration."""
+        return combine_queue_html(self)
 
 
 def _pair(item: Any, what: str) -> tuple[Any, ...]:

@@ -16,6 +16,8 @@ from typing import Any, Callable, Literal, TypeVar
 from . import _core, _log, _metrics
 from ._app import App, differences
 from ._export import ExportQueue
+from ._frames import Failures, ParkedWork
+from ._html import env_html
 from ._loader import Loader, check_retry_options
 from ._progress import Progress, check_progress
 from ._transaction import Transaction
@@ -652,7 +654,7 @@ class Env:
         return totals
 
     # -- failures and parked work -------------------------------------------
-    def parked(self, observer: str | None = None) -> list[dict[str, Any]]:
+    def parked(self, observer: str | None = None) -> ParkedWork:
         """The parked work recorded in the store, from any process: one dict
         per parked notification or queue key, ``{"observer", "row",
         "family", "qualifier", "key", "queue", "attempts", "parked",
@@ -662,7 +664,9 @@ class Env:
         processor (``"combine queue <id>"``), ``queue`` its id, ``row`` the
         bucket's row, and ``key`` the key (decoded with the queue's key codec
         when the app declares the queue, else as stored); for an observer's
-        work both are None. Only ``observer``'s (by name) when given."""
+        work both are None. Only ``observer``'s (by name) when given. A
+        :class:`percolite.ParkedWork`: a list whose ``to_pandas()`` gives one
+        row per parked item (with pandas installed)."""
         if observer is not None and not isinstance(observer, str):
             raise TypeError(
                 f"parked: observer must be a name (str) or None, not {type(observer).__name__}"
@@ -670,7 +674,7 @@ class Env:
         records = self._core.work_records(True)
         if observer is not None:
             records = [r for r in records if r["observer"] == observer]
-        return [self._describe_record(r) for r in records]
+        return ParkedWork(self._describe_record(r) for r in records)
 
     def _check_observer_names(self, names: list[str]) -> None:
         """ValueError for names that are neither an observer of the bound
@@ -760,13 +764,14 @@ class Env:
                 state["last_error"] = record["error"]
         return states
 
-    def failures(self) -> dict[str, dict[str, Any]]:
+    def failures(self) -> Failures:
         """Each observer's failure history in the store, by observer name:
         ``{"failures", "parked", "first_failure_unix", "last_failure_unix",
         "last_cell": {"row", "family", "qualifier"}, "last_error": {"type",
         "message", "traceback"}}``, totals of every process that worked the
-        store."""
-        return {s.pop("observer"): s for s in self._core.failure_summaries()}
+        store. A :class:`percolite.Failures`: a dict whose ``to_pandas()``
+        gives one row per observer (with pandas installed)."""
+        return Failures((s.pop("observer"), s) for s in self._core.failure_summaries())
 
     def retry_parked(
         self,
@@ -1004,6 +1009,11 @@ class Env:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<percolite.Env {self.path!r} sync={self._sync!r} {state}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the handle: a status card read with
+        ``status(queues=False)`` (no queue scan), or "closed"."""
+        return env_html(self)
 
 
 def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, TypeAlias, TypeVar
 
 from . import _core
 from ._cells import SequencedExport
+from ._html import export_queue_html
 from ._log import failure_text
 from ._observer import check_max_attempts
 from ._queues import (
@@ -284,3 +285,8 @@ class ExportQueue(Generic[K, V]):
             f"<percolite.ExportQueue {self.id!r} buckets={self.buckets} "
             f"exporter={getattr(self.exporter, '__qualname__', self.exporter)!r}>"
         )
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the queue: id, kind, buckets, codecs and the rest
+        of its declaration."""
+        return export_queue_html(self)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar, overload
 
 from . import _core
 from ._cells import BytesLike, Cell, Column
+from ._frames import Scan
 
 __all__ = ["Transaction"]
 
@@ -112,7 +113,7 @@ class Transaction:
         start: BytesLike | None = None,
         end: BytesLike | None = None,
         columns: Sequence[ColumnLike] | None = None,
-    ) -> Iterator[Cell]:
+    ) -> Scan:
         """Iterate cells in order (row, then family, then qualifier).
 
         Either all rows starting with ``prefix`` (every row when omitted), or
@@ -122,7 +123,25 @@ class Transaction:
         cheaply. percolite's own rows (failure records, whose names begin with
         ``percolite._core.SYSTEM_ROW_PREFIX``) are left out unless the
         prefix or start asked for lies among them.
+
+        Returns a :class:`percolite.Scan`: an iterator of
+        :class:`percolite.Cell`, lazy as a generator (iterating it runs at
+        generator speed: the wrapper costs nothing per cell), whose
+        ``to_pandas()`` makes the cells a DataFrame (columns ``row``,
+        ``family``, ``qualifier``, ``value``) when pandas is installed
+        (``pip install 'percolite[pandas]'``)::
+
+            frame = tx.scan(prefix="doc:").to_pandas()
         """
+        return Scan(self._scan(prefix, start, end, columns))
+
+    def _scan(
+        self,
+        prefix: BytesLike | None,
+        start: BytesLike | None,
+        end: BytesLike | None,
+        columns: Sequence[ColumnLike] | None,
+    ) -> Iterator[Cell]:
         if prefix is not None and (start is not None or end is not None):
             raise ValueError("scan takes either prefix or start/end, not both")
         if columns is not None:

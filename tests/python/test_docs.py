@@ -134,6 +134,16 @@ def test_operations_memory_example_prints_what_its_comment_says(tmp_path):
     assert result.stdout.strip() == "memory False"
 
 
+def test_operations_jupyter_example_prints_what_its_comment_says(tmp_path):
+    code = python_blocks(ROOT / "docs" / "operations.md")[1]
+    assert "to_pandas" in code
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[{'key': 'be', 'value': 2}, {'key': 'to', 'value': 2}]"
+
+
 def relative_links(path: Path) -> list[str]:
     """The targets of the Markdown links in ``path`` that point into the repository."""
     targets = re.findall(r"\]\(([^)\s]+)\)", path.read_text())
