@@ -225,7 +225,10 @@ def app_graph_svg(app: App) -> str | None:
     there is none to show. The App card puts it above its tables as it is:
     whatever makes it must escape the names it draws (``html.escape``) and
     load nothing (no script, no font, no link)."""
-    return None
+    from .ui import _graph
+
+    graph = _graph.declared(app)
+    return _graph.svg(graph) if graph["nodes"] else None
 
 
 def app_html(app: App) -> str:

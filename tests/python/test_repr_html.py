@@ -3,6 +3,8 @@ the names and state that matter, everything escaped, nothing loaded."""
 
 from __future__ import annotations
 
+import html
+import re
 from html.parser import HTMLParser
 
 import percolite
@@ -41,6 +43,38 @@ class Structure(HTMLParser):
         self.text.append(data)
 
 
+# What the app's graph (an inline SVG) may carry besides inline styles.
+SVG_ATTRIBUTES = {
+    "xmlns",
+    "class",
+    "width",
+    "height",
+    "viewbox",
+    "font-family",
+    "font-size",
+    "role",
+    "aria-label",
+    "id",
+    "refx",
+    "refy",
+    "markerwidth",
+    "markerheight",
+    "orient",
+    "d",
+    "fill",
+    "stroke",
+    "stroke-width",
+    "marker-end",
+    "x",
+    "y",
+    "rx",
+    "text-anchor",
+    "font-weight",
+    "data-node",
+    "data-edge",
+}
+
+
 def check_card(card: str) -> str:
     """``card`` checked to be a well-nested, self-contained fragment with
     inline styles only; returns its text (entities decoded)."""
@@ -49,11 +83,15 @@ def check_card(card: str) -> str:
     parser.feed(card)
     parser.close()
     assert parser.open == [], f"unclosed: {parser.open}"
-    assert parser.tags <= {"div", "span", "table", "thead", "tbody", "tr", "th", "td", "br"}
-    assert {name for name, _ in parser.attributes} <= {"style"}
-    lowered = card.lower()
-    for loaded in ("<script", "<link", "<img", "url(", "@import", "@font-face", "http"):
-        assert loaded not in lowered, loaded
+    html_tags = {"div", "span", "table", "thead", "tbody", "tr", "th", "td", "br"}
+    svg_tags = {"svg", "defs", "marker", "path", "g", "title", "rect", "text"}
+    assert parser.tags <= html_tags | svg_tags
+    outside_svg = {name for name, _ in parser.attributes} - SVG_ATTRIBUTES
+    assert outside_svg <= {"style"}, outside_svg
+    # The SVG namespace is a name, not an address: nothing else may look like one.
+    lowered = card.lower().replace('xmlns="http://www.w3.org/2000/svg"', "")
+    for loaded in ("<script", "<link", "<img", "<image", "url(", "@import", "@font-face", "http"):
+        assert loaded not in lowered.replace("url(#percolite-arrow)", ""), loaded
     return "".join(parser.text)
 
 
@@ -87,13 +125,18 @@ def test_the_app_card_shows_its_declarations_escaped():
     assert "2 observers, 2 queues" in text
 
 
-def test_the_app_card_shows_the_graph_when_there_is_one(monkeypatch):
+def test_the_app_card_shows_its_graph_escaped():
     app, _counts = make_app()
-    assert percolite._html.app_graph_svg(app) is None
+    svg = percolite._html.app_graph_svg(app)
+    card = app._repr_html_()
+    assert svg is not None and svg in card
+    nodes = set(re.findall(r'data-node="([^"]*)"', svg))
+    assert {"family:doc", "queue:counts", "queue:sink", "sink:sink"} <= nodes
+    assert html.escape(f"observer:{EVIL}", quote=True) in nodes
+    edges = set(re.findall(r'data-edge="([^"]*)"', svg))
+    assert "queue:counts -&gt; queue:sink" in edges and "queue:sink -&gt; sink:sink" in edges
     assert "no observers or queues" in check_card(percolite.App("empty")._repr_html_())
-    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"></svg>'
-    monkeypatch.setattr(percolite._html, "app_graph_svg", lambda app: svg)
-    assert svg in app._repr_html_()
+    assert percolite._html.app_graph_svg(percolite.App("empty")) is None
 
 
 def test_queue_cards_show_their_declaration():

@@ -319,16 +319,7 @@ class Monitor:
         recorded app's."""
         app = self.env.app
         if app is not None:
-            out = {}
-            for queue_id, queue in app._queues.items():
-                identity = queue._identity()
-                exporter = getattr(queue, "exporter", None)
-                out[queue_id] = {
-                    "kind": identity["kind"],
-                    "export_to": [q.id for q in getattr(queue, "_export_to", [])],
-                    "sink": repr(exporter) if exporter is not None else None,
-                }
-            return out
+            return _graph.declared_queues(app)
         with self.env.transaction() as tx:
             recorded = self.env._recorded_queues(tx)
         return {

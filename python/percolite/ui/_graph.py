@@ -22,7 +22,7 @@ import html
 import math
 from typing import Any
 
-__all__ = ["build", "layout", "svg"]
+__all__ = ["build", "declared", "declared_queues", "layout", "svg"]
 
 _QUEUE_PROCESSOR_KINDS = ("combine queue", "export queue")
 
@@ -128,6 +128,29 @@ def build(
             if target_node != source:
                 edge(source, target_node, "writes", count)
     return {"nodes": list(nodes.values()), "edges": list(edges.values())}
+
+
+def declared_queues(app: Any) -> dict[str, dict[str, Any]]:
+    """The queues ``app`` declares, as :func:`build` takes them."""
+    out = {}
+    for queue_id, queue in app._queues.items():
+        exporter = getattr(queue, "exporter", None)
+        out[queue_id] = {
+            "kind": queue._identity()["kind"],
+            "export_to": [q.id for q in getattr(queue, "_export_to", [])],
+            "sink": repr(exporter) if exporter is not None else None,
+        }
+    return out
+
+
+def declared(app: Any) -> dict[str, Any]:
+    """The graph of what ``app`` declares, before any run: its observed
+    columns, its queues, ``export_to`` and the sinks (what observers write
+    shows once they have run: :class:`percolite.ui.Console`)."""
+    observed = [
+        (o.column.family, o.column.qualifier, o.notify.name.lower(), o.name) for o in app.observers
+    ]
+    return build(observed=observed, queues=declared_queues(app), writes={})
 
 
 def layout(graph: dict[str, Any]) -> dict[str, tuple[int, int]]:
