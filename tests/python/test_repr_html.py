@@ -59,6 +59,7 @@ SVG_ATTRIBUTES = {
     "refy",
     "markerwidth",
     "markerheight",
+    "markerunits",
     "orient",
     "d",
     "fill",

@@ -308,11 +308,22 @@ class Monitor:
             queues=queues,
             writes=counters.get("observer_writes", {}),
             rates=edge_rates,
-            pending=gauges["pending_by_observer"],
+            pending=self._pending_by_observer(),
             depths=gauges["queue_depth"],
             sinks=env.sinks(),
             runs_per_second=runs,
         )
+
+    def _pending_by_observer(self) -> dict[str, int]:
+        """Notifications waiting per observer, counted now (cheap: the
+        status beside the graph shows the same)."""
+        names = {(f, q): name for f, q, _notify, name in self.env._core.observed_columns()}
+        pending: dict[str, int] = {}
+        for column, n in self.env._core.pending_by_column().items():
+            name = names.get(column)
+            if name is not None:
+                pending[name] = pending.get(name, 0) + n
+        return pending
 
     def _queues(self) -> dict[str, dict[str, Any]]:
         """The queues of the bound app (with export_to and sinks), else the

@@ -230,7 +230,7 @@ def svg(graph: dict[str, Any]) -> str:
         f'font-family="system-ui, sans-serif" font-size="12" role="img" '
         f'aria-label="dataflow graph">',
         '<defs><marker id="percolite-arrow" viewBox="0 0 10 10" refX="9" refY="5" '
-        'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+        'markerWidth="9" markerHeight="9" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
         '<path d="M 0 0 L 10 5 L 0 10 z" fill="#888"/></marker></defs>',
     ]
     for e in graph["edges"]:
