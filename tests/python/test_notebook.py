@@ -1,5 +1,5 @@
-"""The walkthrough notebook runs from top to bottom, twice in one kernel:
-every cell, no errors.
+"""The notebooks run from top to bottom, twice in one kernel: every cell,
+no errors, and what they show is there.
 
 The kernel must be this interpreter (the venv's), with percolite installed.
 The test does not rely on whatever ``python3`` kernelspec the machine has (a
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "phrasecount.ipynb"
+NOTEBOOKS = ROOT / "notebooks"
 CHECK_INTERPRETER = "import sys; print(sys.prefix)"
 
 
@@ -37,11 +37,12 @@ def jupyter_env(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_notebook_runs(jupyter_env):
+def run_notebook(name, jupyter_env):
+    """The notebook ``name`` run twice in one kernel; its cells with their outputs."""
     import nbformat
     from nbclient import NotebookClient
 
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), (
         "commit the notebook without outputs (clear them) so diffs stay small"
     )
@@ -62,8 +63,32 @@ def test_notebook_runs(jupyter_env):
     assert kernel_prefix == sys.prefix, f"the kernel ran {kernel_prefix}, not this venv"
     errors = [o for cell in nb.cells for o in cell.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    return nb.cells
+
+
+def test_the_phrasecount_notebook_runs(jupyter_env):
+    cells = run_notebook("phrasecount.ipynb", jupyter_env)
     # The rebinding cell: the first title went through the old observer, the second the new.
     printed = [
-        o.text for cell in nb.cells for o in cell.get("outputs", []) if o.output_type == "stream"
+        o.text for cell in cells for o in cell.get("outputs", []) if o.output_type == "stream"
     ]
     assert any("b'ON SNAPSHOTS!' b'ON LEASES!!'" in text for text in printed), printed
+
+
+def test_the_console_notebook_shows_cards_frames_and_the_console(jupyter_env):
+    cells = run_notebook("console.ipynb", jupyter_env)
+
+    def html_of(source):
+        (cell,) = [c for c in cells if c.cell_type == "code" and c.source.strip() == source]
+        return "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
+
+    assert "percolite.App" in html_of("app") and "<svg" in html_of("app")
+    assert 'data-node="observer:count_words"' in html_of("app")
+    frames = [html_of(c.source.strip()) for c in cells if "to_pandas()" in c.source]
+    assert any("dataframe" in frame and "empty" in frame for frame in frames), frames
+    view = html_of("view = percolite.ui.show(env, height=700)\nview")
+    assert "<iframe" in view and "http://127.0.0.1:" in view and "token=" in view
+    printed = "".join(
+        o.text for c in cells for o in c.get("outputs", []) if o.output_type == "stream"
+    )
+    assert printed.strip().splitlines()[-1] == "3"  # documents with "the": d1, d2, d3 fixed
