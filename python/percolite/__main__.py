@@ -1,13 +1,18 @@
 """The percolite command line: ``percolite`` or ``python -m percolite``.
 
-Commands: ``phrasecount [PATH ...] --db DB``, ``demo``, ``status DB``,
-``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``, ``retry DB``,
-``take-over MODULE:APP QUEUE --db DB``, ``check DB``.
+Commands: ``phrasecount [PATH ...]``, ``demo``, ``status``, ``scan``,
+``wait``, ``worker MODULE:APP``, ``retry``, ``take-over MODULE:APP QUEUE``,
+``check``, ``restored``. Each takes its store as ``--db DB`` or from
+``$PERCOLITE_DB``; those whose only positional argument is the store take
+it as ``DB`` too (``percolite status DB``).
 
-Exit statuses: 0 done; 1 an error; 2 bad arguments (usage); 3 (``worker
---until-idle`` and ``wait``) nothing left to run but parked work; 4 (the
-same) nothing left but parked work and export queues blocked by a sink
-that refuses the store (``take-over``).
+Every command reports its mistakes the same way: one line, ``percolite:
+...``, on standard error and an exit status by kind (the table in _cli and
+docs/operations.md): 0 done; 1 an error; 2 a mistake in the command (no
+store there among them); 3 (``worker --until-idle`` and ``wait``) nothing
+left to run but parked work; 4 (the same) nothing left but parked work and
+export queues blocked by a sink that refuses the store (``take-over``);
+130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import argparse
 import datetime
 import json
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -25,24 +29,29 @@ from collections.abc import Sequence
 import percolite
 
 from . import _core
-from ._env import TARGET_VARIABLE, shared_target, shown_target, store_directory
+from ._cli import (
+    BAD_APP,
+    BAD_TARGET,
+    NOT_DONE,
+    CommandError,
+    check_store,
+    explain,
+    resolve_store,
+    store_argument,
+    takes_store,
+)
+from ._env import shown_target, store_directory
 from ._log import describe_cell, shown
 from ._metrics import prometheus_text
-from ._workers import (
-    EXIT_BLOCKED,
-    EXIT_DONE,
-    EXIT_ERROR,
-    EXIT_PARKED,
-    EXIT_USAGE,
-    load_app,
-    run_worker_processes,
-)
+from ._workers import EXIT_DONE, EXIT_ERROR, load_app, run_worker_processes
 
 
 def _demo(args: argparse.Namespace) -> int:
     """A small tour of transactions: concurrent increments without lost updates."""
     import threading
 
+    if args.db:
+        check_store(args.db, creates=True, shared=False)  # ":memory:" is fine here
     with tempfile.TemporaryDirectory(prefix="percolite-demo-") as scratch:
         path = args.db or f"{scratch}/demo.db"
         with percolite.open(path) as env:
@@ -79,8 +88,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _open_existing(path: str) -> percolite.Env:
-    shared_target(path)  # a memory target: no other process's store to look at
-    return percolite.open(path, create=False)
+    return percolite.open(path, create=False)  # resolve_store refused private targets
 
 
 def _printable(value: bytes) -> str:
@@ -164,30 +172,24 @@ def _retry(args: argparse.Namespace) -> int:
     with _open_existing(args.db) as env:
         parked = env.parked()
         if not parked:
-            print(f"percolite: nothing is parked in {env.path}", file=sys.stderr)
-            return EXIT_ERROR
+            raise CommandError(NOT_DONE, f"nothing is parked in {env.path}")
         names = args.observer or []
         queues = args.queue or []
         unknown = sorted(set(names) - {r["observer"] for r in parked})
         unknown += sorted(set(queues) - {r["queue"] for r in parked if r["queue"] is not None})
         if unknown:
-            print(
-                f"percolite: no parked work of {', '.join(map(repr, unknown))} in {env.path}; "
+            raise CommandError(
+                NOT_DONE,
+                f"no parked work of {', '.join(map(repr, unknown))} in {env.path}; "
                 "nothing was retried",
-                file=sys.stderr,
             )
-            return EXIT_ERROR
         retried = env.retry_parked(names or None, queue=queues or None)
     print(f"retried {retried} parked item{'s' if retried != 1 else ''}; run the workers")
     return EXIT_DONE
 
 
 def _check(args: argparse.Namespace) -> int:
-    shared_target(args.db)  # a memory target: no store another process can check
-    try:
-        report = percolite.check(args.db)
-    except percolite.StorageError as e:
-        raise ValueError(str(e)) from None  # a usage error: exit 2
+    report = percolite.check(args.db)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -204,7 +206,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _restored(args: argparse.Namespace) -> int:
-    store_directory(args.db)  # a memory target has no copy to restore
+    try:
+        store_directory(args.db)  # a server's store has no data file to restore
+    except ValueError as e:
+        raise CommandError(BAD_TARGET, str(e)) from None
     with percolite.open(args.db, create=False, restored=True):
         pass
     print(
@@ -246,19 +251,22 @@ def _wait(args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.timeout >= 0:  # NaN too
         raise ValueError(f"--timeout must be a number of seconds >= 0, not {args.timeout}")
     with _open_existing(args.db) as env:
-        try:
-            idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
-        except percolite.WorkParked as e:
-            print(f"percolite: {e}", file=sys.stderr)
-            return EXIT_BLOCKED if isinstance(e, percolite.SinkBlocked) else EXIT_PARKED
+        # Parked work raises WorkParked (or SinkBlocked): exit 3 (or 4), see _cli.
+        idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
     if not idle:
-        print(f"percolite: still busy after {args.timeout} s", file=sys.stderr)
-        return EXIT_ERROR
+        raise CommandError(NOT_DONE, f"still busy after {args.timeout} s")
     return EXIT_DONE
 
 
+def _load_app(spec: str) -> percolite.App:
+    try:
+        return load_app(spec)
+    except (ImportError, TypeError, ValueError) as e:
+        raise CommandError(BAD_APP, f"cannot load app {spec!r}: {e}") from e
+
+
 def _take_over(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
+    app = _load_app(args.app)
     with percolite.open(args.db, app=app, create=False) as env:
         done = env.take_over_sink(args.queue)
     print(
@@ -271,7 +279,7 @@ def _take_over(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
+    app = _load_app(args.app)
     return run_worker_processes(
         app_spec=args.app,
         app=app,
@@ -300,7 +308,8 @@ def _configure_logging(args: argparse.Namespace) -> None:
         logger.addHandler(handler)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command (``func``: the function that runs it)."""
     summary = percolite.__doc__.splitlines()[0]
     parser = argparse.ArgumentParser(prog="percolite", description=summary)
     parser.add_argument("--version", action="version", version=percolite.__version__)
@@ -335,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.set_defaults(func=_demo)
 
     status = commands.add_parser("status", help="pending notifications, observers, failures")
-    status.add_argument("db")
+    store_argument(status, positional=True)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument(
         "--prometheus",
@@ -345,27 +354,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.set_defaults(func=_status)
 
     scan = commands.add_parser("scan", help="print cells, or pending notifications")
-    scan.add_argument("db")
+    store_argument(scan, positional=True)
     scan.add_argument("--prefix", help="only rows starting with this")
     scan.add_argument("--notifications", action="store_true", help="list pending notifications")
     scan.add_argument("--limit", type=int, default=1000)
     scan.set_defaults(func=_scan)
 
     wait = commands.add_parser("wait", help="wait until no notification is pending")
-    wait.add_argument("db")
+    store_argument(wait, positional=True)
     wait.add_argument("--timeout", type=float, default=None)
     wait.add_argument("--quiet", action="store_true", help="no progress display")
     wait.set_defaults(func=_wait)
 
     worker = commands.add_parser("worker", help="run an app's observers on a store")
     worker.add_argument("app", help="the application, as module:attribute (a percolite.App)")
-    worker.add_argument(
-        "--db",
-        default=os.environ.get(TARGET_VARIABLE),
-        required=not os.environ.get(TARGET_VARIABLE),
-        help=f"the store (default: ${TARGET_VARIABLE}, which keeps a URI's password off the "
-        "command line)",
-    )
+    store_argument(worker)
     worker.add_argument("--processes", type=int, default=1)
     worker.add_argument("--threads", type=int, default=_core.DEFAULT_THREADS)
     worker.add_argument(
@@ -398,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_cmd = commands.add_parser(
         "check", help="read the whole store back and report damage (exit 1 when damaged)"
     )
-    check_cmd.add_argument("db")
+    store_argument(check_cmd, positional=True)
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     check_cmd.set_defaults(func=_check)
 
@@ -407,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="accept a store's data file as restored from a copy on purpose "
         "(what open(..., restored=True) does)",
     )
-    restored.add_argument("db")
+    store_argument(restored, positional=True)
     restored.set_defaults(func=_restored)
 
     take_over = commands.add_parser(
@@ -420,16 +423,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     take_over.add_argument("app", help="the application, as module:attribute (a percolite.App)")
     take_over.add_argument("queue", help="the export queue's id")
-    take_over.add_argument(
-        "--db",
-        default=os.environ.get(TARGET_VARIABLE),
-        required=not os.environ.get(TARGET_VARIABLE),
-        help=f"the store (default: ${TARGET_VARIABLE})",
-    )
+    store_argument(take_over)
     take_over.set_defaults(func=_take_over)
 
     retry = commands.add_parser("retry", help="put parked work back to run")
-    retry.add_argument("db")
+    store_argument(retry, positional=True)
     retry.add_argument(
         "--observer", action="append", help="only this observer's parked work (repeatable)"
     )
@@ -438,21 +436,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     retry.set_defaults(func=_retry)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     _configure_logging(args)
     try:
+        if takes_store(args):
+            resolve_store(args)
         return args.func(args)
-    except percolite.Error as e:
-        print(f"percolite: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except (ValueError, TypeError, ImportError) as e:
-        print(f"percolite: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as e:  # a file or a server that cannot be reached
-        print(f"percolite: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
+    except (Exception, KeyboardInterrupt) as e:
+        # One line and one exit status per kind of mistake: the table in _cli.
+        failure = explain(e, getattr(args, "db", None))
+        if failure is None:
+            raise  # a bug: its traceback
+        if str(failure):
+            print(f"percolite: {failure}", file=sys.stderr)
+        return failure.mistake.status
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_PARKED",
     "EXIT_BLOCKED",
+    "EXIT_INTERRUPTED",
 ]
 
 # Exit statuses of `percolite worker --until-idle` (and run_workers).
@@ -47,6 +48,7 @@ EXIT_ERROR = 1  # an error stopped it
 EXIT_USAGE = 2  # bad arguments
 EXIT_PARKED = 3  # nothing left to run but parked work
 EXIT_BLOCKED = 4  # ... and an export queue blocked by a sink refusing the store
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 @contextlib.contextmanager
@@ -169,7 +171,7 @@ def _run_in_this_process(
                     _log.logger.error("%s", e)
                 return EXIT_BLOCKED if isinstance(e, SinkBlocked) else EXIT_PARKED
             except KeyboardInterrupt:
-                return 130
+                return EXIT_INTERRUPTED
         return EXIT_DONE
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -302,7 +304,7 @@ def run_worker_processes(
         stop_children()
         for child in children:
             child.wait()
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
         if server is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import percolite
+from percolite._cli import store_argument
 from percolite._env import TARGET_VARIABLE, shared_target, shown_target
 from percolite._progress import Progress
 
@@ -174,18 +175,19 @@ def run(
             raise ValueError(f"--{name} must be an int >= {least}, not {value!r}")
     target = export or default_export(shared)
     sink = pc.set_export(target)
-    check = getattr(sink, "check", None)
-    if check is not None:
-        check()  # an unreachable sink fails now, not in the workers
 
     if paths:
         documents, problems, missing = _files(paths)
     else:
         documents, problems, missing = stdlib_documents(), [], []
 
+    # The store first: a server that cannot be reached is named as the store's.
     env = percolite.open(db, app=pc.app)
     worker_proc = None
     try:
+        check = getattr(sink, "check", None)
+        if check is not None:
+            check()  # an unreachable sink fails now, not in the workers
         if export is None:
             _own_default_sink(env, sink, target, stream)
         if processes > 0:
@@ -362,9 +364,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths", nargs="*", metavar="PATH", help="files or directories (default: the stdlib)"
     )
-    parser.add_argument(
-        "--db", required=True, help="store directory or postgresql:// URI (created if missing)"
-    )
+    store_argument(parser, creates=True)
     parser.add_argument(
         "--export",
         help="sqlite:FILE or postgresql://... (default: sqlite:<db>.phrases.sqlite)",

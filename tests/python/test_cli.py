@@ -1,0 +1,219 @@
+"""The `percolite` command line as a whole: every command finds its store
+the same way (DB, --db DB or $PERCOLITE_DB) and reports the same mistake
+with the same words and exit status (the table in percolite._cli and
+docs/operations.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import percolite
+import pytest
+from _isolated import TESTS_DIR
+from percolite.__main__ import build_parser, main
+from percolite._env import TARGET_VARIABLE
+
+CONTENT = ("doc", "content")
+
+# Every command, with the store as {db} and what else it needs to run.
+COMMANDS = {
+    "status": ["status", "--db", "{db}"],
+    "scan": ["scan", "--db", "{db}"],
+    "wait": ["wait", "--db", "{db}", "--quiet", "--timeout", "5"],
+    "retry": ["retry", "--db", "{db}"],
+    "check": ["check", "--db", "{db}"],
+    "restored": ["restored", "--db", "{db}"],
+    "worker": ["worker", "children.flaky_app:app", "--db", "{db}", "--until-idle"],
+    "take-over": ["take-over", "children.flaky_app:app", "out", "--db", "{db}"],
+    "phrasecount": ["phrasecount", "--quiet", "--db", "{db}"],
+    "demo": ["demo", "--db", "{db}"],
+}
+# Those that make their store where there is none.
+CREATES = {"phrasecount", "demo"}
+# Those whose only positional argument is the store.
+POSITIONAL = {"status", "scan", "wait", "retry", "check", "restored"}
+
+
+def command(name: str, db=None, *, how: str = "--db") -> list[str]:
+    """``name``'s argv with the store ``db`` given as ``how`` says: "--db",
+    "DB" (positional) or "none" (left out: $PERCOLITE_DB, or nothing)."""
+    argv = list(COMMANDS[name])
+    at = argv.index("--db")
+    del argv[at : at + 2]
+    if how == "--db":
+        argv[at:at] = ["--db", str(db)]
+    elif how == "DB":
+        argv[1:1] = [str(db)]
+    return argv
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Runs main() in this process: (status, stdout, stderr). $PERCOLITE_DB
+    is unset; the percolite logger is left as it was found."""
+    monkeypatch.delenv(TARGET_VARIABLE, raising=False)
+    monkeypatch.chdir(TESTS_DIR)  # the children.* apps
+    logger = logging.getLogger("percolite")
+    level, handlers = logger.level, list(logger.handlers)
+
+    def run(*argv):
+        try:
+            status = main([str(a) for a in argv])
+        except SystemExit as e:  # argparse
+            status = e.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    yield run
+    logger.setLevel(level)
+    logger.handlers[:] = handlers
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands.choices
+
+
+def test_the_table_covers_every_command():
+    assert set(subcommands()) == set(COMMANDS), "a new command: add it to COMMANDS"
+    for name, sub in subcommands().items():
+        options = {o for a in sub._actions for o in a.option_strings}
+        assert "--db" in options, name
+        has_db = any(a.dest == "store" for a in sub._actions)
+        assert has_db == (name in POSITIONAL), name
+
+
+def ways(names) -> list[tuple[str, str]]:
+    """(command, how it is given its store) for every way each of ``names`` takes one."""
+    hows = {name: ["--db", "env"] + (["DB"] if name in POSITIONAL else []) for name in names}
+    if "demo" in hows:
+        hows["demo"].remove("env")  # the demo never writes to the store of $PERCOLITE_DB
+    return [(name, how) for name in sorted(names) for how in hows[name]]
+
+
+@pytest.mark.parametrize("name, how", ways(COMMANDS))
+def test_a_file_given_as_the_store(cli, tmp_path, monkeypatch, name, how):
+    db = tmp_path / "plain"
+    db.write_text("mine")
+    if how == "env":
+        monkeypatch.setenv(TARGET_VARIABLE, str(db))
+    status, out, err = cli(*command(name, db, how="none" if how == "env" else how))
+    assert status == 2
+    assert one_line(err) == (
+        f"percolite: {db}: not a percolite store: it is a file (a store is a directory)"
+    )
+    assert db.read_text() == "mine"
+
+
+@pytest.mark.parametrize("name, how", ways(set(COMMANDS) - CREATES))
+def test_a_store_that_does_not_exist(cli, tmp_path, monkeypatch, name, how):
+    db = tmp_path / "nothing"
+    if how == "env":
+        monkeypatch.setenv(TARGET_VARIABLE, str(db))
+    status, out, err = cli(*command(name, db, how="none" if how == "env" else how))
+    assert status == 2
+    assert one_line(err) == f"percolite: {db}: no such store: nothing is there"
+    assert not db.exists(), "nothing was created"
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - CREATES))
+def test_a_directory_that_holds_no_store(cli, tmp_path, name):
+    db = tmp_path / "plain"
+    db.mkdir()
+    (db / "notes.txt").write_text("mine")
+    status, out, err = cli(*command(name, db))
+    assert status == 2
+    assert one_line(err) == (
+        f"percolite: {db}: not a percolite store: the directory holds none (no data.mdb)"
+    )
+    assert os.listdir(db) == ["notes.txt"], "nothing was created"
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"demo"}))
+def test_no_store_given(cli, name):
+    status, out, err = cli(*command(name, how="none"))
+    assert status == 2
+    assert one_line(err) == (
+        "percolite: no store given: name it with --db DB (a directory or a postgresql:// URI) "
+        "or $PERCOLITE_DB"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"restored", "demo"}))
+def test_a_server_that_cannot_be_reached(cli, name):
+    db = "postgresql://nobody@/percolite?host=/nonexistent-percolite-socket"
+    status, out, err = cli(*command(name, db))
+    assert status == 1
+    line = one_line(err)
+    assert line.startswith(
+        "percolite: cannot connect to the postgresql server of "
+        "'postgresql://nobody@/percolite?host=/nonexistent-percolite-socket': "
+    ), line
+
+
+@pytest.mark.parametrize("name", sorted(POSITIONAL))
+def test_two_different_stores_is_a_usage_error(cli, tmp_path, name):
+    with percolite.open(tmp_path / "a", sync="none"), percolite.open(tmp_path / "b", sync="none"):
+        pass
+    argv = command(name, tmp_path / "a")
+    argv[1:1] = [str(tmp_path / "b")]
+    status, out, err = cli(*argv)
+    assert status == 2
+    assert one_line(err) == (
+        f"percolite: two stores given, {tmp_path / 'b'} and --db {tmp_path / 'a'}: give one"
+    )
+
+
+def test_the_same_store_twice_is_fine(cli, tmp_path):
+    with percolite.open(tmp_path / "a", sync="none"):
+        pass
+    status, out, err = cli("scan", tmp_path / "a", "--db", tmp_path / "a")
+    assert (status, out, err) == (0, "", "")
+
+
+def test_status_takes_db_and_the_environment(cli, tmp_path, monkeypatch):
+    """The issue's first try: `percolite status --db DB`."""
+    db = tmp_path / "db"
+    with percolite.open(db, sync="none") as env:
+        with env.transaction() as tx:
+            tx.set("r", CONTENT, "v")
+    for argv in (["status", "--db", db], ["status", db]):
+        status, out, err = cli(*argv)
+        assert status == 0, err
+        assert out.startswith(f"store:   {db}\n")
+    monkeypatch.setenv(TARGET_VARIABLE, str(db))
+    assert cli("scan") == (0, "r\tdoc:content\tv\n", "")
+    # Given on the command line, the store wins over the environment's.
+    monkeypatch.setenv(TARGET_VARIABLE, str(tmp_path / "elsewhere"))
+    assert cli("scan", db) == (0, "r\tdoc:content\tv\n", "")
+    assert cli("scan", "--db", db) == (0, "r\tdoc:content\tv\n", "")
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("nocolon", "app must be given as module:attribute, not 'nocolon'"),
+        ("no_such_module_here:app", "No module named 'no_such_module_here'"),
+        ("children.flaky_app:nope", "module 'children.flaky_app' has no attribute 'nope'"),
+        ("children.flaky_app:CONTENT", "is a tuple, not a percolite.App"),
+    ],
+)
+@pytest.mark.parametrize("name", ["worker", "take-over"])
+def test_a_bad_app_is_a_usage_error(cli, tmp_path, name, spec, words):
+    with percolite.open(tmp_path / "db", sync="none"):
+        pass
+    argv = command(name, tmp_path / "db")
+    argv[1] = spec
+    status, out, err = cli(*argv)
+    assert status == 2
+    line = one_line(err)
+    assert line.startswith(f"percolite: cannot load app {spec!r}: ") and words in line, line
