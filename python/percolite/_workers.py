@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ from typing import Any
 
 from . import _core, _log, _metrics
 from ._app import App
-from ._env import TARGET_VARIABLE, shared_target
+from ._env import TARGET_VARIABLE, shared_target, shown_target
 from ._env import open as open_env
 from .errors import SinkBlocked, StorageError, WorkParked
 
@@ -286,18 +287,19 @@ def run_worker_processes(
                     -code,
                 )
         status = _group_status(codes)
+        store = shlex.quote(shown_target(os.fspath(db)))  # never a URI's password
         if status == EXIT_BLOCKED:
             _log.logger.error(
                 "nothing left to run but parked work and export queues blocked by a sink that "
-                "refuses this store; see `percolite status %s`",
-                db,
+                "refuses this store; see `percolite status --db %s`",
+                store,
             )
         elif status == EXIT_PARKED:
             _log.logger.error(
-                "nothing left to run but parked work; see `percolite status %s`, fix the cause, "
-                "then `percolite retry %s`",
-                db,
-                db,
+                "nothing left to run but parked work; see `percolite status --db %s`, fix the "
+                "cause, then `percolite retry --db %s`",
+                store,
+                store,
             )
         return status
     except KeyboardInterrupt:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
+import sys
 
 import percolite
 import pytest
-from _isolated import TESTS_DIR
+from _isolated import TESTS_DIR, load_fresh, run_command
 from percolite.__main__ import build_parser, main
 from percolite._env import TARGET_VARIABLE
 
@@ -217,3 +219,18 @@ def test_a_bad_app_is_a_usage_error(cli, tmp_path, name, spec, words):
     assert status == 2
     line = one_line(err)
     assert line.startswith(f"percolite: cannot load app {spec!r}: ") and words in line, line
+
+
+def test_a_worker_group_names_the_commands_that_show_and_retry_parked_work(tmp_path):
+    db = tmp_path / "a store"
+    with percolite.open(db, app=load_fresh("children.flaky_app").app, sync="none") as env:
+        with env.transaction() as tx:
+            for i in range(4):
+                tx.set(f"doc:{i}", CONTENT, "text")
+    argv = [sys.executable, "-m", "percolite", "worker", "children.flaky_app:app", "--until-idle"]
+    argv += ["--processes", "2", "--threads", "1", "--db", db]
+    result = run_command(argv, timeout=120, cwd=TESTS_DIR)
+    assert result.returncode == 3, result.stderr
+    quoted = shlex.quote(str(db))
+    assert f"see `percolite status --db {quoted}`" in result.stderr
+    assert f"then `percolite retry --db {quoted}`" in result.stderr
