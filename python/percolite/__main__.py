@@ -34,13 +34,18 @@ from ._cli import (
     BAD_TARGET,
     NOT_DONE,
     CommandError,
+    Parser,
+    at_least,
     check_store,
+    exit_statuses,
     explain,
+    port,
     resolve_store,
+    seconds,
     store_argument,
     takes_store,
 )
-from ._env import shown_target, store_directory
+from ._env import TARGET_VARIABLE, shown_target, store_directory
 from ._log import describe_cell, shown
 from ._metrics import prometheus_text
 from ._workers import EXIT_DONE, EXIT_ERROR, load_app, run_worker_processes
@@ -220,8 +225,6 @@ def _restored(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    if args.limit < 0:
-        raise ValueError(f"--limit must be >= 0, not {args.limit}")
     with _open_existing(args.db) as env:
         if args.notifications:
             after, shown = b"", 0
@@ -248,8 +251,6 @@ def _scan(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    if args.timeout is not None and not args.timeout >= 0:  # NaN too
-        raise ValueError(f"--timeout must be a number of seconds >= 0, not {args.timeout}")
     with _open_existing(args.db) as env:
         # Parked work raises WorkParked (or SinkBlocked): exit 3 (or 4), see _cli.
         idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
@@ -311,128 +312,230 @@ def _configure_logging(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command (``func``: the function that runs it)."""
     summary = percolite.__doc__.splitlines()[0]
-    parser = argparse.ArgumentParser(prog="percolite", description=summary)
+    parser = Parser(
+        prog="percolite",
+        description=f"{summary}. Every command takes its store as --db DB or from "
+        f"${TARGET_VARIABLE}.",
+        epilog=exit_statuses(),
+    )
     parser.add_argument("--version", action="version", version=percolite.__version__)
     parser.add_argument(
         "-v",
         "--verbose",
         action="count",
         default=0,
-        help="log more (-v: INFO, -vv: DEBUG); the default shows WARNING and above",
+        help="log more, before the command: -v INFO, -vv DEBUG (default: WARNING and above)",
     )
     parser.add_argument(
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
         type=str.upper,
-        help="the level of the percolite loggers (overrides -v)",
+        help="the level of the percolite loggers, overriding -v (default: WARNING)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    phrasecount = commands.add_parser(
-        "phrasecount",
-        help="count 4-word phrases of documents (default: the stdlib's docstrings) and export them",
-    )
+    def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]}. {description}".strip(),
+            epilog=exit_statuses(),
+        )
+
     from .phrasecount import cli as phrasecount_cli
 
+    phrasecount = command(
+        "phrasecount",
+        "count 4-word phrases of documents (default: the stdlib's docstrings) and export them",
+        "Loads the files under the PATHs into the store (made when missing), lets worker "
+        "processes count and export the phrases, and prints the top ones. Running it again "
+        "processes only what changed.",
+    )
     phrasecount_cli.add_arguments(phrasecount)
     phrasecount.set_defaults(func=phrasecount_cli.main)
 
-    demo = commands.add_parser("demo", help="a short tour of transactions")
-    demo.add_argument("--db", help="store directory (default: a temporary one)")
-    demo.add_argument("--threads", type=int, default=4)
-    demo.add_argument("--increments", type=int, default=100)
+    demo = command(
+        "demo",
+        "a short tour of transactions",
+        "Threads increment one counter; every increment counts, conflicts are retried.",
+    )
+    demo.add_argument(
+        "--db",
+        metavar="DB",
+        help="the store to write the counter into: a directory (made when missing) or "
+        f":memory: (default: a temporary directory, deleted after; ${TARGET_VARIABLE} is "
+        "not read)",
+    )
+    demo.add_argument(
+        "--threads", type=at_least(1), default=4, help="threads incrementing (default: 4)"
+    )
+    demo.add_argument(
+        "--increments",
+        type=at_least(1),
+        default=100,
+        help="increments per thread (default: 100)",
+    )
     demo.set_defaults(func=_demo)
 
-    status = commands.add_parser("status", help="pending notifications, observers, failures")
+    status = command(
+        "status",
+        "pending notifications, observers, failures and parked work",
+        "Opens the store without an app, from any process.",
+    )
     store_argument(status, positional=True)
-    status.add_argument("--json", action="store_true", help="print JSON")
-    status.add_argument(
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--json", action="store_true", help="print env.status() as JSON (default: text)"
+    )
+    shown.add_argument(
         "--prometheus",
         action="store_true",
-        help="print the store's metrics in the Prometheus text exposition format",
+        help="print the store's metrics in the Prometheus text exposition format (default: text)",
     )
     status.set_defaults(func=_status)
 
-    scan = commands.add_parser("scan", help="print cells, or pending notifications")
+    scan = command("scan", "print cells, or pending notifications")
     store_argument(scan, positional=True)
-    scan.add_argument("--prefix", help="only rows starting with this")
-    scan.add_argument("--notifications", action="store_true", help="list pending notifications")
-    scan.add_argument("--limit", type=int, default=1000)
+    scan.add_argument(
+        "--prefix", help="only rows starting with this (default: every row, not percolite's own)"
+    )
+    scan.add_argument(
+        "--notifications",
+        action="store_true",
+        help="list the pending notifications instead of cells (default: cells)",
+    )
+    scan.add_argument(
+        "--limit",
+        type=at_least(0),
+        default=1000,
+        metavar="N",
+        help="print at most N lines (default: 1000)",
+    )
     scan.set_defaults(func=_scan)
 
-    wait = commands.add_parser("wait", help="wait until no notification is pending")
+    wait = command(
+        "wait",
+        "wait until no notification is pending",
+        "Whichever processes the workers run in.",
+    )
     store_argument(wait, positional=True)
-    wait.add_argument("--timeout", type=float, default=None)
-    wait.add_argument("--quiet", action="store_true", help="no progress display")
+    wait.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        metavar="S",
+        help="give up after S seconds, exit status 1 (default: no limit)",
+    )
+    wait.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (default: one on terminals, with tqdm installed)",
+    )
     wait.set_defaults(func=_wait)
 
-    worker = commands.add_parser("worker", help="run an app's observers on a store")
-    worker.add_argument("app", help="the application, as module:attribute (a percolite.App)")
+    worker = command(
+        "worker",
+        "run an app's observers and queues on a store",
+        "Runs until SIGTERM or Ctrl-C (running observers finish first), or with --until-idle "
+        "until nothing is left to run. The store must exist.",
+    )
+    worker.add_argument(
+        "app",
+        metavar="MODULE:APP",
+        help="the percolite.App to run: a module on the path and its attribute, or "
+        "path/to/file.py:app",
+    )
     store_argument(worker)
-    worker.add_argument("--processes", type=int, default=1)
-    worker.add_argument("--threads", type=int, default=_core.DEFAULT_THREADS)
+    worker.add_argument(
+        "--processes",
+        type=at_least(1),
+        default=1,
+        metavar="N",
+        help="worker processes; with more than 1 they share the work by lease (default: 1)",
+    )
+    worker.add_argument(
+        "--threads",
+        type=at_least(1),
+        default=_core.DEFAULT_THREADS,
+        metavar="T",
+        help=f"worker threads per process (default: {_core.DEFAULT_THREADS})",
+    )
     worker.add_argument(
         "--until-idle",
         action="store_true",
-        help="exit once nothing is pending",
+        help="exit once nothing is left to run: 0 all done, 3 parked work left, 4 export "
+        "queues blocked too (default: run until stopped)",
     )
     worker.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         default=None,
         metavar="N",
-        help="serve the store's metrics at http://127.0.0.1:N/metrics (Prometheus text)",
+        help="serve the store's metrics at http://127.0.0.1:N/metrics, Prometheus text "
+        "(default: not served)",
     )
     worker.add_argument(
         "--upgrade",
         action="store_true",
-        help="record this app in the store in place of the one it was bound to",
+        help="record this app in the store in place of the one it was bound to (default: "
+        "refuse an app that differs)",
     )
-    worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
-    worker.epilog = (
-        "exit status with --until-idle: 0 when all work is done, 3 when everything left "
-        "is parked (see `percolite status`, then `percolite retry`), 4 when export queues "
-        "are blocked by a sink that refuses this store besides (`percolite take-over`), "
-        "1 on an error"
-    )
-    worker.add_argument("--worker-count", type=int, default=None, help=argparse.SUPPRESS)
+    worker.add_argument("--worker-index", type=at_least(0), default=None, help=argparse.SUPPRESS)
+    worker.add_argument("--worker-count", type=at_least(1), default=None, help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
 
-    check_cmd = commands.add_parser(
-        "check", help="read the whole store back and report damage (exit 1 when damaged)"
+    check_cmd = command(
+        "check",
+        "read the whole store back and report damage",
+        "Exit status 0 clean, 1 damaged.",
     )
     store_argument(check_cmd, positional=True)
-    check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    check_cmd.add_argument(
+        "--json", action="store_true", help="print the report as JSON (default: text)"
+    )
     check_cmd.set_defaults(func=_check)
 
-    restored = commands.add_parser(
+    restored = command(
         "restored",
-        help="accept a store's data file as restored from a copy on purpose "
-        "(what open(..., restored=True) does)",
+        "accept a store's data file as restored from a copy on purpose",
+        "What percolite.open(..., restored=True) does: the durable mark starts again from it "
+        "and any record of damage is cleared. Run percolite check on it next.",
     )
     store_argument(restored, positional=True)
     restored.set_defaults(func=_restored)
 
-    take_over = commands.add_parser(
+    take_over = command(
         "take-over",
-        help="make an export queue's sink belong to this store (clears its rows)",
-        description="A sink belongs to the store that first fed it: another store's entries "
-        "are refused. When that store is gone for good, this makes the sink of export queue "
-        "QUEUE belong to the store DB, deleting the rows the old store exported, and puts the "
-        "queue's blocked buckets back to run.",
+        "make an export queue's sink belong to this store (clears its rows)",
+        "A sink belongs to the store that first fed it: another store's entries are refused. "
+        "When that store is gone for good, this makes the sink of export queue QUEUE belong "
+        "to the store, deleting the rows the old store exported, and puts the queue's "
+        "blocked buckets back to run.",
     )
-    take_over.add_argument("app", help="the application, as module:attribute (a percolite.App)")
-    take_over.add_argument("queue", help="the export queue's id")
+    take_over.add_argument(
+        "app", metavar="MODULE:APP", help="the percolite.App that declares the queue"
+    )
+    take_over.add_argument("queue", metavar="QUEUE", help="the export queue's id")
     store_argument(take_over)
     take_over.set_defaults(func=_take_over)
 
-    retry = commands.add_parser("retry", help="put parked work back to run")
+    retry = command(
+        "retry",
+        "put parked work back to run",
+        "The workers run it again with a fresh count of attempts.",
+    )
     store_argument(retry, positional=True)
     retry.add_argument(
-        "--observer", action="append", help="only this observer's parked work (repeatable)"
+        "--observer",
+        action="append",
+        metavar="NAME",
+        help="only this observer's parked work; repeatable (default: all parked work)",
     )
     retry.add_argument(
-        "--queue", action="append", help="only this queue's parked keys (repeatable)"
+        "--queue",
+        action="append",
+        metavar="ID",
+        help="only this queue's parked keys; repeatable (default: all parked work)",
     )
     retry.set_defaults(func=_retry)
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 from . import _core
 from ._env import TARGET_VARIABLE, shared_target, shown_target
@@ -33,9 +36,14 @@ __all__ = [
     "MISTAKES",
     "CommandError",
     "Mistake",
+    "Parser",
+    "at_least",
     "check_store",
+    "exit_statuses",
     "explain",
+    "port",
     "resolve_store",
+    "seconds",
     "store_argument",
     "takes_store",
 ]
@@ -52,22 +60,18 @@ class Mistake:
 
 NO_STORE = Mistake("no store given", EXIT_USAGE)
 TWO_STORES = Mistake("two different stores given", EXIT_USAGE)
-BAD_TARGET = Mistake("a store target this command cannot use", EXIT_USAGE)
+BAD_TARGET = Mistake("a store this command cannot use", EXIT_USAGE)
 NO_SUCH_STORE = Mistake("the store does not exist", EXIT_USAGE)
 NOT_A_STORE = Mistake("not a percolite store", EXIT_USAGE)
 BAD_APP = Mistake("an app that cannot be loaded", EXIT_USAGE)
 BAD_ARGUMENT = Mistake("a bad argument or option value", EXIT_USAGE)
 UNREACHABLE = Mistake("the server cannot be reached", EXIT_ERROR)
 DAMAGED = Mistake("the store is damaged", EXIT_ERROR)
-FAILED = Mistake("an error", EXIT_ERROR)
-NOT_DONE = Mistake("not done", EXIT_ERROR)
-PARKED = Mistake("nothing left to run but parked work", EXIT_PARKED)
-BLOCKED = Mistake(
-    "nothing left to run but parked work and export queues blocked by a sink that refuses "
-    "the store",
-    EXIT_BLOCKED,
-)
-INTERRUPTED = Mistake("interrupted", EXIT_INTERRUPTED)
+FAILED = Mistake("another error", EXIT_ERROR)
+NOT_DONE = Mistake("still busy or nothing to retry", EXIT_ERROR)
+PARKED = Mistake("only parked work left", EXIT_PARKED)
+BLOCKED = Mistake("only parked work and blocked export queues left", EXIT_BLOCKED)
+INTERRUPTED = Mistake("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
 
 # Every kind, in the order of the table in docs/operations.md.
 MISTAKES = (
@@ -96,6 +100,85 @@ class CommandError(Exception):
     def __init__(self, mistake: Mistake, message: str) -> None:
         super().__init__(message)
         self.mistake = mistake
+
+
+def exit_statuses() -> str:
+    """The exit statuses, by :data:`MISTAKES`, for the end of a command's --help."""
+    kinds: dict[int, list[str]] = {}
+    for mistake in MISTAKES:
+        kinds.setdefault(mistake.status, []).append(mistake.kind)
+    listed = "; ".join(f"{status} {', '.join(k)}" for status, k in sorted(kinds.items()))
+    return f"Exit status: 0 done; {listed}. The table: docs/operations.md."
+
+
+# -- arguments --------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose mistakes read like the others: one line,
+    ``percolite: ...``, exit status 2 (a bad argument or option value). A
+    bad value reads ``--limit must be an int >= 0, not '-1'``."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # named with the command's --help, not the top level's
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self._fail(f"unrecognized arguments: {' '.join(extra)}", prog)
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        self._fail(message, self.prog)
+
+    @staticmethod
+    def _fail(message: str, prog: str) -> NoReturn:
+        value = re.match(r"argument (\S+): (must be .*)", message)
+        if value is not None:
+            message = f"{value[1]} {value[2]}"
+        else:
+            message = re.sub(r"^argument (\S+): ", r"\1: ", message)
+            message += f" (see {prog} --help)"
+        print(f"percolite: {message}", file=sys.stderr)
+        raise SystemExit(BAD_ARGUMENT.status)
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be an int >= {least}, not {text!r}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds >= 0 (``inf``: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port number."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, not {text!r}")
+    return value
 
 
 # -- the store ------------------------------------------------------------------

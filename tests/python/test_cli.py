@@ -234,3 +234,74 @@ def test_a_worker_group_names_the_commands_that_show_and_retry_parked_work(tmp_p
     quoted = shlex.quote(str(db))
     assert f"see `percolite status --db {quoted}`" in result.stderr
     assert f"then `percolite retry --db {quoted}`" in result.stderr
+
+
+# -- arguments and --help --------------------------------------------------------
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    parsers = {"percolite": build_parser(), **subcommands()}
+    for name, parser in parsers.items():
+        assert parser.description, name
+        for action in parser._actions:
+            if action.dest == "help" or action.help == argparse.SUPPRESS:
+                continue
+            if isinstance(action, argparse._SubParsersAction) or action.dest == "version":
+                continue
+            if not action.option_strings and action.nargs not in ("?", "*"):
+                assert action.help, (name, action.dest)  # required: no default
+                continue
+            assert action.help and "default: " in action.help, (name, action.dest)
+
+
+def test_worker_help_describes_processes_and_threads(cli):
+    status, out, err = cli("worker", "--help")
+    assert status == 0
+    text = " ".join(out.split())
+    assert "Run an app's observers and queues on a store." in text
+    assert "--processes N worker processes; with more than 1 they share the work by lease " in text
+    assert (
+        f"--threads T worker threads per process (default: {percolite._core.DEFAULT_THREADS})"
+        in text
+    )
+    assert "Exit status: 0 done; 1 " in text and "; 3 only parked work left;" in text
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["scan", "--limit", "-1"], "--limit must be an int >= 0, not '-1'"),
+        (["scan", "--limit", "many"], "--limit must be an int >= 0, not 'many'"),
+        (["wait", "--timeout", "nan"], "--timeout must be a number of seconds >= 0, not 'nan'"),
+        (["wait", "--timeout", "-1"], "--timeout must be a number of seconds >= 0, not '-1'"),
+        (["worker", "a:app", "--processes", "0"], "--processes must be an int >= 1, not '0'"),
+        (["worker", "a:app", "--threads", "0"], "--threads must be an int >= 1, not '0'"),
+        (
+            ["worker", "a:app", "--metrics-port", "70000"],
+            "--metrics-port must be a port number from 1 to 65535, not '70000'",
+        ),
+        (["phrasecount", "--processes", "-1"], "--processes must be an int >= 0, not '-1'"),
+        (["demo", "--threads", "0"], "--threads must be an int >= 1, not '0'"),
+        (["status", "--bogus"], "unrecognized arguments: --bogus (see percolite status --help)"),
+        (["status", "a", "b"], "unrecognized arguments: b (see percolite status --help)"),
+        (["status", "--db"], "--db: expected one argument (see percolite status --help)"),
+        (
+            ["status", "--json", "--prometheus"],
+            "--prometheus: not allowed with argument --json (see percolite status --help)",
+        ),
+        (
+            ["worker"],
+            "the following arguments are required: MODULE:APP (see percolite worker --help)",
+        ),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_exit_2(cli, argv, line):
+    status, out, err = cli(*argv)
+    assert status == 2
+    assert one_line(err) == f"percolite: {line}"
+
+
+def test_a_bad_argument_of_python_m_percolite_too(tmp_path):
+    result = run_command([sys.executable, "-m", "percolite", "scan", "--limit", "x"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == "percolite: --limit must be an int >= 0, not 'x'\n"
