@@ -21,6 +21,7 @@ import argparse
 import datetime
 import json
 import logging
+import shlex
 import sys
 import tempfile
 import time
@@ -113,6 +114,8 @@ def _status(args: argparse.Namespace) -> int:
             sys.stdout.write(prometheus_text(env.metrics()))
             return EXIT_DONE
         status = env.status()
+        # All of it, not status()'s first STATUS_PARKED_LIMIT: the summary counts it.
+        parked = env.parked() if status["parked"] and not args.json else []
     if args.json:
         print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
         return EXIT_DONE
@@ -157,20 +160,79 @@ def _status(args: argparse.Namespace) -> int:
             f"sink of export queue {queue_id!r}: {how} since {_when(sink['since_unix'])}"
             f"{waiting}, last error: {error['type']}: {error['message']}"
         )
-    for record in status["parked_work"]:
+    if parked:
+        (_parked_items if args.details else _parked_summary)(parked)
+        _retry_commands(args.db, parked)
+    return EXIT_DONE
+
+
+def _parked_items(records: list[dict]) -> None:
+    """Every parked notification and queue key, with its traceback."""
+    for record in records:
         error = record["error"]
         if record["queue"] is not None:
             what = f"{record['observer']} key {shown(record['key'])}"
         else:
             what = f"observer {record['observer']!r} on {describe_cell(record)}"
         print(
-            f"parked: {what} after {record['attempts']} attempts, "
+            f"parked: {what} after {_attempts(record)}, "
             f"last at {_when(record['last_failure_unix'])}:"
         )
-        print("    " + error["traceback"].rstrip("\n").replace("\n", "\n    "))
-    if status["parked"] > len(status["parked_work"]):
-        print(f"... and {status['parked'] - len(status['parked_work'])} more (see --json)")
-    return EXIT_DONE
+        print(_indented(error["traceback"]))
+
+
+def _parked_summary(records: list[dict]) -> None:
+    """The parked work counted by observer (or queue) and error type, with
+    the traceback of the last failure of each."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["observer"], record["error"]["type"]), []).append(record)
+    print("parked work, by observer and error (every item: --verbose):")
+    for (observer, error_type), group in sorted(
+        groups.items(), key=lambda item: (item[1][0]["queue"] is not None, item[0])
+    ):
+        last = max(group, key=lambda r: r["last_failure_unix"] or 0)
+        n = len(group)
+        if last["queue"] is not None:
+            who = f"{observer.partition(' queue ')[0]} queue {last['queue']!r}"
+            counted = f"{n} key{'s' if n != 1 else ''}"
+            where = f"key {shown(last['key'])}"
+        else:
+            who = f"observer {observer!r}"
+            counted = f"{n} notification{'s' if n != 1 else ''}"
+            where = describe_cell(last)
+        print(
+            f"  {who}: {counted} parked after {error_type}, such as {where} "
+            f"({_attempts(last)}, the last at {_when(last['last_failure_unix'])}):"
+        )
+        print(_indented(last["error"]["traceback"], "      "))
+
+
+def _retry_commands(db: str, records: list[dict]) -> None:
+    """The commands that put the parked work back to run: all of it, and
+    each observer's or queue's alone when there are several."""
+    shown_db = shown_target(db)
+    # A URI's password is never printed: then the store comes from $PERCOLITE_DB.
+    retry = "percolite retry" + (f" --db {shlex.quote(shown_db)}" if shown_db == db else "")
+    print(f"once the cause is fixed, run it again: {retry}")
+    whose = {(r["observer"], r["queue"]) for r in records}
+    if len(whose) > 1:
+        for observer, queue in sorted(whose, key=lambda w: (w[1] is not None, w[0])):
+            if queue is None:
+                print(f"  only observer {observer!r}: {retry} --observer {shlex.quote(observer)}")
+            else:
+                who = f"{observer.partition(' queue ')[0]} queue {queue!r}"
+                print(f"  only {who}: {retry} --queue {shlex.quote(queue)}")
+    if shown_db != db:
+        print(f"  (with the store in ${TARGET_VARIABLE})")
+
+
+def _attempts(record: dict) -> str:
+    return f"{record['attempts']} attempt{'s' if record['attempts'] != 1 else ''}"
+
+
+def _indented(text: str | None, indent: str = "    ") -> str:
+    return indent + (text or "").rstrip("\n").replace("\n", "\n" + indent)
 
 
 def _retry(args: argparse.Namespace) -> int:
@@ -380,17 +442,25 @@ def build_parser() -> argparse.ArgumentParser:
     status = command(
         "status",
         "pending notifications, observers, failures and parked work",
-        "Opens the store without an app, from any process.",
+        "Opens the store without an app, from any process. Parked work is summed up by "
+        "observer and error, with the command that retries it.",
     )
     store_argument(status, positional=True)
-    shown = status.add_mutually_exclusive_group()
-    shown.add_argument(
+    output = status.add_mutually_exclusive_group()
+    output.add_argument(
         "--json", action="store_true", help="print env.status() as JSON (default: text)"
     )
-    shown.add_argument(
+    output.add_argument(
         "--prometheus",
         action="store_true",
         help="print the store's metrics in the Prometheus text exposition format (default: text)",
+    )
+    output.add_argument(
+        "--verbose",
+        dest="details",
+        action="store_true",
+        help="list every parked item with its traceback (default: a summary, one traceback "
+        "per observer and error type); `percolite -v status` sets the log level instead",
     )
     status.set_defaults(func=_status)
 

@@ -6,8 +6,10 @@ docs/operations.md)."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import re
 import shlex
 import sys
 
@@ -305,3 +307,101 @@ def test_a_bad_argument_of_python_m_percolite_too(tmp_path):
     result = run_command([sys.executable, "-m", "percolite", "scan", "--limit", "x"], cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr == "percolite: --limit must be an int >= 0, not 'x'\n"
+
+
+# -- status: a summary of parked work, the details behind --verbose ---------------
+
+
+def park_work(db) -> None:
+    """Parked work of two observers, one of them failing two ways, and a
+    combine queue's poison key: 7 items in 4 (observer, error type) groups."""
+    app = percolite.App("parking")
+
+    @app.observer(("doc", "a"), max_attempts=1, name="alpha")
+    def alpha(tx, row, column):
+        if row.startswith(b"k"):
+            raise KeyError(row.decode())
+        raise ValueError(f"bad {row.decode()}")
+
+    @app.observer(("doc", "b"), max_attempts=1, name="beta")
+    def beta(tx, row, column):
+        raise RuntimeError("beta fails")
+
+    def combiner(key, values):
+        if key == "bad":
+            raise ValueError(f"cannot combine {key}")
+        return sum(values)
+
+    counts = app.combine_queue("counts", buckets=1, combiner=combiner, max_attempts=1)
+    with percolite.open(db, app=app, sync="none") as env:
+        with env.transaction() as tx:
+            for row in ("v1", "v2", "v3", "k1"):
+                tx.set(row, ("doc", "a"), "x")
+            for row in ("b1", "b2"):
+                tx.set(row, ("doc", "b"), "x")
+            counts.add(tx, {"good": 1, "bad": 1})
+        env.start_workers(2, retry_initial=0.005, retry_max=0.02)
+        with pytest.raises(percolite.WorkParked, match="7 in all"):
+            env.wait(timeout=60)
+
+
+def test_status_sums_parked_work_up_with_one_traceback_per_observer_and_error(cli, tmp_path):
+    db = tmp_path / "a store"
+    park_work(db)
+    status, out, err = cli("status", "--db", db)
+    assert status == 0, err
+    assert "parked:  7 (notifications and queue keys)" in out
+    assert out.count("Traceback (most recent call last)") == 4
+    summary = out[out.index("parked work, by observer and error (every item: --verbose):") :]
+    lines = [line for line in summary.splitlines() if not line.startswith("      ")]
+    # Which of a group's items is shown, and when it failed, vary from run to run.
+    shown = [re.sub(r"'([vb])\d'", r"'\1N'", line) for line in lines]
+    shown = [re.sub(r"the last at [-0-9]+ [:0-9]+", "the last at T", line) for line in shown]
+    quoted = shlex.quote(str(db))
+    assert shown == [
+        "parked work, by observer and error (every item: --verbose):",
+        "  observer 'alpha': 1 notification parked after KeyError, such as row 'k1' column "
+        "'doc:a' (1 attempt, the last at T):",
+        "  observer 'alpha': 3 notifications parked after ValueError, such as row 'vN' column "
+        "'doc:a' (1 attempt, the last at T):",
+        "  observer 'beta': 2 notifications parked after RuntimeError, such as row 'bN' column "
+        "'doc:b' (1 attempt, the last at T):",
+        "  combine queue 'counts': 1 key parked after ValueError, such as key 'bad' "
+        "(1 attempt, the last at T):",
+        f"once the cause is fixed, run it again: percolite retry --db {quoted}",
+        f"  only observer 'alpha': percolite retry --db {quoted} --observer alpha",
+        f"  only observer 'beta': percolite retry --db {quoted} --observer beta",
+        f"  only combine queue 'counts': percolite retry --db {quoted} --queue counts",
+    ]
+    assert "ValueError: bad v" in summary and "RuntimeError: beta fails" in summary
+
+    # Every item with its traceback, as before.
+    status, verbose, err = cli("status", db, "--verbose")
+    assert status == 0, err
+    assert verbose.count("Traceback (most recent call last)") == 7
+    assert "parked: observer 'alpha' on row 'v2' column 'doc:a' after 1 attempt, last" in verbose
+    assert "parked: combine queue counts key 'bad' after 1 attempt, last" in verbose
+    assert verbose.splitlines()[-4:] == lines[5:]
+    # `percolite -v status` is still the log level.
+    assert cli("-v", "status", db)[1] == out
+
+    # The command printed retries the parked work.
+    status, out, err = cli(*shlex.split(lines[5].split(": ", 1)[1])[1:])
+    assert (status, out) == (0, "retried 7 parked items; run the workers\n"), err
+
+
+def test_status_json_lists_the_parked_work_as_before(cli, tmp_path):
+    db = tmp_path / "db"
+    park_work(db)
+    status, out, err = cli("status", db, "--json")
+    parsed = json.loads(out)
+    assert parsed["parked"] == 7 and len(parsed["parked_work"]) == 7
+    assert "once the cause is fixed" not in out
+
+
+def test_status_of_a_store_with_nothing_parked_names_no_retry(cli, tmp_path):
+    with percolite.open(tmp_path / "db", sync="none"):
+        pass
+    status, out, err = cli("status", tmp_path / "db")
+    assert status == 0 and "parked:  0" in out
+    assert "parked work" not in out and "percolite retry" not in out
