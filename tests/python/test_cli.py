@@ -405,3 +405,14 @@ def test_status_of_a_store_with_nothing_parked_names_no_retry(cli, tmp_path):
     status, out, err = cli("status", tmp_path / "db")
     assert status == 0 and "parked:  0" in out
     assert "parked work" not in out and "percolite retry" not in out
+
+
+def test_the_mistakes_table_is_the_documented_one():
+    """docs/operations.md has one row per kind of mistake, with its exit status."""
+    from pathlib import Path
+
+    from percolite._cli import MISTAKES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    rows = dict(re.findall(r"^\| ([^|`]+) \| .* \| (\d+) \|$", text, re.M))
+    assert rows == {"done": "0", **{m.kind: str(m.status) for m in MISTAKES}}
