@@ -17,7 +17,7 @@ import percolite
 import pytest
 from _isolated import TESTS_DIR, load_fresh, run_command
 from percolite.__main__ import build_parser, main
-from percolite._env import TARGET_VARIABLE
+from percolite._env import TARGET_VARIABLE, shown_target
 
 CONTENT = ("doc", "content")
 
@@ -162,6 +162,24 @@ def test_a_server_that_cannot_be_reached(cli, name):
         "percolite: cannot connect to the postgresql server of "
         "'postgresql://nobody@/percolite?host=/nonexistent-percolite-socket': "
     ), line
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - CREATES - {"restored"}))
+def test_a_postgresql_schema_that_holds_no_store(cli, postgres_server, name):
+    target = f"{postgres_server.uri}&password=s3cret&schema=nothing_here"
+    status, out, err = cli(*command(name, target))
+    assert status == 2
+    shown = shown_target(target)
+    assert "s3cret" not in shown
+    assert one_line(err) == (
+        f"percolite: {shown}: not a percolite store: its schema nothing_here holds none"
+    )
+
+
+def test_restored_is_for_a_store_directory(cli, postgres_server):
+    status, out, err = cli("restored", "--db", f"{postgres_server.uri}&schema=restored_here")
+    assert status == 2
+    assert one_line(err).endswith("this works on the files of an lmdb store directory")
 
 
 @pytest.mark.parametrize("name", sorted(POSITIONAL))
@@ -416,3 +434,18 @@ def test_the_mistakes_table_is_the_documented_one():
     text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     rows = dict(re.findall(r"^\| ([^|`]+) \| .* \| (\d+) \|$", text, re.M))
     assert rows == {"done": "0", **{m.kind: str(m.status) for m in MISTAKES}}
+
+
+def test_status_of_a_postgresql_store_in_the_environment(cli, postgres_server, monkeypatch):
+    """The retry command printed never carries the password: the store
+    stays in $PERCOLITE_DB, where status found it."""
+    target = f"{postgres_server.uri}&password=s3cret&schema=parked_in_pg"
+    park_work(target)
+    monkeypatch.setenv(TARGET_VARIABLE, target)
+    status, out, err = cli("status")
+    assert status == 0, err
+    assert "s3cret" not in out + err
+    assert out.count("Traceback (most recent call last)") == 4
+    assert "once the cause is fixed, run it again: percolite retry\n" in out
+    assert out.endswith("  (with the store in $PERCOLITE_DB)\n")
+    assert cli("retry")[:2] == (0, "retried 7 parked items; run the workers\n")
