@@ -449,3 +449,64 @@ def test_status_of_a_postgresql_store_in_the_environment(cli, postgres_server, m
     assert "once the cause is fixed, run it again: percolite retry\n" in out
     assert out.endswith("  (with the store in $PERCOLITE_DB)\n")
     assert cli("retry")[:2] == (0, "retried 7 parked items; run the workers\n")
+
+
+# -- wait: parked work and blocked queues, through the table ----------------------
+
+
+def test_wait_exits_3_on_parked_work(cli, tmp_path):
+    park_work(tmp_path / "db")
+    status, out, err = cli("wait", "--db", tmp_path / "db", "--quiet")
+    assert status == 3
+    assert one_line(err).startswith("percolite: nothing left to run but parked work, 7 in all (")
+
+
+def test_wait_exits_4_when_a_sink_refuses_the_store(cli, tmp_path):
+    app = percolite.App("refused")
+
+    def refuse(entries):
+        raise percolite.SinkRefused("this sink belongs to another store")
+
+    queue = app.export_queue("out", refuse, value_codec="int64")
+    with percolite.open(tmp_path / "db", app=app, sync="none") as env:
+        with env.transaction() as tx:
+            queue.add(tx, "k", 1)
+        env.start_workers(1, retry_initial=0.005, retry_max=0.02)
+        with pytest.raises(percolite.SinkBlocked):
+            env.wait(timeout=60)
+    status, out, err = cli("wait", "--db", tmp_path / "db", "--quiet")
+    assert status == 4
+    assert one_line(err).startswith(
+        "percolite: nothing left to run but export queue 'out' blocked by a sink that refuses "
+        "this store (this sink belongs to another store)"
+    )
+
+
+@pytest.mark.parametrize(
+    "error, kind, status",
+    [
+        (percolite.SinkBlocked("blocked"), "only parked work and blocked export queues left", 4),
+        (percolite.WorkParked("parked"), "only parked work left", 3),
+        (percolite.CorruptionError("bad page"), "the store is damaged", 1),
+        (percolite.StorageError("disk full"), "another error", 1),
+        (percolite.StorageError("cannot connect to x:\n\tdown"), "the server cannot be reached", 1),
+        (ConnectionError("cannot connect to PostgreSQL at x"), "the server cannot be reached", 1),
+        (percolite.AppMismatch("bound to app 'a'"), "another error", 1),
+        (ValueError("--metrics-port 1: in use"), "a bad argument or option value", 2),
+        (FileNotFoundError("no such directory"), "another error", 1),
+        (ImportError("pip install psycopg"), "another error", 1),
+        (KeyboardInterrupt(), "interrupted (Ctrl-C)", 130),
+    ],
+)
+def test_what_a_raised_exception_reports(error, kind, status):
+    from percolite._cli import explain
+
+    failure = explain(error, "/some/store")
+    assert (failure.mistake.kind, failure.mistake.status) == (kind, status)
+    assert str(failure) == ("" if kind.startswith("interrupted") else " ".join(str(error).split()))
+
+
+def test_a_bug_keeps_its_traceback():
+    from percolite._cli import explain
+
+    assert explain(RuntimeError("a bug"), "/some/store") is None
