@@ -33,7 +33,21 @@ from ._workers import (
 from .errors import CorruptionError, Error, SinkBlocked, StorageError, WorkParked
 
 __all__ = [
+    "BAD_APP",
+    "BAD_ARGUMENT",
+    "BAD_TARGET",
+    "BLOCKED",
+    "DAMAGED",
+    "FAILED",
+    "INTERRUPTED",
     "MISTAKES",
+    "NOT_A_STORE",
+    "NOT_DONE",
+    "NO_STORE",
+    "NO_SUCH_STORE",
+    "PARKED",
+    "TWO_STORES",
+    "UNREACHABLE",
     "CommandError",
     "Mistake",
     "Parser",
