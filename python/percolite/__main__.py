@@ -1,13 +1,18 @@
 """The percolite command line: ``percolite`` or ``python -m percolite``.
 
-Commands: ``phrasecount [PATH ...] --db DB``, ``demo``, ``status DB``,
-``scan DB``, ``wait DB``, ``worker MODULE:APP --db DB``, ``retry DB``,
-``take-over MODULE:APP QUEUE --db DB``, ``check DB``.
+Commands: ``phrasecount [PATH ...]``, ``demo``, ``status``, ``scan``,
+``wait``, ``worker MODULE:APP``, ``retry``, ``take-over MODULE:APP QUEUE``,
+``check``, ``restored``. Each takes its store as ``--db DB`` or from
+``$PERCOLITE_DB``; those whose only positional argument is the store take
+it as ``DB`` too (``percolite status DB``).
 
-Exit statuses: 0 done; 1 an error; 2 bad arguments (usage); 3 (``worker
---until-idle`` and ``wait``) nothing left to run but parked work; 4 (the
-same) nothing left but parked work and export queues blocked by a sink
-that refuses the store (``take-over``).
+Every command reports its mistakes the same way: one line, ``percolite:
+...``, on standard error and an exit status by kind (the table in _cli and
+docs/operations.md): 0 done; 1 an error; 2 a mistake in the command (no
+store there among them); 3 (``worker --until-idle`` and ``wait``) nothing
+left to run but parked work; 4 (the same) nothing left but parked work and
+export queues blocked by a sink that refuses the store (``take-over``);
+130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import argparse
 import datetime
 import json
 import logging
-import os
+import shlex
 import sys
 import tempfile
 import time
@@ -25,24 +30,34 @@ from collections.abc import Sequence
 import percolite
 
 from . import _core
-from ._env import TARGET_VARIABLE, shared_target, shown_target, store_directory
+from ._cli import (
+    BAD_APP,
+    BAD_TARGET,
+    NOT_DONE,
+    CommandError,
+    Parser,
+    at_least,
+    check_store,
+    exit_statuses,
+    explain,
+    port,
+    resolve_store,
+    seconds,
+    store_argument,
+    takes_store,
+)
+from ._env import TARGET_VARIABLE, shown_target, store_directory
 from ._log import describe_cell, shown
 from ._metrics import prometheus_text
-from ._workers import (
-    EXIT_BLOCKED,
-    EXIT_DONE,
-    EXIT_ERROR,
-    EXIT_PARKED,
-    EXIT_USAGE,
-    load_app,
-    run_worker_processes,
-)
+from ._workers import EXIT_DONE, EXIT_ERROR, load_app, run_worker_processes
 
 
 def _demo(args: argparse.Namespace) -> int:
     """A small tour of transactions: concurrent increments without lost updates."""
     import threading
 
+    if args.db:
+        check_store(args.db, creates=True, shared=False)  # ":memory:" is fine here
     with tempfile.TemporaryDirectory(prefix="percolite-demo-") as scratch:
         path = args.db or f"{scratch}/demo.db"
         with percolite.open(path) as env:
@@ -79,8 +94,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _open_existing(path: str) -> percolite.Env:
-    shared_target(path)  # a memory target: no other process's store to look at
-    return percolite.open(path, create=False)
+    return percolite.open(path, create=False)  # resolve_store refused private targets
 
 
 def _printable(value: bytes) -> str:
@@ -100,6 +114,8 @@ def _status(args: argparse.Namespace) -> int:
             sys.stdout.write(prometheus_text(env.metrics()))
             return EXIT_DONE
         status = env.status()
+        # All of it, not status()'s first STATUS_PARKED_LIMIT: the summary counts it.
+        parked = env.parked() if status["parked"] and not args.json else []
     if args.json:
         print(json.dumps(status, default=lambda b: b.decode("utf-8", "backslashreplace"), indent=2))
         return EXIT_DONE
@@ -144,50 +160,103 @@ def _status(args: argparse.Namespace) -> int:
             f"sink of export queue {queue_id!r}: {how} since {_when(sink['since_unix'])}"
             f"{waiting}, last error: {error['type']}: {error['message']}"
         )
-    for record in status["parked_work"]:
+    if parked:
+        (_parked_items if args.details else _parked_summary)(parked)
+        _retry_commands(args.db, parked)
+    return EXIT_DONE
+
+
+def _parked_items(records: list[dict]) -> None:
+    """Every parked notification and queue key, with its traceback."""
+    for record in records:
         error = record["error"]
         if record["queue"] is not None:
             what = f"{record['observer']} key {shown(record['key'])}"
         else:
             what = f"observer {record['observer']!r} on {describe_cell(record)}"
         print(
-            f"parked: {what} after {record['attempts']} attempts, "
+            f"parked: {what} after {_attempts(record)}, "
             f"last at {_when(record['last_failure_unix'])}:"
         )
-        print("    " + error["traceback"].rstrip("\n").replace("\n", "\n    "))
-    if status["parked"] > len(status["parked_work"]):
-        print(f"... and {status['parked'] - len(status['parked_work'])} more (see --json)")
-    return EXIT_DONE
+        print(_indented(error["traceback"]))
+
+
+def _parked_summary(records: list[dict]) -> None:
+    """The parked work counted by observer (or queue) and error type, with
+    the traceback of the last failure of each."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["observer"], record["error"]["type"]), []).append(record)
+    print("parked work, by observer and error (every item: --verbose):")
+    for (observer, error_type), group in sorted(
+        groups.items(), key=lambda item: (item[1][0]["queue"] is not None, item[0])
+    ):
+        last = max(group, key=lambda r: r["last_failure_unix"] or 0)
+        n = len(group)
+        if last["queue"] is not None:
+            who = f"{observer.partition(' queue ')[0]} queue {last['queue']!r}"
+            counted = f"{n} key{'s' if n != 1 else ''}"
+            where = f"key {shown(last['key'])}"
+        else:
+            who = f"observer {observer!r}"
+            counted = f"{n} notification{'s' if n != 1 else ''}"
+            where = describe_cell(last)
+        print(
+            f"  {who}: {counted} parked after {error_type}, such as {where} "
+            f"({_attempts(last)}, the last at {_when(last['last_failure_unix'])}):"
+        )
+        print(_indented(last["error"]["traceback"], "      "))
+
+
+def _retry_commands(db: str, records: list[dict]) -> None:
+    """The commands that put the parked work back to run: all of it, and
+    each observer's or queue's alone when there are several."""
+    shown_db = shown_target(db)
+    # A URI's password is never printed: then the store comes from $PERCOLITE_DB.
+    retry = "percolite retry" + (f" --db {shlex.quote(shown_db)}" if shown_db == db else "")
+    print(f"once the cause is fixed, run it again: {retry}")
+    whose = {(r["observer"], r["queue"]) for r in records}
+    if len(whose) > 1:
+        for observer, queue in sorted(whose, key=lambda w: (w[1] is not None, w[0])):
+            if queue is None:
+                print(f"  only observer {observer!r}: {retry} --observer {shlex.quote(observer)}")
+            else:
+                who = f"{observer.partition(' queue ')[0]} queue {queue!r}"
+                print(f"  only {who}: {retry} --queue {shlex.quote(queue)}")
+    if shown_db != db:
+        print(f"  (with the store in ${TARGET_VARIABLE})")
+
+
+def _attempts(record: dict) -> str:
+    return f"{record['attempts']} attempt{'s' if record['attempts'] != 1 else ''}"
+
+
+def _indented(text: str | None, indent: str = "    ") -> str:
+    return indent + (text or "").rstrip("\n").replace("\n", "\n" + indent)
 
 
 def _retry(args: argparse.Namespace) -> int:
     with _open_existing(args.db) as env:
         parked = env.parked()
         if not parked:
-            print(f"percolite: nothing is parked in {env.path}", file=sys.stderr)
-            return EXIT_ERROR
+            raise CommandError(NOT_DONE, f"nothing is parked in {env.path}")
         names = args.observer or []
         queues = args.queue or []
         unknown = sorted(set(names) - {r["observer"] for r in parked})
         unknown += sorted(set(queues) - {r["queue"] for r in parked if r["queue"] is not None})
         if unknown:
-            print(
-                f"percolite: no parked work of {', '.join(map(repr, unknown))} in {env.path}; "
+            raise CommandError(
+                NOT_DONE,
+                f"no parked work of {', '.join(map(repr, unknown))} in {env.path}; "
                 "nothing was retried",
-                file=sys.stderr,
             )
-            return EXIT_ERROR
         retried = env.retry_parked(names or None, queue=queues or None)
     print(f"retried {retried} parked item{'s' if retried != 1 else ''}; run the workers")
     return EXIT_DONE
 
 
 def _check(args: argparse.Namespace) -> int:
-    shared_target(args.db)  # a memory target: no store another process can check
-    try:
-        report = percolite.check(args.db)
-    except percolite.StorageError as e:
-        raise ValueError(str(e)) from None  # a usage error: exit 2
+    report = percolite.check(args.db)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -204,7 +273,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _restored(args: argparse.Namespace) -> int:
-    store_directory(args.db)  # a memory target has no copy to restore
+    try:
+        store_directory(args.db)  # a server's store has no data file to restore
+    except ValueError as e:
+        raise CommandError(BAD_TARGET, str(e)) from None
     with percolite.open(args.db, create=False, restored=True):
         pass
     print(
@@ -215,8 +287,6 @@ def _restored(args: argparse.Namespace) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    if args.limit < 0:
-        raise ValueError(f"--limit must be >= 0, not {args.limit}")
     with _open_existing(args.db) as env:
         if args.notifications:
             after, shown = b"", 0
@@ -243,22 +313,23 @@ def _scan(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    if args.timeout is not None and not args.timeout >= 0:  # NaN too
-        raise ValueError(f"--timeout must be a number of seconds >= 0, not {args.timeout}")
     with _open_existing(args.db) as env:
-        try:
-            idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
-        except percolite.WorkParked as e:
-            print(f"percolite: {e}", file=sys.stderr)
-            return EXIT_BLOCKED if isinstance(e, percolite.SinkBlocked) else EXIT_PARKED
+        # Parked work raises WorkParked (or SinkBlocked): exit 3 (or 4), see _cli.
+        idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
     if not idle:
-        print(f"percolite: still busy after {args.timeout} s", file=sys.stderr)
-        return EXIT_ERROR
+        raise CommandError(NOT_DONE, f"still busy after {args.timeout} s")
     return EXIT_DONE
 
 
+def _load_app(spec: str) -> percolite.App:
+    try:
+        return load_app(spec)
+    except (ImportError, TypeError, ValueError) as e:
+        raise CommandError(BAD_APP, f"cannot load app {spec!r}: {e}") from e
+
+
 def _take_over(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
+    app = _load_app(args.app)
     with percolite.open(args.db, app=app, create=False) as env:
         done = env.take_over_sink(args.queue)
     print(
@@ -271,7 +342,7 @@ def _take_over(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
+    app = _load_app(args.app)
     return run_worker_processes(
         app_spec=args.app,
         app=app,
@@ -304,177 +375,279 @@ def _ui(args: argparse.Namespace) -> int:
     from .ui import _cli as ui_cli
 
     app = load_app(args.app) if args.app else None
-    backend, _target = shared_target(args.db)
     with percolite.open(args.db, app=app, create=False) as env:
         return ui_cli.serve(env, args.host, args.port)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command (``func``: the function that runs it)."""
     summary = percolite.__doc__.splitlines()[0]
-    parser = argparse.ArgumentParser(prog="percolite", description=summary)
+    parser = Parser(
+        prog="percolite",
+        description=f"{summary}. Every command takes its store as --db DB or from "
+        f"${TARGET_VARIABLE}.",
+        epilog=exit_statuses(),
+    )
     parser.add_argument("--version", action="version", version=percolite.__version__)
     parser.add_argument(
         "-v",
         "--verbose",
         action="count",
         default=0,
-        help="log more (-v: INFO, -vv: DEBUG); the default shows WARNING and above",
+        help="log more, before the command: -v INFO, -vv DEBUG (default: WARNING and above)",
     )
     parser.add_argument(
         "--log-level",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
         type=str.upper,
-        help="the level of the percolite loggers (overrides -v)",
+        help="the level of the percolite loggers, overriding -v (default: WARNING)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    phrasecount = commands.add_parser(
-        "phrasecount",
-        help="count 4-word phrases of documents (default: the stdlib's docstrings) and export them",
-    )
+    def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]}. {description}".strip(),
+            epilog=exit_statuses(),
+        )
+
     from .phrasecount import cli as phrasecount_cli
 
+    phrasecount = command(
+        "phrasecount",
+        "count 4-word phrases of documents (default: the stdlib's docstrings) and export them",
+        "Loads the files under the PATHs into the store (made when missing), lets worker "
+        "processes count and export the phrases, and prints the top ones. Running it again "
+        "processes only what changed.",
+    )
     phrasecount_cli.add_arguments(phrasecount)
     phrasecount.set_defaults(func=phrasecount_cli.main)
 
-    demo = commands.add_parser("demo", help="a short tour of transactions")
-    demo.add_argument("--db", help="store directory (default: a temporary one)")
-    demo.add_argument("--threads", type=int, default=4)
-    demo.add_argument("--increments", type=int, default=100)
+    demo = command(
+        "demo",
+        "a short tour of transactions",
+        "Threads increment one counter; every increment counts, conflicts are retried.",
+    )
+    demo.add_argument(
+        "--db",
+        metavar="DB",
+        help="the store to write the counter into: a directory (made when missing) or "
+        f":memory: (default: a temporary directory, deleted after; ${TARGET_VARIABLE} is "
+        "not read)",
+    )
+    demo.add_argument(
+        "--threads", type=at_least(1), default=4, help="threads incrementing (default: 4)"
+    )
+    demo.add_argument(
+        "--increments",
+        type=at_least(1),
+        default=100,
+        help="increments per thread (default: 100)",
+    )
     demo.set_defaults(func=_demo)
 
-    status = commands.add_parser("status", help="pending notifications, observers, failures")
-    status.add_argument("db")
-    status.add_argument("--json", action="store_true", help="print JSON")
-    status.add_argument(
+    status = command(
+        "status",
+        "pending notifications, observers, failures and parked work",
+        "Opens the store without an app, from any process. Parked work is summed up by "
+        "observer and error, with the command that retries it.",
+    )
+    store_argument(status, positional=True)
+    output = status.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json", action="store_true", help="print env.status() as JSON (default: text)"
+    )
+    output.add_argument(
         "--prometheus",
         action="store_true",
-        help="print the store's metrics in the Prometheus text exposition format",
+        help="print the store's metrics in the Prometheus text exposition format (default: text)",
+    )
+    output.add_argument(
+        "--verbose",
+        dest="details",
+        action="store_true",
+        help="list every parked item with its traceback (default: a summary, one traceback "
+        "per observer and error type); `percolite -v status` sets the log level instead",
     )
     status.set_defaults(func=_status)
 
-    scan = commands.add_parser("scan", help="print cells, or pending notifications")
-    scan.add_argument("db")
-    scan.add_argument("--prefix", help="only rows starting with this")
-    scan.add_argument("--notifications", action="store_true", help="list pending notifications")
-    scan.add_argument("--limit", type=int, default=1000)
+    scan = command("scan", "print cells, or pending notifications")
+    store_argument(scan, positional=True)
+    scan.add_argument(
+        "--prefix", help="only rows starting with this (default: every row, not percolite's own)"
+    )
+    scan.add_argument(
+        "--notifications",
+        action="store_true",
+        help="list the pending notifications instead of cells (default: cells)",
+    )
+    scan.add_argument(
+        "--limit",
+        type=at_least(0),
+        default=1000,
+        metavar="N",
+        help="print at most N lines (default: 1000)",
+    )
     scan.set_defaults(func=_scan)
 
-    wait = commands.add_parser("wait", help="wait until no notification is pending")
-    wait.add_argument("db")
-    wait.add_argument("--timeout", type=float, default=None)
-    wait.add_argument("--quiet", action="store_true", help="no progress display")
+    wait = command(
+        "wait",
+        "wait until no notification is pending",
+        "Whichever processes the workers run in.",
+    )
+    store_argument(wait, positional=True)
+    wait.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        metavar="S",
+        help="give up after S seconds, exit status 1 (default: no limit)",
+    )
+    wait.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (default: one on terminals, with tqdm installed)",
+    )
     wait.set_defaults(func=_wait)
 
-    worker = commands.add_parser("worker", help="run an app's observers on a store")
-    worker.add_argument("app", help="the application, as module:attribute (a percolite.App)")
-    worker.add_argument(
-        "--db",
-        default=os.environ.get(TARGET_VARIABLE),
-        required=not os.environ.get(TARGET_VARIABLE),
-        help=f"the store (default: ${TARGET_VARIABLE}, which keeps a URI's password off the "
-        "command line)",
+    worker = command(
+        "worker",
+        "run an app's observers and queues on a store",
+        "Runs until SIGTERM or Ctrl-C (running observers finish first), or with --until-idle "
+        "until nothing is left to run. The store must exist.",
     )
-    worker.add_argument("--processes", type=int, default=1)
-    worker.add_argument("--threads", type=int, default=_core.DEFAULT_THREADS)
+    worker.add_argument(
+        "app",
+        metavar="MODULE:APP",
+        help="the percolite.App to run: a module on the path and its attribute, or "
+        "path/to/file.py:app",
+    )
+    store_argument(worker)
+    worker.add_argument(
+        "--processes",
+        type=at_least(1),
+        default=1,
+        metavar="N",
+        help="worker processes; with more than 1 they share the work by lease (default: 1)",
+    )
+    worker.add_argument(
+        "--threads",
+        type=at_least(1),
+        default=_core.DEFAULT_THREADS,
+        metavar="T",
+        help=f"worker threads per process (default: {_core.DEFAULT_THREADS})",
+    )
     worker.add_argument(
         "--until-idle",
         action="store_true",
-        help="exit once nothing is pending",
+        help="exit once nothing is left to run: 0 all done, 3 parked work left, 4 export "
+        "queues blocked too (default: run until stopped)",
     )
     worker.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         default=None,
         metavar="N",
-        help="serve the store's metrics at http://127.0.0.1:N/metrics (Prometheus text)",
+        help="serve the store's metrics at http://127.0.0.1:N/metrics, Prometheus text "
+        "(default: not served)",
     )
     worker.add_argument(
         "--upgrade",
         action="store_true",
-        help="record this app in the store in place of the one it was bound to",
+        help="record this app in the store in place of the one it was bound to (default: "
+        "refuse an app that differs)",
     )
-    worker.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
-    worker.epilog = (
-        "exit status with --until-idle: 0 when all work is done, 3 when everything left "
-        "is parked (see `percolite status`, then `percolite retry`), 4 when export queues "
-        "are blocked by a sink that refuses this store besides (`percolite take-over`), "
-        "1 on an error"
-    )
-    worker.add_argument("--worker-count", type=int, default=None, help=argparse.SUPPRESS)
+    worker.add_argument("--worker-index", type=at_least(0), default=None, help=argparse.SUPPRESS)
+    worker.add_argument("--worker-count", type=at_least(1), default=None, help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
 
-    check_cmd = commands.add_parser(
-        "check", help="read the whole store back and report damage (exit 1 when damaged)"
+    check_cmd = command(
+        "check",
+        "read the whole store back and report damage",
+        "Exit status 0 clean, 1 damaged.",
     )
-    check_cmd.add_argument("db")
-    check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    store_argument(check_cmd, positional=True)
+    check_cmd.add_argument(
+        "--json", action="store_true", help="print the report as JSON (default: text)"
+    )
     check_cmd.set_defaults(func=_check)
 
-    restored = commands.add_parser(
+    restored = command(
         "restored",
-        help="accept a store's data file as restored from a copy on purpose "
-        "(what open(..., restored=True) does)",
+        "accept a store's data file as restored from a copy on purpose",
+        "What percolite.open(..., restored=True) does: the durable mark starts again from it "
+        "and any record of damage is cleared. Run percolite check on it next.",
     )
-    restored.add_argument("db")
+    store_argument(restored, positional=True)
     restored.set_defaults(func=_restored)
 
-    take_over = commands.add_parser(
+    take_over = command(
         "take-over",
-        help="make an export queue's sink belong to this store (clears its rows)",
-        description="A sink belongs to the store that first fed it: another store's entries "
-        "are refused. When that store is gone for good, this makes the sink of export queue "
-        "QUEUE belong to the store DB, deleting the rows the old store exported, and puts the "
-        "queue's blocked buckets back to run.",
+        "make an export queue's sink belong to this store (clears its rows)",
+        "A sink belongs to the store that first fed it: another store's entries are refused. "
+        "When that store is gone for good, this makes the sink of export queue QUEUE belong "
+        "to the store, deleting the rows the old store exported, and puts the queue's "
+        "blocked buckets back to run.",
     )
-    take_over.add_argument("app", help="the application, as module:attribute (a percolite.App)")
-    take_over.add_argument("queue", help="the export queue's id")
     take_over.add_argument(
-        "--db",
-        default=os.environ.get(TARGET_VARIABLE),
-        required=not os.environ.get(TARGET_VARIABLE),
-        help=f"the store (default: ${TARGET_VARIABLE})",
+        "app", metavar="MODULE:APP", help="the percolite.App that declares the queue"
     )
+    take_over.add_argument("queue", metavar="QUEUE", help="the export queue's id")
+    store_argument(take_over)
     take_over.set_defaults(func=_take_over)
 
-    ui = commands.add_parser(
+    ui = command(
         "ui",
-        help="serve a live console of the store to a browser",
-        description="Serves a live console of the store DB: its observers, queues, worker "
-        "groups, failures and dataflow graph, in a browser. The first line printed is the URL "
-        "to open, with its access token.",
+        "serve a live console of the store to a browser",
+        "Its observers, queues, worker groups, failures and dataflow graph, updating "
+        "themselves; retry parked work and take sinks over from the page. The first line "
+        "printed is the URL to open, with its access token.",
     )
-    ui.add_argument("db")
+    store_argument(ui, positional=True)
     from .ui import _cli as ui_cli
 
     ui_cli.add_arguments(ui)
     ui.set_defaults(func=_ui)
 
-    retry = commands.add_parser("retry", help="put parked work back to run")
-    retry.add_argument("db")
+    retry = command(
+        "retry",
+        "put parked work back to run",
+        "The workers run it again with a fresh count of attempts.",
+    )
+    store_argument(retry, positional=True)
     retry.add_argument(
-        "--observer", action="append", help="only this observer's parked work (repeatable)"
+        "--observer",
+        action="append",
+        metavar="NAME",
+        help="only this observer's parked work; repeatable (default: all parked work)",
     )
     retry.add_argument(
-        "--queue", action="append", help="only this queue's parked keys (repeatable)"
+        "--queue",
+        action="append",
+        metavar="ID",
+        help="only this queue's parked keys; repeatable (default: all parked work)",
     )
     retry.set_defaults(func=_retry)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     _configure_logging(args)
     try:
+        if takes_store(args):
+            resolve_store(args)
         return args.func(args)
-    except percolite.Error as e:
-        print(f"percolite: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except (ValueError, TypeError, ImportError) as e:
-        print(f"percolite: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as e:  # a file or a server that cannot be reached
-        print(f"percolite: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
+    except (Exception, KeyboardInterrupt) as e:
+        # One line and one exit status per kind of mistake: the table in _cli.
+        failure = explain(e, getattr(args, "db", None))
+        if failure is None:
+            raise  # a bug: its traceback
+        if str(failure):
+            print(f"percolite: {failure}", file=sys.stderr)
+        return failure.mistake.status
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ from typing import Any
 
 from . import _core, _log, _metrics
 from ._app import App
-from ._env import TARGET_VARIABLE, shared_target
+from ._env import TARGET_VARIABLE, shared_target, shown_target
 from ._env import open as open_env
 from .errors import SinkBlocked, StorageError, WorkParked
 
@@ -39,6 +40,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_PARKED",
     "EXIT_BLOCKED",
+    "EXIT_INTERRUPTED",
 ]
 
 # Exit statuses of `percolite worker --until-idle` (and run_workers).
@@ -47,6 +49,7 @@ EXIT_ERROR = 1  # an error stopped it
 EXIT_USAGE = 2  # bad arguments
 EXIT_PARKED = 3  # nothing left to run but parked work
 EXIT_BLOCKED = 4  # ... and an export queue blocked by a sink refusing the store
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 @contextlib.contextmanager
@@ -169,7 +172,7 @@ def _run_in_this_process(
                     _log.logger.error("%s", e)
                 return EXIT_BLOCKED if isinstance(e, SinkBlocked) else EXIT_PARKED
             except KeyboardInterrupt:
-                return 130
+                return EXIT_INTERRUPTED
         return EXIT_DONE
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -284,25 +287,26 @@ def run_worker_processes(
                     -code,
                 )
         status = _group_status(codes)
+        store = shlex.quote(shown_target(os.fspath(db)))  # never a URI's password
         if status == EXIT_BLOCKED:
             _log.logger.error(
                 "nothing left to run but parked work and export queues blocked by a sink that "
-                "refuses this store; see `percolite status %s`",
-                db,
+                "refuses this store; see `percolite status --db %s`",
+                store,
             )
         elif status == EXIT_PARKED:
             _log.logger.error(
-                "nothing left to run but parked work; see `percolite status %s`, fix the cause, "
-                "then `percolite retry %s`",
-                db,
-                db,
+                "nothing left to run but parked work; see `percolite status --db %s`, fix the "
+                "cause, then `percolite retry --db %s`",
+                store,
+                store,
             )
         return status
     except KeyboardInterrupt:
         stop_children()
         for child in children:
             child.wait()
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
         if server is not None:

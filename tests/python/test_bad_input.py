@@ -960,7 +960,7 @@ def test_sql_exporters_refuse_nan_and_infinity_before_writing(tmp_path, value):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["scan", "{db}", "--limit", "-1"], "--limit must be >= 0, not -1"),
+        (["scan", "{db}", "--limit", "-1"], "--limit must be an int >= 0, not '-1'"),
         (["wait", "{db}", "--timeout", "nan"], "--timeout must be a number of seconds >= 0"),
         (["phrasecount", "--threads", "0", "--db", "{db}"], "--threads must be an int >= 1"),
         (["phrasecount", "--processes", "-1", "--db", "{db}"], "--processes must be an int >= 0"),

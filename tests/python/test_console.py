@@ -400,8 +400,16 @@ def test_percolite_ui_prints_the_url_first_and_serves_it(tmp_path):
 
 def test_percolite_ui_on_a_missing_store_a_port_in_use_and_a_bad_host(tmp_path):
     missing = _ui(str(tmp_path / "nothing"), "--port", "0")
-    assert missing.returncode == 1
-    assert missing.stderr.strip().count("\n") == 0 and "no such directory" in missing.stderr
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert (
+        missing.stderr.strip()
+        == f"percolite: {tmp_path / 'nothing'}: no such store: nothing is there"
+    )
+    bad_port = _ui(str(tmp_path / "nothing"), "--port", "99999")
+    assert bad_port.returncode == 2
+    assert bad_port.stderr.strip() == (
+        "percolite: --port must be a port number from 1 to 65535, or 0 for a free one, not '99999'"
+    )
     db = str(tmp_path / "db")
     percolite.open(db).close()
     with socket.socket() as taken:

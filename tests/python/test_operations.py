@@ -102,7 +102,12 @@ def test_parked_work_is_reported_to_other_processes_and_retried_once_fixed(tmp_p
         assert "percolite/_app.py" not in record["error"]["traceback"]
     text = run_command(cli("status", db), timeout=30)
     assert "parked:  5 (notifications and queue keys)" in text.stdout
-    assert "parked: observer 'index' on row 'doc:0' column 'doc:content' after 3" in text.stdout
+    assert "  observer 'index': 5 notifications parked after ValueError, such as" in text.stdout
+    assert text.stdout.count("Traceback (most recent call last)") == 1
+    assert f"run it again: percolite retry --db {db}\n" in text.stdout
+    details = run_command(cli("status", db, "--verbose"), timeout=30)
+    assert "parked: observer 'index' on row 'doc:0' column 'doc:content' after 3" in details.stdout
+    assert details.stdout.count("Traceback (most recent call last)") == 5
 
     retried = run_command(cli("retry", db), timeout=30)
     assert retried.returncode == 0, retried.stderr

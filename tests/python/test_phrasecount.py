@@ -267,7 +267,7 @@ def test_db_path_that_is_a_file(tmp_path):
     db.write_text("not a store")
     result = phrasecount(tmp_path, "--db", db)
     assert result.returncode == 2
-    assert "is a file, not a store directory" in result.stderr
+    assert "not a percolite store: it is a file" in result.stderr
 
 
 def test_sqlite_sink_in_a_missing_directory(tmp_path):

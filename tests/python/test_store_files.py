@@ -140,8 +140,8 @@ def test_create_false_needs_a_store_not_just_a_directory(tmp_path):
     assert sorted(os.listdir(plain)) == ["notes.txt"]
     for command in (["status"], ["scan"], ["wait"], ["retry"]):
         result = run_command([sys.executable, "-m", "percolite", *command, plain], timeout=30)
-        assert result.returncode == 1, (command, result.stderr)
-        assert "no percolite store there" in result.stderr
+        assert result.returncode == 2, (command, result.stderr)
+        assert "not a percolite store: the directory holds none" in result.stderr
     assert sorted(os.listdir(plain)) == ["notes.txt"], "no command created a store"
 
 
@@ -194,7 +194,7 @@ def test_check_without_a_store_is_a_usage_error(tmp_path):
     with pytest.raises(percolite.StorageError, match="no percolite store there"):
         percolite.check(tmp_path / "empty")
     result = run_command([sys.executable, "-m", "percolite", "check", tmp_path / "empty"])
-    assert result.returncode == 2 and "no percolite store there" in result.stderr
+    assert result.returncode == 2 and "not a percolite store" in result.stderr
     assert os.listdir(tmp_path / "empty") == []
 
 

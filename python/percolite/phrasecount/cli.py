@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import percolite
+from percolite._cli import at_least, store_argument
 from percolite._env import TARGET_VARIABLE, shared_target, shown_target
 from percolite._progress import Progress
 
@@ -174,18 +175,19 @@ def run(
             raise ValueError(f"--{name} must be an int >= {least}, not {value!r}")
     target = export or default_export(shared)
     sink = pc.set_export(target)
-    check = getattr(sink, "check", None)
-    if check is not None:
-        check()  # an unreachable sink fails now, not in the workers
 
     if paths:
         documents, problems, missing = _files(paths)
     else:
         documents, problems, missing = stdlib_documents(), [], []
 
+    # The store first: a server that cannot be reached is named as the store's.
     env = percolite.open(db, app=pc.app)
     worker_proc = None
     try:
+        check = getattr(sink, "check", None)
+        if check is not None:
+            check()  # an unreachable sink fails now, not in the workers
         if export is None:
             _own_default_sink(env, sink, target, stream)
         if processes > 0:
@@ -360,30 +362,41 @@ def _raise_failures(env: percolite.Env) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths", nargs="*", metavar="PATH", help="files or directories (default: the stdlib)"
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="files or directories to read (default: the docstrings of the running Python's "
+        "standard library)",
     )
-    parser.add_argument(
-        "--db", required=True, help="store directory or postgresql:// URI (created if missing)"
-    )
+    store_argument(parser, creates=True)
     parser.add_argument(
         "--export",
-        help="sqlite:FILE or postgresql://... (default: sqlite:<db>.phrases.sqlite)",
+        metavar="TARGET",
+        help="where the counts go: sqlite:FILE or a postgresql:// URI (default: beside the "
+        "store: sqlite:DB.phrases.sqlite, or the table phrase_counts in a postgresql store's "
+        "schema)",
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=at_least(1),
         default=DEFAULT_THREADS,
+        metavar="T",
         help=f"worker threads, per worker process (default: {DEFAULT_THREADS}); documents "
         f"are loaded from one thread, up to {LOADER_IN_FLIGHT} transactions in flight",
     )
     parser.add_argument(
         "--processes",
-        type=int,
+        type=at_least(0),
         default=DEFAULT_PROCESSES,
-        help=f"worker processes beside the one that loads (default: {DEFAULT_PROCESSES}); "
-        "0 runs the workers in the loading process",
+        metavar="N",
+        help="worker processes beside the one that loads; 0 runs the workers in the loading "
+        f"process (default: {DEFAULT_PROCESSES})",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress display (default: progress bars on terminals, with tqdm installed)",
+    )
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 
+from .._cli import port_or_zero
 from ._server import DEFAULT_HOST, DEFAULT_PORT, Console
 
 
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--port",
-        type=int,
+        type=port_or_zero,
         default=DEFAULT_PORT,
         help=f"the port to listen on; 0 picks a free one (default: {DEFAULT_PORT})",
     )
