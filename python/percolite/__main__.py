@@ -41,6 +41,7 @@ from ._cli import (
     exit_statuses,
     explain,
     port,
+    port_or_zero,
     resolve_store,
     seconds,
     store_argument,
@@ -354,6 +355,7 @@ def _worker(args: argparse.Namespace) -> int:
         worker_count=args.worker_count,
         metrics_port=args.metrics_port,
         upgrade=args.upgrade,
+        ui_port=args.ui_port,
     )
 
 
@@ -551,6 +553,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="serve the store's metrics at http://127.0.0.1:N/metrics, Prometheus text "
         "(default: not served)",
+    )
+    worker.add_argument(
+        "--ui-port",
+        type=port_or_zero,
+        default=None,
+        metavar="N",
+        help="serve the live console at http://127.0.0.1:N/ (0: a free port); its URL, with "
+        "the access token, is printed first (default: not served)",
     )
     worker.add_argument(
         "--upgrade",

@@ -111,6 +111,7 @@ def _run_in_this_process(
     worker_count: int | None,
     metrics_port: int | None = None,
     upgrade: bool = False,
+    ui_port: int | None = None,
 ) -> int:
     # The handler only sets a flag: taking a lock there (threading.Event.set
     # does) deadlocks when a second SIGTERM arrives while the first handler
@@ -144,7 +145,7 @@ def _run_in_this_process(
     try:
         with (
             open_env(db, app=app, create=False, upgrade=upgrade) as env,
-            _metrics_server(env, metrics_port),
+            _servers(env, metrics_port, ui_port),
         ):
             env.start_workers(
                 threads,
@@ -182,17 +183,23 @@ def _run_in_this_process(
 
 
 @contextlib.contextmanager
-def _metrics_server(env: Any, port: int | None) -> Iterator[None]:
-    """Serves ``env``'s metrics on 127.0.0.1:``port`` while in the block (nothing for None)."""
-    if port is None:
+def _servers(env: Any, metrics_port: int | None, ui_port: int | None) -> Iterator[None]:
+    """While in the block, serves ``env``'s metrics on 127.0.0.1:``metrics_port``
+    and its console on 127.0.0.1:``ui_port`` (its URL, with the token, printed
+    on standard output first); nothing for None."""
+    with contextlib.ExitStack() as stack:
+        if metrics_port is not None:
+            server = _metrics.serve(env, metrics_port)
+            stack.callback(server.server_close)
+            stack.callback(server.shutdown)
+        if ui_port is not None:
+            from .ui import Console
+
+            console = Console(env, port=ui_port)
+            stack.callback(console.close)
+            console.start()
+            print(console.url, flush=True)
         yield
-        return
-    server = _metrics.serve(env, port)
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _group_status(codes: list[int]) -> int:
@@ -234,6 +241,7 @@ def run_worker_processes(
     worker_count: int | None = None,
     metrics_port: int | None = None,
     upgrade: bool = False,
+    ui_port: int | None = None,
 ) -> int:
     _require_main_thread()
     if processes < 1:
@@ -247,7 +255,7 @@ def run_worker_processes(
         raise StorageError(f"no percolite store at {db!r}")
     if worker_index is not None or processes == 1:
         return _run_in_this_process(
-            app, db, threads, until_idle, worker_index, worker_count, metrics_port, upgrade
+            app, db, threads, until_idle, worker_index, worker_count, metrics_port, upgrade, ui_port
         )
     # The store reaches the children in the environment: a postgresql:// URI
     # may carry a password, which never goes on a command line.
@@ -262,13 +270,13 @@ def run_worker_processes(
     child_env.update(
         {GROUP_VARIABLE: group, PARENT_VARIABLE: str(os.getpid()), TARGET_VARIABLE: os.fspath(db)}
     )
-    # The parent serves the metrics (totals from the store, whoever worked).
-    monitor = open_env(db, create=False) if metrics_port is not None else None
-    try:
-        server = _metrics.serve(monitor, metrics_port) if monitor is not None else None
-    except BaseException:
-        monitor.close()
-        raise
+    # The parent serves the metrics and the console (read from the store, whoever worked).
+    serving = contextlib.ExitStack()
+    if metrics_port is not None or ui_port is not None:
+        with contextlib.ExitStack() as starting:
+            monitor = starting.enter_context(open_env(db, app=app, create=False))
+            starting.enter_context(_servers(monitor, metrics_port, ui_port))
+            serving = starting.pop_all()  # both started: closed at the end
     children = [subprocess.Popen(command, env=child_env) for _ in range(processes)]
 
     def stop_children(signum=signal.SIGTERM, frame=None):  # noqa: ARG001
@@ -309,11 +317,7 @@ def run_worker_processes(
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if monitor is not None:
-            monitor.close()
+        serving.close()
 
 
 def run_workers(

@@ -422,3 +422,44 @@ def test_percolite_ui_on_a_missing_store_a_port_in_use_and_a_bad_host(tmp_path):
     bad = _ui(db, "--host", "203.0.113.9", "--port", "0")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "percolite: host '203.0.113.9' is not an address of this machine"
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_worker_group_serves_the_console(tmp_path, processes):
+    """``percolite worker ... --ui-port 0``: the URL first; the console shows
+    the group's pools (with --processes 2 the parent serves it)."""
+    db = str(tmp_path / "db")
+    sink = str(tmp_path / "sink.jsonl")
+    with percolite.open(db, app=console_app.make_app(sink)) as env:
+        console_app.load(env, 10, bad=0)
+    environment = dict(os.environ, CONSOLE_SINK=sink, PYTHONPATH=str(TESTS))
+    argv = [sys.executable, "-m", "percolite", "worker", "children.console_app:app"]
+    argv += ["--db", db, "--ui-port", "0", "--processes", str(processes), "--threads", "1"]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=TESTS
+    ) as child:
+        try:
+            url = child.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
+            host_port, token = url.split("/")[2], url.split("token=")[1]
+
+            def status():
+                connection = http.client.HTTPConnection(host_port, timeout=30)
+                connection.request("GET", "/api/status", headers={"X-Percolite-Token": token})
+                body = json.loads(connection.getresponse().read())
+                connection.close()
+                return body
+
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                shown = status()
+                pools = [p for g in shown["groups"] for p in g["pools"] if p["live"]]
+                if len(pools) == processes and shown["pending"] == 0:
+                    break
+                time.sleep(0.2)
+            assert len(pools) == processes and len(shown["groups"]) == 1, shown["groups"]
+            assert shown["pending"] == 0 and shown["store"]["app"] == "shop"
+        finally:
+            child.terminate()
+            _out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
