@@ -463,3 +463,34 @@ def test_a_worker_group_serves_the_console(tmp_path, processes):
             child.terminate()
             _out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
+
+
+def test_take_over_a_refused_sink_from_the_console(tmp_path):
+    """Store A fed the sink first; store B's entries are refused (its queue
+    blocked), until the console's take-over makes the sink B's."""
+    sink = str(tmp_path / "sink.jsonl")
+    with percolite.open(str(tmp_path / "a"), app=console_app.make_app(sink), sync="none") as a:
+        console_app.load(a, 5, bad=0)
+        a.process(1)
+        first_owner = a.identity["store"]
+    app = console_app.make_app(sink)
+    with percolite.open(str(tmp_path / "b"), app=app, sync="none") as b:
+        console_app.load(b, 7, bad=0)
+        b.process(1)
+        with Console(b, port=0).start() as console:
+            assert get(console, "/api/status")["sinks"]["out"]["state"] == "refused"
+            status, _r, done = request(console, "POST", "/api/take-over", body={"queue": "out"})
+            assert status == 200, done
+            assert done["owner"] == b.identity["store"] and done["retried"] >= 1
+            assert done["previous_owner"] == first_owner
+            b.process(1)
+            assert get(console, "/api/status")["sinks"]["out"]["state"] == "ok"
+        with b.transaction() as tx:
+            expected = dict(app._queues["totals"].scan(tx))
+    exported = {}
+    with open(sink) as lines:
+        for line in lines:
+            entry = json.loads(line)
+            if "key" in entry:
+                exported[entry["key"]] = entry["value"]
+    assert exported == expected  # store A's rows cleared, B's values in
