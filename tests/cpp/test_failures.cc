@@ -192,14 +192,16 @@ TEST_CASE("Leases split the partitions between live pools and hand them over on 
           "[leases][conformance]") {
   Store store(PERCOLITE_EACH_BACKEND());
   percolite::LeaseOptions options;
-  options.lease_seconds = 0.3;
+  // Long enough that a renewal delayed by a busy machine never lets a lease
+  // lapse here (renewals come every second); the waits below allow 10 s.
+  options.lease_seconds = 3;
   percolite::Leases a(store.source, options);
   percolite::Leases b(store.source, options);
   a.Start();
   CHECK(a.Share() == percolite::kLeasePartitions);  // alone so far
   b.Start();
   // a learns of b at its next renewal (every lease_seconds / 3).
-  for (int i = 0; i < 100 && a.Share() == percolite::kLeasePartitions; ++i) {
+  for (int i = 0; i < 500 && a.Share() == percolite::kLeasePartitions; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(a.Share() + b.Share() == percolite::kLeasePartitions);
@@ -216,7 +218,7 @@ TEST_CASE("Leases split the partitions between live pools and hand them over on 
     CHECK(holders[0].partitions + holders[1].partitions == percolite::kLeasePartitions);
   }
   b.Stop();  // deletes its lease: a takes everything at its next renewal
-  for (int i = 0; i < 100 && a.Share() != percolite::kLeasePartitions; ++i) {
+  for (int i = 0; i < 500 && a.Share() != percolite::kLeasePartitions; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(a.Share() == percolite::kLeasePartitions);
