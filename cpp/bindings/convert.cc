@@ -180,6 +180,7 @@ py::dict LeaseHolderToDict(const percolite::LeaseHolder& h) {
   d["group"] = Text(h.group);
   d["threads"] = h.threads;
   d["expires_unix"] = h.expires_unix;
+  d["renewed_unix"] = h.renewed_unix;
   d["live"] = h.live;
   d["partitions"] = h.partitions;
   return d;

@@ -15,7 +15,9 @@ namespace {
 
 const std::string kLeaseRow = kSystemRowPrefix + "leases";
 constexpr std::string_view kLeaseFamily = "l";
-constexpr char kLeaseVersion = 1;
+// Version 2 adds the renewal's time; version 1 records (from an older
+// process) are still read, their renewal taken as expiry - the default lease.
+constexpr char kLeaseVersion = 2;
 // Leases dead this long are deleted by whichever pool renews next.
 constexpr double kForgetDeadSeconds = 60;
 
@@ -28,11 +30,12 @@ std::string NewOwnerId() {
   return std::string(host) + ":" + std::to_string(getpid()) + ":" + suffix;
 }
 
-std::string EncodeLease(const LeaseOptions& options, const std::string& group, double expires) {
+std::string EncodeLease(const LeaseOptions& options, const std::string& group, double now) {
   std::string out(1, kLeaseVersion);
-  records::PutDouble(&out, expires);
+  records::PutDouble(&out, now + options.lease_seconds);
   records::PutString(&out, group);
   AppendUint64BE(&out, static_cast<uint64_t>(std::max(options.threads, 0)));
+  records::PutDouble(&out, now);
   return out;
 }
 
@@ -43,7 +46,8 @@ bool DecodeLease(std::string_view owner, std::string_view bytes, LeaseHolder* ou
   out->expires_unix = in.Double();
   out->group = in.String();
   out->threads = static_cast<int>(in.U64());
-  return in.ok() && in.done() && version == kLeaseVersion;
+  out->renewed_unix = version >= 2 ? in.Double() : out->expires_unix - kDefaultLeaseSeconds;
+  return in.ok() && in.done() && (version == 1 || version == kLeaseVersion);
 }
 
 // The owner that takes `partition` among `owners` (their StableHash64 in
@@ -162,8 +166,7 @@ void Leases::Renew() {
           transaction->Delete({kLeaseRow, kLeaseFamily, holder.owner});
         }
       }
-      transaction->Set({kLeaseRow, kLeaseFamily, owner_},
-                       EncodeLease(options_, group, now + options_.lease_seconds));
+      transaction->Set({kLeaseRow, kLeaseFamily, owner_}, EncodeLease(options_, group, now));
       transaction->Commit();
       std::sort(live.begin(), live.end());
       Adopt(live);

@@ -865,7 +865,7 @@ class Env:
         ``committing``: runs whose commits are with the writer or wait to be
         settled, their notifications held meanwhile, and ``lease``); the
         worker leases of every process (``leases``: owner, group, threads,
-        expiry, live, partitions taken); and this process's commit counters."""
+        expiry, last renewal, live, partitions taken); and this process's commit counters."""
         if not isinstance(queues, bool):
             raise TypeError(f"status: queues must be True or False, not {type(queues).__name__}")
         workers = self._core.worker_stats()

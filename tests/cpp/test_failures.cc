@@ -216,6 +216,9 @@ TEST_CASE("Leases split the partitions between live pools and hand them over on 
     tx->Abort();
     REQUIRE(holders.size() == 2);
     CHECK(holders[0].partitions + holders[1].partitions == percolite::kLeasePartitions);
+    for (const auto& holder : holders) {
+      CHECK(holder.expires_unix - holder.renewed_unix == Approx(options.lease_seconds));
+    }
   }
   b.Stop();  // deletes its lease: a takes everything at its next renewal
   for (int i = 0; i < 500 && a.Share() != percolite::kLeasePartitions; ++i) {

@@ -459,6 +459,9 @@ def test_a_worker_group_serves_the_console(tmp_path, processes):
                 time.sleep(0.2)
             assert len(pools) == processes and len(shown["groups"]) == 1, shown["groups"]
             assert shown["pending"] == 0 and shown["store"]["app"] == "shop"
+            for pool in pools:  # the renewal as recorded, a lease before its expiry
+                lease = pool["expires_unix"] - pool["renewed_unix"]
+                assert lease == pytest.approx(percolite._core.DEFAULT_LEASE_SECONDS)
         finally:
             child.terminate()
             _out, err = child.communicate(timeout=60)

@@ -62,6 +62,7 @@ struct LeaseHolder {
   std::string group;
   int threads = 0;
   double expires_unix = 0;
+  double renewed_unix = 0;  // when it was last renewed
   bool live = false;        // expires_unix > now, when read
   uint32_t partitions = 0;  // the partitions it takes now (live holders)
 };

@@ -171,7 +171,7 @@ class Monitor:
                     "live": holder["live"],
                     "expires_unix": holder["expires_unix"],
                     "expires_in": round(holder["expires_unix"] - now, 1),
-                    "renewed_unix": holder["expires_unix"] - _core.DEFAULT_LEASE_SECONDS,
+                    "renewed_unix": holder["renewed_unix"],
                 }
             )
         return [{"group": g, "pools": pools} for g, pools in sorted(groups.items())]
