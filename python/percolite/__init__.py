@@ -12,6 +12,8 @@ LMDB, from Python. Start with :func:`open`::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import codecs, exporters, testing
 from ._app import App
 from ._cells import Cell, Column
@@ -60,6 +62,7 @@ __all__ = [
     "codecs",
     "exporters",
     "testing",
+    "ui",
     "Env",
     "Loader",
     "Transaction",
@@ -84,3 +87,16 @@ __all__ = [
     "WorkParked",
     "AppMismatch",
 ]
+
+if TYPE_CHECKING:
+    from . import ui
+
+
+def __getattr__(name: str) -> Any:
+    # percolite.ui (the console, on http.server) is imported when first
+    # used: most programs never serve it, and it adds a tenth to import time.
+    if name == "ui":
+        import importlib
+
+        return importlib.import_module(".ui", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -497,3 +497,19 @@ def test_take_over_a_refused_sink_from_the_console(tmp_path):
             if "key" in entry:
                 exported[entry["key"]] = entry["value"]
     assert exported == expected  # store A's rows cleared, B's values in
+
+
+def test_percolite_ui_is_there_after_import_percolite_and_loads_only_when_used():
+    code = (
+        "import sys, percolite\n"
+        "assert 'percolite.ui' not in sys.modules\n"
+        "assert percolite.ui.Console.__name__ == 'Console'\n"
+        "assert 'percolite.ui' in sys.modules\n"
+        "try:\n"
+        "    percolite.nothing\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "module 'percolite' has no attribute 'nothing'"
