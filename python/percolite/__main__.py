@@ -376,14 +376,14 @@ def _configure_logging(args: argparse.Namespace) -> None:
 def _ui(args: argparse.Namespace) -> int:
     from .ui import _cli as ui_cli
 
-    app = load_app(args.app) if args.app else None
+    app = _load_app(args.app) if args.app else None
     with percolite.open(args.db, app=app, create=False) as env:
         return ui_cli.serve(env, args.host, args.port)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command (``func``: the function that runs it)."""
-    summary = percolite.__doc__.splitlines()[0]
+    summary = percolite.__doc__.splitlines()[0].rstrip(".")
     parser = Parser(
         prog="percolite",
         description=f"{summary}. Every command takes its store as --db DB or from "

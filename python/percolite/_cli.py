@@ -251,7 +251,7 @@ def resolve_store(args: argparse.Namespace, *, environ: Mapping[str, str] | None
     environ = os.environ if environ is None else environ
     positional = getattr(args, "store", None) or None
     option = getattr(args, "db", None) or None
-    if positional is not None and option is not None and positional != option:
+    if positional is not None and option is not None and not _same_store(positional, option):
         raise CommandError(
             TWO_STORES,
             f"two stores given, {shown_target(positional)} and --db {shown_target(option)}: "
@@ -267,6 +267,19 @@ def resolve_store(args: argparse.Namespace, *, environ: Mapping[str, str] | None
     check_store(target, creates=getattr(args, "store_creates", False))
     args.db = target
     return target
+
+
+def _same_store(first: str, second: str) -> bool:
+    """Whether two targets name one store (``store`` and ``./store`` do)."""
+    if first == second:
+        return True
+    try:
+        (kind_a, where_a), (kind_b, where_b) = _core.parse_target(first), _core.parse_target(second)
+    except ValueError:
+        return False
+    if kind_a == kind_b == "lmdb":
+        return os.path.realpath(where_a) == os.path.realpath(where_b)
+    return False
 
 
 def check_store(target: str, *, creates: bool = False, shared: bool = True) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import random
 import re
@@ -834,7 +835,11 @@ class Env:
             raise Error(f"take_over_sink: {self.path} has no identity yet (it refuses commits)")
         done = dict(take_over(identity["store"], identity["epoch"]))
         done["retried"] = self._core.retry_parked([f"export queue {queue}"], True)
-        _log.logger.warning(
+        # Taking over a sink nobody owned and that held nothing is routine (a
+        # new store's default sink); anything else is worth a warning.
+        routine = done["previous_owner"] is None and not done["rows_cleared"]
+        _log.logger.log(
+            logging.INFO if routine else logging.WARNING,
             "export queue %r: took its sink %s over (owner was %s, %d rows cleared)",
             queue,
             done["sink"],

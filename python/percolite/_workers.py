@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import select
 import shlex
@@ -195,7 +196,13 @@ def _servers(env: Any, metrics_port: int | None, ui_port: int | None) -> Iterato
         if ui_port is not None:
             from .ui import Console
 
-            console = Console(env, port=ui_port)
+            try:
+                console = Console(env, port=ui_port)
+            except ValueError as e:
+                from .ui._cli import name_the_option
+
+                raise ValueError(name_the_option(str(e), "--ui-port")) from None
+            _log.logger.getChild("ui").setLevel(logging.INFO)  # actions taken from the page
             stack.callback(console.close)
             console.start()
             print(console.url, flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -297,9 +298,7 @@ def test_the_cell_browser_pages_without_gaps_and_decodes_queue_values(shop):
     assert [c["value"] for c in hexed] == ["70 30", "31"]  # "p0", "1"
     values = get(console, "/api/cells?queue=totals")["values"]
     with env.transaction() as tx:
-        assert values == [
-            {"key": k, "value": str(v)} for k, v in env.app._queues["totals"].scan(tx)
-        ]
+        assert values == [{"key": k, "value": v} for k, v in env.app._queues["totals"].scan(tx)]
     assert {v["key"] for v in values} == {f"p{i}" for i in range(5)}
 
 
@@ -307,11 +306,13 @@ def test_the_cell_browser_pages_without_gaps_and_decodes_queue_values(shop):
     "path, message",
     [
         ("/api/cells?limit=0", "limit must be from 1 to 500, not 0"),
-        ("/api/cells?limit=x", "invalid literal"),
+        ("/api/cells?limit=x", "limit must be a whole number, not 'x'"),
+        ("/api/parked?limit=", "limit must be a whole number, not ''"),
         ("/api/cells?form=octal", "form must be 'text' or 'hex'"),
         ("/api/cells?prefix=a&start=b", "either prefix or start/end"),
         ("/api/cells?after=!!", "not a cursor"),
         ("/api/cells?queue=nope", "no combine queue named 'nope'"),
+        ("/api/cells?queue=out", "'out' is an export queue: its entries leave for its sink"),
         ("/api/parked?status=gone", "status must be 'parked', 'failing' or 'all'"),
     ],
 )
@@ -328,7 +329,11 @@ def test_bad_queries_get_400_naming_the_problem(shop, path, message):
         ("/api/retry", [1], 400, "JSON object"),
         ("/api/retry", {"item": "garbage"}, 400, "not a parked item's handle"),
         ("/api/retry", {"observer": 5}, 400, "observer must be a string"),
-        ("/api/retry", {"observer": "nobody"}, 400, "no observer named 'nobody'"),
+        ("/api/retry", {"observer": "nobody"}, 400, "no observer named 'nobody' in this store"),
+        ("/api/retry", {"queue": "nope"}, 400, "no queue named 'nope' in this store"),
+        ("/api/retry", {"observe": "count"}, 400, "takes observer, queue, item, not observe"),
+        ("/api/retry", {"observer": "count", "queue": "totals"}, 400, "one of observer, queue"),
+        ("/api/take-over", {"queue": "out", "force": 1}, 400, "takes queue, not force"),
         ("/api/take-over", {}, 400, "queue must be the export queue's id"),
         ("/api/take-over", {"queue": "totals"}, 400, "no export queue named 'totals'"),
         ("/api/nothing", {}, 404, "no action at /api/nothing"),
@@ -341,10 +346,73 @@ def test_bad_actions_get_a_clear_answer_and_change_nothing(shop, path, body, sta
     assert len(env.parked()) == 2
 
 
-def test_unknown_paths_are_404(shop):
+def test_unknown_paths_are_404_and_other_methods_405(shop):
     _env, console = shop
     status, _r, body = request(console, "GET", "/api/nothing")
     assert status == 404 and "nothing at /api/nothing" in body["error"]
+    status, _r, body = request(console, "GET", "/api/retry")
+    assert status == 405 and "POST it" in body["error"]
+    for method in ("PUT", "DELETE", "PATCH"):
+        status, _r, body = request(console, method, "/api/retry", body={})
+        assert status == 405 and f"{method} is not served here" in body["error"]
+
+
+def test_the_page_asks_for_its_script_and_style_with_the_token(shop):
+    """A notebook served from another address (localhost against 127.0.0.1)
+    sends no cookie to the console: the page's own URLs carry the token."""
+    _env, console = shop
+    _status, _r, page = request(console, "GET", "/", token="query")
+    for asset in ("/static/console.js", "/static/console.css"):
+        assert f"{asset}?token={console.token}".encode() in page
+        assert request(console, "GET", asset, token=None)[0] == 403
+        assert request(console, "GET", f"{asset}?token={console.token}", token=None)[0] == 200
+
+
+def test_values_are_shown_readable_and_cut(shop):
+    env, console = shop
+    with env.transaction() as tx:
+        tx.set("zz1", ("v", "lines"), "first\nsecond\tthird")
+        tx.set("zz2", ("v", "\x00bin"), b"\x01\xffok")
+        tx.set("zz3", ("v", "long"), "x" * 5000)
+    cells = {c["row"]: c for c in get(console, "/api/cells?prefix=zz")["cells"]}
+    assert cells["zz1"]["value"] == "first\nsecond\tthird"
+    assert cells["zz2"]["qualifier"] == "\\x00bin" and cells["zz2"]["value"] == "\\x01\\xffok"
+    assert cells["zz3"]["value"] == "x" * 2000 + " \u2026 (3,000 more bytes)"
+    assert cells["zz3"]["size"] == 5000
+
+
+def test_retrying_a_recorded_queue_and_taking_over_need_what_they_need(tmp_path, shop):
+    """Without the app's code, a queue the store recorded is still known to
+    retry; a take-over says it needs --app."""
+    env, _console = shop
+    with percolite.open(env.path, sync="none") as bare, Console(bare, port=0) as console:
+        status, _r, done = request(console, "POST", "/api/retry", body={"queue": "totals"})
+        assert status == 200 and done == {"retried": 0, "what": "queue 'totals'"}
+        status, _r, body = request(console, "POST", "/api/take-over", body={"queue": "out"})
+        assert status == 409 and "needs the app's code" in body["error"]
+        assert "--app MODULE:APP" in body["error"]
+
+
+def test_a_console_on_every_address_accepts_its_ip_addresses_not_other_names(shop):
+    env, _console = shop
+    with Console(env, host="0.0.0.0", port=0) as console:
+        assert console.url.startswith(f"http://{socket.gethostname()}:{console.port}/?token=")
+        for host in (
+            f"127.0.0.1:{console.port}",
+            f"10.1.2.3:{console.port}",
+            f"localhost:{console.port}",
+        ):
+            assert request(console, "GET", "/api/status", host=host)[0] == 200, host
+        for host in (f"evil.example:{console.port}", f"10.1.2.3:{console.port + 1}"):
+            assert request(console, "GET", "/api/status", host=host)[0] == 403, host
+
+
+def test_a_console_used_as_a_context_serves_and_closes_for_good(shop):
+    env, _console = shop
+    with Console(env, port=0) as console:
+        assert get(console, "/api/status")["parked"] == 2
+    with pytest.raises(RuntimeError, match="the console is closed: make a new one"):
+        console.start()
 
 
 def test_bad_console_arguments_are_refused(shop):
@@ -418,7 +486,10 @@ def test_percolite_ui_on_a_missing_store_a_port_in_use_and_a_bad_host(tmp_path):
         port = taken.getsockname()[1]
         busy = _ui(db, "--port", str(port))
     assert busy.returncode == 2 and busy.stdout == ""
-    assert busy.stderr.strip() == f"percolite: port {port} on 127.0.0.1 is already in use"
+    assert busy.stderr.strip() == f"percolite: --port {port} on 127.0.0.1 is already in use"
+    bad_app = _ui(db, "--app", "nonsense:thing", "--port", "0")
+    assert bad_app.returncode == 2
+    assert bad_app.stderr.strip().startswith("percolite: cannot load app 'nonsense:thing': ")
     bad = _ui(db, "--host", "203.0.113.9", "--port", "0")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "percolite: host '203.0.113.9' is not an address of this machine"
@@ -513,3 +584,18 @@ def test_percolite_ui_is_there_after_import_percolite_and_loads_only_when_used()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "module 'percolite' has no attribute 'nothing'"
+
+
+def test_ctrl_c_stops_percolite_ui_with_130(tmp_path):
+    db = str(tmp_path / "db")
+    percolite.open(db).close()
+    with subprocess.Popen(
+        [sys.executable, "-m", "percolite", "ui", db, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout.readline().startswith("http://127.0.0.1:")
+        child.send_signal(signal.SIGINT)
+        _out, err = child.communicate(timeout=30)
+    assert child.returncode == 130, err

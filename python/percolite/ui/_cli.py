@@ -8,6 +8,8 @@ import signal
 import sys
 
 from .._cli import port_or_zero
+from .._env import shown_target
+from .._workers import EXIT_DONE, EXIT_INTERRUPTED
 from ._server import DEFAULT_HOST, DEFAULT_PORT, Console
 
 
@@ -32,27 +34,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def name_the_option(message: str, option: str) -> str:
+    """A Console's complaint about its port, naming the option that gave it:
+    "port 80 on ..." becomes "--port 80 on ..."."""
+    return option + message[len("port") :] if message.startswith("port ") else message
+
+
 def serve(env, host: str, port: int) -> int:
     """Serves the console of ``env`` until interrupted; the URL goes to
-    standard output first."""
-    console = Console(env, host=host, port=port)
-    logging.getLogger("percolite.ui").setLevel(logging.INFO)
+    standard output first. Returns 0 after SIGTERM (a supervisor's stop),
+    130 after Ctrl-C, as every command does."""
+    try:
+        console = Console(env, host=host, port=port)
+    except ValueError as e:
+        raise ValueError(name_the_option(str(e), "--port")) from None
+    logging.getLogger("percolite.ui").setLevel(logging.INFO)  # the actions, logged
     print(console.url, flush=True)
     print(
-        f"serving the console of {env.path} on {console.host}:{console.port}; Ctrl-C stops it",
+        f"serving the console of {shown_target(env.path)} on {console.host}:{console.port}; "
+        "Ctrl-C stops it",
         file=sys.stderr,
         flush=True,
     )
+    terminated = []
 
-    def stop(signum, frame):  # noqa: ARG001 - a supervisor's SIGTERM ends it as Ctrl-C does
+    def stop(signum, frame):  # noqa: ARG001 - SIGTERM ends it as Ctrl-C does, exit 0
+        terminated.append(signum)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         console.serve_forever()
     except KeyboardInterrupt:
-        pass
+        return EXIT_DONE if terminated else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
         console.close()
-    return 0
+    return EXIT_DONE

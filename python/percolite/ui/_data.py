@@ -22,6 +22,7 @@ from .. import _core, _metrics
 from .._app import App
 from .._env import shown_target
 from ..codecs import Codec, get_codec
+from ..errors import Error
 from . import _graph
 
 __all__ = ["Monitor", "SAMPLE_SECONDS", "HISTORY_SECONDS"]
@@ -36,8 +37,17 @@ RATE_WINDOW_SECONDS = 10.0
 MAX_PAGE = 500
 
 
+# Longest value the cell browser shows (the rest is counted, not sent).
+MAX_SHOWN = 2000
+
+
 def _text(value: bytes) -> str:
-    return value.decode("utf-8", "backslashreplace")
+    """Bytes as readable text: UTF-8, with what is not printable (control
+    bytes, invalid UTF-8) escaped as \\xNN."""
+    text = value.decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def _b64(value: bytes | None) -> str | None:
@@ -52,10 +62,19 @@ def _unb64(value: str, what: str) -> bytes:
 
 
 def _shown_value(value: bytes, form: str) -> str:
+    """A value as text (newlines and tabs kept, other unprintable bytes
+    escaped) or hex, cut at MAX_SHOWN characters with the bytes left said."""
     if form == "hex":
-        return value.hex(" ")
-    text = value.decode("utf-8", "backslashreplace")
-    return text if text.isprintable() else repr(value)
+        shown = value[: MAX_SHOWN // 3].hex(" ")
+        left = len(value) - MAX_SHOWN // 3
+    else:
+        text = value.decode("utf-8", "backslashreplace")
+        shown = "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c):02x}" for c in text)
+        left = 0
+        if len(shown) > MAX_SHOWN:
+            left = len(value) - len(shown[:MAX_SHOWN].encode("utf-8", "surrogateescape"))
+            shown = shown[:MAX_SHOWN]
+    return shown + (f" \u2026 ({left:,} more bytes)" if left > 0 else "")
 
 
 class Monitor:
@@ -269,7 +288,8 @@ class Monitor:
                 round(max(0.0, step("observer_failures")) / seconds, 2)
             )
             series["transactions_per_sync"].append(
-                round(step("commits") / syncs, 2) if syncs > 0 else None
+                # Idle (no commits but the metrics' own), there is nothing to say.
+                round(step("commits") / syncs, 2) if syncs > 0 and step("commits") > 0 else None
             )
             series["commit_latency_ms"].append(
                 round(1000 * step("commit_seconds_sum") / timed, 3) if timed > 0 else None
@@ -419,20 +439,36 @@ class Monitor:
                 raise ValueError(f"item is not a parked item's handle: {item[:60]!r}") from None
             retried = self.env._core.retry_parked([name], False, cell, key)
             return {"retried": retried, "what": f"one item of {name}"}
-        if observer is not None or queue is not None:
-            retried = self.env.retry_parked(observer, queue=queue)
-            what = " and ".join(
-                part
-                for part in (
-                    f"observer {observer!r}" if observer is not None else "",
-                    f"queue {queue!r}" if queue is not None else "",
-                )
-                if part
-            )
-            return {"retried": retried, "what": what}
+        parked_names = {r["observer"] for r in self.env._core.work_records(True)}
+        if observer is not None:
+            observed = {name for _f, _q, _n, name in self.env._core.observed_columns()}
+            if observer not in observed | parked_names:
+                raise ValueError(f"no observer named {observer!r} in this store")
+            return {
+                "retried": self.env._core.retry_parked([observer]),
+                "what": f"observer {observer!r}",
+            }
+        if queue is not None:
+            if (
+                queue not in self._queues()
+                and not {
+                    f"combine queue {queue}",
+                    f"export queue {queue}",
+                }
+                & parked_names
+            ):
+                raise ValueError(f"no queue named {queue!r} in this store")
+            processors = [f"combine queue {queue}", f"export queue {queue}"]
+            return {"retried": self.env._core.retry_parked(processors), "what": f"queue {queue!r}"}
         return {"retried": self.env.retry_parked(), "what": "all parked work"}
 
     def take_over(self, queue: str) -> dict[str, Any]:
+        if self.env.app is None:
+            raise Error(
+                f"taking the sink of export queue {queue!r} over needs the app's code (its "
+                "exporter): serve the console with --app MODULE:APP (or from percolite worker "
+                "--ui-port)"
+            )
         return self.env.take_over_sink(queue)
 
     def cells(
@@ -513,8 +549,13 @@ class Monitor:
         if declared is None or declared._identity()["kind"] != "combine queue":
             with self.env.transaction() as tx:
                 recorded = self.env._recorded_queues(tx).get(queue_id)
-            if recorded is None or recorded.get("kind") != "combine queue":
+            if recorded is None:
                 raise ValueError(f"no combine queue named {queue_id!r} in this store")
+            if recorded.get("kind") != "combine queue":
+                raise ValueError(
+                    f"{queue_id!r} is an {recorded.get('kind')}: its entries leave for its sink, "
+                    "it keeps no current values (browse its rows as cells)"
+                )
             # A stand-in with the recorded layout and codecs: it only reads.
             declared = App("console").combine_queue(
                 queue_id,
@@ -550,15 +591,15 @@ class Monitor:
         return {"queue": queue_id, "values": rows, "next": nxt}
 
 
-def _repr(value: Any) -> str:
-    if isinstance(value, str):
-        return value
+def _repr(value: Any) -> Any:
+    """A decoded key or value as JSON gives it (numbers stay numbers), else as text."""
     if isinstance(value, bytes):
         return _shown_value(value, "text")
     try:
-        return json.dumps(value)
+        json.dumps(value)
     except (TypeError, ValueError):
         return repr(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:

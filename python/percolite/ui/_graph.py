@@ -60,7 +60,7 @@ def build(
     rates = rates or {}
     pending = pending or {}
     depths = depths or {}
-    sinks = sinks or {}
+    sinks = sinks if sinks is not None else {}
     runs_per_second = runs_per_second or {}
     nodes: dict[str, dict[str, Any]] = {}
     edges: dict[tuple[str, str], dict[str, Any]] = {}
@@ -92,7 +92,8 @@ def build(
         for target in queue.get("export_to") or []:
             edge(_node_id("queue", queue_id), node("queue", target), "exports to")
         if queue.get("kind") == "export queue":
-            state = sinks.get(queue_id, {}).get("state", "ok")
+            # A sink's state is the store's to say: None for a bare declaration.
+            state = sinks[queue_id]["state"] if queue_id in sinks else None
             sink = node("sink", queue_id, detail=queue.get("sink"), state=state)
             edge(_node_id("queue", queue_id), sink, "delivers")
 
@@ -202,12 +203,13 @@ def _short(text: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _rate(value: float | None) -> str:
-    if value is None:
-        return ""
-    if value >= 100:
-        return f"{value:,.0f}/s"
-    return f"{value:.1f}/s"
+def _rate(value: float | None, count: int | None = None) -> str:
+    """An edge's label: its live rate, or, idle, how many went along it in all."""
+    if value:
+        return f"{value:,.0f}/s" if value >= 100 else f"{value:.1f}/s"
+    if count:
+        return f"{count:,} in all"
+    return "" if value is None else "0/s"
 
 
 def svg(graph: dict[str, Any]) -> str:
@@ -233,6 +235,28 @@ def svg(graph: dict[str, Any]) -> str:
         'markerWidth="9" markerHeight="9" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
         '<path d="M 0 0 L 10 5 L 0 10 z" fill="#888"/></marker></defs>',
     ]
+    for n in graph["nodes"]:
+        x, y = box(n["id"])
+        fill, line = _COLORS.get(n["kind"], ("#eee", "#666"))
+        if n["kind"] == "sink" and n.get("state") not in (None, "ok"):
+            fill, line = "#fde8e8", "#c53030"
+        detail = n.get("queue_kind") or n["kind"]
+        if n.get("backlog") is not None:
+            detail += f" \u00b7 {n['backlog']:,} waiting"
+        if n["kind"] == "sink":
+            detail = f"sink \u00b7 {n['state']}" if n.get("state") else "sink"
+        title = html.escape(n["label"] + (f" ({n['detail']})" if n.get("detail") else ""))
+        parts.append(
+            f'<g class="node node-{html.escape(n["kind"])}" '
+            f'data-node="{html.escape(n["id"], quote=True)}"><title>{title}</title>'
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{_WIDTH}" height="{_HEIGHT}" rx="6" '
+            f'fill="{fill}" stroke="{line}"/>'
+            f'<text x="{x + 8:.0f}" y="{y + 18:.0f}" fill="#1a1a1a" font-weight="600">'
+            f"{html.escape(_short(n['label']))}</text>"
+            f'<text x="{x + 8:.0f}" y="{y + 35:.0f}" fill="#444" class="node-detail">'
+            f"{html.escape(_short(detail, 28))}</text></g>"
+        )
+    # Edges over the boxes: one that passes a node stays visible.
     for e in graph["edges"]:
         if e["source"] not in places or e["target"] not in places:
             continue
@@ -244,8 +268,6 @@ def svg(graph: dict[str, Any]) -> str:
             + (f": {e['count']:,} in all" if e.get("count") else ""),
             quote=False,
         )
-        if e["source"] == e["target"]:
-            continue
         if places[e["target"]][0] > places[e["source"]][0]:
             x1, y1 = sx + _WIDTH, sy + _HEIGHT / 2
             x2, y2 = tx, ty + _HEIGHT / 2
@@ -270,28 +292,7 @@ def svg(graph: dict[str, Any]) -> str:
             f'<path d="{path}" fill="none" stroke="{stroke}" stroke-width="{width_px:.1f}" '
             f'marker-end="url(#percolite-arrow)"/>'
             f'<text x="{lx:.0f}" y="{ly:.0f}" text-anchor="middle" fill="{stroke}" '
-            f'class="edge-rate">{html.escape(_rate(e.get("rate")))}</text></g>'
-        )
-    for n in graph["nodes"]:
-        x, y = box(n["id"])
-        fill, line = _COLORS.get(n["kind"], ("#eee", "#666"))
-        if n["kind"] == "sink" and n.get("state", "ok") != "ok":
-            fill, line = "#fde8e8", "#c53030"
-        detail = n.get("queue_kind") or n["kind"]
-        if n.get("backlog") is not None:
-            detail += f" \u00b7 {n['backlog']:,} waiting"
-        if n["kind"] == "sink":
-            detail = f"sink \u00b7 {n.get('state', 'ok')}"
-        title = html.escape(n["label"] + (f" ({n['detail']})" if n.get("detail") else ""))
-        parts.append(
-            f'<g class="node node-{html.escape(n["kind"])}" '
-            f'data-node="{html.escape(n["id"], quote=True)}"><title>{title}</title>'
-            f'<rect x="{x:.0f}" y="{y:.0f}" width="{_WIDTH}" height="{_HEIGHT}" rx="6" '
-            f'fill="{fill}" stroke="{line}"/>'
-            f'<text x="{x + 8:.0f}" y="{y + 18:.0f}" fill="#1a1a1a" font-weight="600">'
-            f"{html.escape(_short(n['label']))}</text>"
-            f'<text x="{x + 8:.0f}" y="{y + 35:.0f}" fill="#444" class="node-detail">'
-            f"{html.escape(_short(detail, 28))}</text></g>"
+            f'class="edge-rate">{html.escape(_rate(e.get("rate"), e.get("count")))}</text></g>'
         )
     parts.append("</svg>")
     return "".join(parts)

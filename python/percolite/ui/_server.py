@@ -59,7 +59,7 @@ _STATIC = {
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
-    "frame-ancestors 'self' http://localhost:* http://127.0.0.1:* http://[::1]:*"
+    "frame-ancestors 'self' http://localhost:* http://127.0.0.1:*"
 )
 
 
@@ -108,18 +108,26 @@ class Console:
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
         self._started = False
+        self._closed = False
+        self._looping = threading.Event()
+        self._serving_thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        """The address to open, with the token in it."""
-        shown = f"[{self.host}]" if ":" in self.host else self.host
+        """The address to open, with the token in it (listening on every
+        address, the machine's name)."""
+        host = self.host
+        if _unspecified(host):
+            host = socket.gethostname()
+        shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}/?token={self.token}"
 
     def start(self) -> Console:
-        """Serves from a daemon thread; returns the console."""
+        """Serves from a daemon thread; returns the console. ``with
+        Console(env) as console:`` starts it too, and closes it at the end."""
         self._begin()
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="percolite-console-http", daemon=True
+            target=self._loop, name="percolite-console-http", daemon=True
         )
         self._thread.start()
         return self
@@ -128,11 +136,27 @@ class Console:
         """Serves on this thread until :meth:`close` (or KeyboardInterrupt)."""
         self._begin()
         try:
-            self._server.serve_forever()
+            self._loop()
         finally:
             self.monitor.stop()
 
+    def _loop(self) -> None:
+        # Whoever closes the console from another thread must stop this loop
+        # (shutdown), but only while it runs: shutdown waits for a loop that
+        # an interrupt before it began would never run.
+        self._serving_thread = threading.current_thread()
+        self._looping.set()
+        try:
+            self._server.serve_forever()
+        finally:
+            self._looping.clear()
+
+    def _loop_thread(self) -> threading.Thread | None:
+        return self._serving_thread
+
     def _begin(self) -> None:
+        if self._closed:
+            raise RuntimeError("the console is closed: make a new one")
         if self._started:
             raise RuntimeError("the console is already serving")
         self._started = True
@@ -140,7 +164,10 @@ class Console:
 
     def close(self) -> None:
         """Stops serving and sampling; idempotent. The store stays open."""
-        if self._started:
+        if self._closed:
+            return
+        self._closed = True
+        if self._looping.is_set() and self._loop_thread() is not threading.current_thread():
             self._server.shutdown()
         self._server.server_close()
         self.monitor.stop()
@@ -148,6 +175,8 @@ class Console:
             self._thread.join(timeout=10)
 
     def __enter__(self) -> Console:
+        if not self._started:
+            self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -169,10 +198,6 @@ class Console:
             names |= {"localhost", "127.0.0.1", "::1"}
         if address is not None and address.is_unspecified:
             names |= {socket.gethostname(), socket.getfqdn()}
-            try:
-                names |= {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
-            except OSError:
-                pass
         allowed = set()
         for name in names:
             shown = f"[{name}]" if ":" in name else name
@@ -240,8 +265,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _check_host(self) -> None:
         host = (self.headers.get("Host") or "").strip().lower()
-        if host not in self.console.allowed_hosts():
-            raise _Refused(403, f"Host {host!r} does not name this console")
+        if host in self.console.allowed_hosts():
+            return
+        if _unspecified(self.console.host) and _ip_literal_with_port(host, self.console.port):
+            return  # any of the machine's addresses; DNS rebinding needs a name
+        raise _Refused(403, f"Host {host!r} does not name this console")
 
     def _presented_tokens(self, query: dict[str, list[str]]) -> dict[str, str]:
         found = {}
@@ -266,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self) -> tuple[str, dict[str, list[str]]]:
         parsed = urllib.parse.urlsplit(self.path)
-        return parsed.path, urllib.parse.parse_qs(parsed.query)
+        return parsed.path, urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
 
     # -- GET ----------------------------------------------------------------
     def do_HEAD(self) -> None:  # noqa: N802 - the protocol's name
@@ -301,6 +329,15 @@ class _Handler(BaseHTTPRequestHandler):
             values = query.get(name)
             return values[0] if values else None
 
+        def number(name: str, default: int) -> int:
+            text = arg(name)
+            if text is None:
+                return default
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number, not {text!r}") from None
+
         if path in ("/", "/index.html"):
             page = _static("index.html").decode()
             page = page.replace("{{token}}", self.console.token)
@@ -319,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/failures":
             self._json(200, monitor.failures())
         elif path == "/api/parked":
-            limit = int(arg("limit") or 200)
+            limit = number("limit", 200)
             work = monitor.work(arg("status") or "parked", arg("observer"), arg("queue"), limit)
             self._json(200, work)
         elif path == "/api/cells":
@@ -330,11 +367,13 @@ class _Handler(BaseHTTPRequestHandler):
                     start=arg("start"),
                     end=arg("end"),
                     after=arg("after"),
-                    limit=int(arg("limit") or 50),
+                    limit=number("limit", 50),
                     form=arg("form") or "text",
                     queue=arg("queue"),
                 ),
             )
+        elif path in _ACTIONS:
+            self._error(405, f"{path} is an action: POST it (with the token in {TOKEN_HEADER})")
         elif path == "/api/metrics":
             from .._metrics import prometheus_text
 
@@ -342,6 +381,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
         else:
             self._error(404, f"nothing at {path}")
+
+    def _not_allowed(self) -> None:
+        self._error(405, f"{self.command} is not served here: GET reads, POST acts")
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815 - the protocol's names
 
     # -- POST: actions --------------------------------------------------------
     def do_POST(self) -> None:  # noqa: N802 - the protocol's name
@@ -378,10 +422,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _act(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         monitor = self.console.monitor
         who = self.client_address[0]
+        fields = _ACTIONS.get(path)
+        if fields is None:
+            raise _Refused(404, f"no action at {path}")
+        unknown = sorted(set(body) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"{path} takes {', '.join(fields) or 'nothing'}, not {', '.join(unknown)}"
+            )
         if path == "/api/retry":
             for name in ("observer", "queue", "item"):
                 if body.get(name) is not None and not isinstance(body[name], str):
                     raise TypeError(f"{name} must be a string")
+            if len([n for n in ("observer", "queue", "item") if body.get(n) is not None]) > 1:
+                raise ValueError("retry takes one of observer, queue or item, or none for all")
             done = monitor.retry(
                 observer=body.get("observer"), queue=body.get("queue"), item=body.get("item")
             )
@@ -394,7 +448,30 @@ class _Handler(BaseHTTPRequestHandler):
             done = monitor.take_over(queue)
             log.info("console (%s): took over the sink of export queue %r: %s", who, queue, done)
             return done
-        raise _Refused(404, f"no action at {path}")
+        raise _Refused(404, f"no action at {path}")  # pragma: no cover - _ACTIONS lists them
+
+
+# The actions, and the fields each takes.
+_ACTIONS = {"/api/retry": ("observer", "queue", "item"), "/api/take-over": ("queue",)}
+
+
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def _ip_literal_with_port(host: str, port: int) -> bool:
+    """Whether a Host header is an IP address (not a name) and ``port``."""
+    name, _, given = host.rpartition(":")
+    if given != str(port):
+        return False
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _jsonable(value: Any) -> Any:

@@ -85,8 +85,6 @@ function drawStatus(status) {
   document.getElementById("parked-count").textContent = number(status.parked);
   const live = status.groups.flatMap((g) => g.pools).filter((p) => p.live);
   document.getElementById("pool-count").textContent = `${live.length} pool${live.length === 1 ? "" : "s"}`;
-  const commits = status.observers.reduce((sum, o) => sum + o.commits_per_second, 0);
-  document.getElementById("commits-rate").textContent = number(commits);
 
   replaceBody(document.getElementById("observers"), status.observers.map((o) => el("tr",
     {"data-name": o.name, class: o.parked ? "has-parked" : (o.failures ? "has-failures" : null)},
@@ -131,8 +129,10 @@ function drawStatus(status) {
         el("td", {text: queue}), el("td", {class: "state", text: s.state}), el("td", {text: when(s.since_unix)}),
         el("td", {text: number(s.waiting)}),
         el("td", {text: s.last_error ? `${s.last_error.type}: ${s.last_error.message}` : ""}),
-        el("td", {}, s.state === "refused" ? el("button", {class: "action take-over", onclick: () => takeOver(queue),
-          text: "Take the sink over"}) : null))))));
+        el("td", {}, s.state !== "refused" ? null : status.store.app_bound
+          ? el("button", {class: "action take-over", onclick: () => takeOver(queue), text: "Take over"})
+          : el("span", {class: "quiet", title: "serve the console with --app MODULE:APP to take it over here",
+            text: "take-over needs --app"})))))));
   }
 
   const select = document.getElementById("cells-queue");
@@ -187,11 +187,16 @@ function drawHistory(history) {
     return;
   }
   box.replaceChildren(...SERIES.map(([name, title]) => chart(name, title, history.unix, history[name])));
+  // The headline is the chart's latest figure: the store's commits per second.
+  const commits = history.commits_per_second;
+  document.getElementById("commits-rate").textContent = number(commits[commits.length - 1]);
 }
 
 // -- failures and parked work -----------------------------------------------------
 function drawWork(work) {
   const box = document.getElementById("failures");
+  const traceback = document.getElementById("traceback");
+  document.getElementById("work").append(traceback);  // out of the rows redrawn below
   const wanted = document.getElementById("parked-filter-name").value.trim().toLowerCase();
   const groups = work.groups.filter((g) => !wanted || g.observer.toLowerCase().includes(wanted));
   if (!groups.length) {
@@ -201,7 +206,7 @@ function drawWork(work) {
   box.replaceChildren(...groups.map((g) => el("div", {class: "work-group", "data-observer": g.observer},
     el("h3", {}, `${g.observer} `, el("span", {class: "count", text: `${g.count}`}),
       el("button", {class: "action retry-group", onclick: () => retry(g.queue ? {queue: g.queue} : {observer: g.observer}),
-        text: g.queue ? `Retry queue ${g.queue}` : "Retry this observer's"})),
+        text: g.queue ? `Retry queue ${g.queue}` : `Retry all of ${g.observer}`})),
     el("table", {}, el("thead", {}, el("tr", {},
       ...["cell or key", "attempts", "first failure", "last failure", "error", ""].map((h) => el("th", {text: h})))),
       el("tbody", {}, ...g.items.map((item) => el("tr", {class: "work-item", "data-item": item.item},
@@ -216,14 +221,25 @@ function drawWork(work) {
         el("td", {}, item.parked ? el("button", {class: "action retry-item", onclick: () => retry({item: item.item}),
           text: "Retry"}) : el("span", {class: "quiet", text: "retrying"})))))),
   )));
+  placeTraceback();
 }
 
 function showTraceback(item) {
+  // Beside the row clicked: a row of its own under it, kept across refreshes.
+  shownTraceback = item;
+  placeTraceback();
+  document.getElementById("traceback").scrollIntoView({block: "nearest"});
+}
+
+function placeTraceback() {
   const box = document.getElementById("traceback");
-  shownTraceback = item.item;
-  box.textContent = item.error.traceback || `${item.error.type}: ${item.error.message}`;
+  const row = shownTraceback && document.querySelector(`tr.work-item[data-item="${CSS.escape(shownTraceback.item)}"]`);
+  if (!row) { box.hidden = true; return; }
+  box.textContent = shownTraceback.error.traceback || `${shownTraceback.error.type}: ${shownTraceback.error.message}`;
   box.hidden = false;
-  box.scrollIntoView({block: "nearest"});
+  const holder = el("tr", {class: "traceback-row"}, el("td", {colspan: "6"}));
+  holder.firstChild.append(box);
+  row.after(holder);
 }
 
 function retry(what) {
