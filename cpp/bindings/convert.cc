@@ -102,7 +102,13 @@ py::dict ObserverStatsToDict(const percolite::ObserverStats& s) {
   d["last_failure_unix"] = s.last_failure_unix > 0 ? py::object(py::float_(s.last_failure_unix))
                                                    : py::object(py::none());
   py::dict writes;
-  for (const auto& [target, n] : s.writes) writes[py::bytes(target)] = n;
+  for (const auto& [target, n] : s.writes) {
+    // "family:F" with F any bytes: text as JSON and logs need it, undecodable bytes escaped.
+    py::object key = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+        target.data(), static_cast<Py_ssize_t>(target.size()), "backslashreplace"));
+    if (!key) throw py::error_already_set();
+    writes[key] = n;
+  }
   d["writes"] = writes;
   return d;
 }

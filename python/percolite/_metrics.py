@@ -108,7 +108,7 @@ class _Recorder:
                     name = ("observer_" + key, o["name"])
                     sample[name] = sample.get(name, 0) + o[key]
                 for target, n in o["writes"].items():
-                    name = ("observer_writes", _pair(o["name"], _target(target)))
+                    name = ("observer_writes", _pair(o["name"], target))
                     sample[name] = sample.get(name, 0) + n
             yield id(env), sample
             if env.app is not None:
@@ -218,11 +218,6 @@ def recorder_for(env: Any) -> _Recorder:
 def _le(bound: float | None) -> str:
     """A histogram bucket's label: its upper bound, as Prometheus writes it."""
     return "+Inf" if bound is None else repr(float(bound))
-
-
-def _target(raw: bytes) -> str:
-    """A write target as the core names it (``family:F`` or ``queue:ID``), as text."""
-    return raw.decode("utf-8", "backslashreplace")
 
 
 def _pair(first: str, second: str) -> str:

@@ -194,12 +194,12 @@ def _servers(env: Any, metrics_port: int | None, ui_port: int | None) -> Iterato
             stack.callback(server.server_close)
             stack.callback(server.shutdown)
         if ui_port is not None:
-            from .ui import Console
+            from .ui._server import Console
 
             try:
                 console = Console(env, port=ui_port)
             except ValueError as e:
-                from .ui._cli import name_the_option
+                from .ui._server import name_the_option
 
                 raise ValueError(name_the_option(str(e), "--ui-port")) from None
             _log.logger.getChild("ui").setLevel(logging.INFO)  # actions taken from the page

@@ -594,6 +594,9 @@ def test_ctrl_c_stops_percolite_ui_with_130(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a background job of a non-interactive shell
+        # (a CI runner's) starts with SIGINT ignored, and so would the child.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as child:
         assert child.stdout.readline().startswith("http://127.0.0.1:")
         child.send_signal(signal.SIGINT)

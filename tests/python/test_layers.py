@@ -203,7 +203,15 @@ CPP_ROOT = ROOT / "cpp"
 # The core's layers, bottom up. A file's layer is that of the first patterns
 # (paths under cpp/) it matches.
 CPP_LAYERS = [
-    ("base", ["include/percolite/status.h", "include/percolite/encoding.h", "src/encoding.cc"]),
+    (
+        "base",
+        [
+            "include/percolite/status.h",
+            "include/percolite/encoding.h",
+            "src/encoding.cc",
+            "include/percolite/latency.h",
+        ],
+    ),
     ("backend", ["include/percolite/backend.h", "src/backend/*"]),
     ("transaction", ["include/percolite/transaction.h", "src/transaction.cc"]),
     (

@@ -10,7 +10,7 @@ import sys
 from .._cli import port_or_zero
 from .._env import shown_target
 from .._workers import EXIT_DONE, EXIT_INTERRUPTED
-from ._server import DEFAULT_HOST, DEFAULT_PORT, Console
+from ._server import DEFAULT_HOST, DEFAULT_PORT, Console, name_the_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,12 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the application (a percolite.App), for what needs its code: taking a sink "
         "over, the exporters' names (default: none, the app the store recorded is shown)",
     )
-
-
-def name_the_option(message: str, option: str) -> str:
-    """A Console's complaint about its port, naming the option that gave it:
-    "port 80 on ..." becomes "--port 80 on ..."."""
-    return option + message[len("port") :] if message.startswith("port ") else message
 
 
 def serve(env, host: str, port: int) -> int:

@@ -474,6 +474,12 @@ def _ip_literal_with_port(host: str, port: int) -> bool:
     return True
 
 
+def name_the_option(message: str, option: str) -> str:
+    """A Console's complaint about its port, naming the command-line option
+    that gave it: "port 80 on ..." becomes "--port 80 on ..."."""
+    return option + message[len("port") :] if message.startswith("port ") else message
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")

@@ -264,6 +264,9 @@ def wait_interruptible(backend, db):
     with env.transaction() as tx:
         tx.set("doc:1", ("doc", "content"), "x")
     env.start_workers(2, retry_initial=0.01, retry_max=0.05)
+    # Ctrl-C as a terminal sends it, even when this process was started with
+    # SIGINT ignored (a background job of a non-interactive shell is).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
     began = time.monotonic()
     try:
