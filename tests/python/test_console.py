@@ -440,15 +440,23 @@ def _ui(*args, timeout=60):
     )
 
 
-def test_percolite_ui_prints_the_url_first_and_serves_it(tmp_path):
-    db = str(tmp_path / "db")
-    percolite.open(db).close()
-    with subprocess.Popen(
+def ui_process(db):
+    """``percolite ui DB --port 0`` started as from a terminal: with SIGINT's
+    default (a background job of a non-interactive shell, as a CI runner's
+    is, starts with SIGINT ignored, and so would the child)."""
+    return subprocess.Popen(
         [sys.executable, "-m", "percolite", "ui", db, "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    ) as child:
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def test_percolite_ui_prints_the_url_first_and_serves_it(tmp_path):
+    db = str(tmp_path / "db")
+    percolite.open(db).close()
+    with ui_process(db) as child:
         try:
             url = child.stdout.readline().strip()
             assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
@@ -589,15 +597,7 @@ def test_percolite_ui_is_there_after_import_percolite_and_loads_only_when_used()
 def test_ctrl_c_stops_percolite_ui_with_130(tmp_path):
     db = str(tmp_path / "db")
     percolite.open(db).close()
-    with subprocess.Popen(
-        [sys.executable, "-m", "percolite", "ui", db, "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # As from a terminal: a background job of a non-interactive shell
-        # (a CI runner's) starts with SIGINT ignored, and so would the child.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    ) as child:
+    with ui_process(db) as child:
         assert child.stdout.readline().startswith("http://127.0.0.1:")
         child.send_signal(signal.SIGINT)
         _out, err = child.communicate(timeout=30)

@@ -94,8 +94,9 @@ class Monitor:
     def start(self) -> None:
         """Samples now, then every ``sample_seconds`` on a daemon thread."""
         self.sample()
-        self._thread = threading.Thread(target=self._loop, name="percolite-console", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._loop, name="percolite-console", daemon=True)
+        thread.start()
+        self._thread = thread  # only once it runs: stop() may come at any moment (Ctrl-C)
 
     def stop(self) -> None:
         self._stop.set()

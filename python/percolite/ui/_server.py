@@ -263,13 +263,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": message})
 
+    def _names_this_console(self, host: str) -> bool:
+        """Whether ``host`` (``name:port``) is an address this console listens on."""
+        if host in self.console.allowed_hosts():
+            return True
+        # Listening on every address: any IP of the machine (DNS rebinding needs a name).
+        return _unspecified(self.console.host) and _ip_literal_with_port(host, self.console.port)
+
     def _check_host(self) -> None:
         host = (self.headers.get("Host") or "").strip().lower()
-        if host in self.console.allowed_hosts():
-            return
-        if _unspecified(self.console.host) and _ip_literal_with_port(host, self.console.port):
-            return  # any of the machine's addresses; DNS rebinding needs a name
-        raise _Refused(403, f"Host {host!r} does not name this console")
+        if not self._names_this_console(host):
+            raise _Refused(403, f"Host {host!r} does not name this console")
 
     def _presented_tokens(self, query: dict[str, list[str]]) -> dict[str, str]:
         found = {}
@@ -301,18 +305,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:  # noqa: N802 - the protocol's name
+        self._answer(503, self._serve_get)  # a store error: it is closing
+
+    def _serve_get(self) -> None:
+        path, query = self._route()
+        tokens = self._presented_tokens(query)
+        if not any(self._valid(t) for t in tokens.values()):
+            raise _Refused(403, "a valid token is needed: open the URL the console printed")
+        extra = {}
+        if self._valid(tokens.get("query")) and not self._valid(tokens.get("cookie")):
+            extra["Set-Cookie"] = (
+                f"{COOKIE}={self.console.token}; HttpOnly; SameSite=Strict; Path=/"
+            )
+        self._get(path, query, extra)
+
+    def _answer(self, store_error: int, serve: Any) -> None:
+        """Checks the Host, runs ``serve``, and answers what went wrong as
+        JSON: a refusal with its status, bad input 400, a store's refusal
+        ``store_error``; a client that went away, nothing."""
         try:
             self._check_host()
-            path, query = self._route()
-            tokens = self._presented_tokens(query)
-            if not any(self._valid(t) for t in tokens.values()):
-                raise _Refused(403, "a valid token is needed: open the URL the console printed")
-            extra = {}
-            if self._valid(tokens.get("query")) and not self._valid(tokens.get("cookie")):
-                extra["Set-Cookie"] = (
-                    f"{COOKIE}={self.console.token}; HttpOnly; SameSite=Strict; Path=/"
-                )
-            self._get(path, query, extra)
+            serve()
         except _Refused as e:
             self._error(e.status, str(e))
         except (BrokenPipeError, ConnectionResetError):
@@ -320,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, TypeError) as e:
             self._error(400, str(e))
         except Error as e:
-            self._error(503, f"{type(e).__name__}: {e}")
+            self._error(store_error, f"{type(e).__name__}: {e}")
 
     def _get(self, path: str, query: dict[str, list[str]], extra: dict[str, str]) -> None:
         monitor = self.console.monitor
@@ -389,35 +402,28 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- POST: actions --------------------------------------------------------
     def do_POST(self) -> None:  # noqa: N802 - the protocol's name
+        self._answer(409, self._serve_post)  # a store error: the action was refused
+
+    def _serve_post(self) -> None:
+        path, _query = self._route()
+        if not self._valid(self.headers.get(TOKEN_HEADER)):
+            raise _Refused(403, f"an action needs the token in the {TOKEN_HEADER} header")
+        origin = self.headers.get("Origin")
+        if origin is not None and not self._names_this_console(
+            urllib.parse.urlsplit(origin).netloc.lower()
+        ):
+            raise _Refused(403, f"Origin {origin!r} is not this console")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > _MAX_BODY:
+            raise _Refused(413, f"the request body is larger than {_MAX_BODY} bytes")
+        raw = self.rfile.read(length) if length else b"{}"
         try:
-            self._check_host()
-            path, _query = self._route()
-            if not self._valid(self.headers.get(TOKEN_HEADER)):
-                raise _Refused(403, f"an action needs the token in the {TOKEN_HEADER} header")
-            origin = self.headers.get("Origin")
-            if origin is not None:
-                host = urllib.parse.urlsplit(origin).netloc.lower()
-                if host not in self.console.allowed_hosts():
-                    raise _Refused(403, f"Origin {origin!r} is not this console")
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_BODY:
-                raise _Refused(413, f"the request body is larger than {_MAX_BODY} bytes")
-            raw = self.rfile.read(length) if length else b"{}"
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                raise ValueError("the request body must be a JSON object") from None
-            if not isinstance(body, dict):
-                raise ValueError("the request body must be a JSON object")
-            self._json(200, self._act(path, body))
-        except _Refused as e:
-            self._error(e.status, str(e))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        except (ValueError, TypeError) as e:
-            self._error(400, str(e))
-        except Error as e:
-            self._error(409, f"{type(e).__name__}: {e}")
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            raise ValueError("the request body must be a JSON object") from None
+        if not isinstance(body, dict):
+            raise ValueError("the request body must be a JSON object")
+        self._json(200, self._act(path, body))
 
     def _act(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         monitor = self.console.monitor
