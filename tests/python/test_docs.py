@@ -151,7 +151,12 @@ def relative_links(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "document", ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+    "document",
+    [
+        "README.md",
+        "CONTRIBUTING.md",
+        *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))),
+    ],
 )
 def test_links_point_at_files_that_exist(document):
     path = ROOT / document
