@@ -134,8 +134,10 @@ def _status(args: argparse.Namespace) -> int:
         + (f", in {len(groups)} group{'s' if len(groups) != 1 else ''}" if live else "")
     )
     for h in live:
+        # A pool alone is its own group, named after it: say so once.
+        group = "" if h["group"] == h["owner"] else f" group {h['group']} "
         print(
-            f"  {h['owner']:<40} group {h['group']}  {h['threads']} threads, "
+            f"  {h['owner']:<40}{group} {h['threads']} threads, "
             f"{h['partitions']} of {_core.LEASE_PARTITIONS} partitions"
         )
     for o in status["observers"]:
