@@ -222,6 +222,7 @@ void Transaction::SetTrigger(std::string cell_key) {
   std::lock_guard<std::mutex> lock(mu_);
   CheckActive();
   extras_.trigger = std::move(cell_key);
+  observer_run_.store(true, std::memory_order_relaxed);
 }
 
 void Transaction::DeferTrigger(double seconds) {
@@ -423,16 +424,24 @@ void Transaction::AfterCommit(std::function<void()> fn) {
   after_commit_.push_back(std::move(fn));
 }
 
-void Transaction::CountWrite(std::string_view target, uint64_t n) {
+void Transaction::CountWrite(std::string_view kind, std::string_view name, uint64_t n) {
+  // Only observer runs feed the graph: any other transaction (a loader's, an
+  // adder's) pays one load here, no lock and no string.
+  if (!observer_run_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(mu_);
-  // A handful of targets per transaction: a linear search beats a map.
-  for (auto& [name, count] : write_counts_) {
-    if (name == target) {
+  // A handful of targets per run: a linear search, comparing in place.
+  const size_t size = kind.size() + 1 + name.size();
+  for (auto& [target, count] : write_counts_) {
+    const std::string_view t(target);
+    if (t.size() == size && t.substr(0, kind.size()) == kind && t.substr(kind.size() + 1) == name) {
       count += n;
       return;
     }
   }
-  write_counts_.emplace_back(std::string(target), n);
+  std::string target;
+  target.reserve(size);
+  target.append(kind).append(1, ':').append(name);
+  write_counts_.emplace_back(std::move(target), n);
 }
 
 std::vector<std::pair<std::string, uint64_t>> Transaction::WriteCounts() const {

@@ -109,20 +109,27 @@ TEST_CASE("Exported entries are ordered by key then seq, and seq follows commit 
   CHECK(Depth(*env) == 0);
 }
 
-TEST_CASE("Entries added to a queue are counted as the transaction's writes to it",
+TEST_CASE("Entries an observer run adds to a queue are counted as its writes to it",
           "[export][graph]") {
   TempDir dir;
   auto env = percolite_test::OpenEnv(dir, PERCOLITE_EACH_BACKEND());
   Sink sink;
   auto queue = MakeQueue(&sink, 2, 100);
-  auto tx = env->Begin();
-  CHECK(tx->WriteCounts().empty());
-  queue->Add(*tx, "a", "1");
-  queue->Add(*tx, {{"b", "2"}, {"c", "3"}});
-  queue->Add(*tx, std::vector<std::pair<std::string, std::string>>{});
   using Counts = std::vector<std::pair<std::string, uint64_t>>;
-  CHECK(tx->WriteCounts() == Counts{{"queue:ex", 3}});
-  tx->Commit();
+  // Any other transaction keeps no counts: adders and loaders pay nothing.
+  auto plain = env->Begin();
+  queue->Add(*plain, "a", "1");
+  CHECK(plain->WriteCounts().empty());
+  plain->Abort();
+  auto run = env->Begin();
+  run->SetTrigger(percolite::EncodeCellKey({"doc", "f", "q"}));
+  CHECK(run->WriteCounts().empty());
+  queue->Add(*run, "a", "1");
+  queue->Add(*run, {{"b", "2"}, {"c", "3"}});
+  queue->Add(*run, std::vector<std::pair<std::string, std::string>>{});
+  run->CountWrite("queue", "e");  // a prefix of "ex" is another target
+  CHECK(run->WriteCounts() == Counts{{"queue:ex", 3}, {"queue:e", 1}});
+  run->Abort();
 }
 
 TEST_CASE("Batches take the oldest entries first, whatever their keys", "[export]") {

@@ -109,9 +109,9 @@ TEST_CASE("An observer's committed runs count what they wrote; every commit is t
                      Set(*source, Cell{cell.row, "doc", "length"}, "0");
                    }
                    tx->Set(Ref(Cell{cell.row, "doc", "length"}), "1");
-                   tx->CountWrite("family:doc");
-                   tx->CountWrite("queue:out", 2);
-                   tx->CountWrite("family:doc");
+                   tx->CountWrite("family", "doc");
+                   tx->CountWrite("queue", "out", 2);
+                   tx->CountWrite("family", "doc");
                    return Status::Ok();
                  }};
   percolite::WorkerOptions options;

@@ -385,6 +385,11 @@ def test_sorted_values_give_the_rows_of_the_checked_collapse(tmp_path, columns, 
     )
     layout = percolite.exporters.SQLite(tmp_path / "s.sqlite", "t", columns=columns)._layout
     fast = layout.sorted_values(entries)
+    # What an export queue sends takes the same path (an ExportBatch is a
+    # list: a check of the exact type once sent every queue's batch the slow way).
+    batch = percolite.ExportBatch(entries)
+    batch.queue, batch.store, batch.epoch = "q", "0" * 32, 1
+    assert layout.sorted_values(batch) == fast
     layout._collapse_plain = lambda entries: None  # every entry through the checks
     checked = [(*row.key_cells, *row.value_cells, row.seq) for row in layout.collapse(entries)]
     assert fast == checked

@@ -27,6 +27,7 @@
 //   refuses new ones with kClosed.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -124,12 +125,13 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   void SetHurried();
   bool Hurried() const;
 
-  // What this transaction wrote, by target, for the app's dataflow graph (the
-  // workers add a committed run's counts to its observer's): "family:F",
-  // cells of column family F the app's own code set or deleted (counted by
-  // the bindings, so a queue's internal rows never show), and "queue:ID",
-  // entries added to queue ID (counted where queue entries are written).
-  void CountWrite(std::string_view target, uint64_t n = 1);
+  // What this observer run wrote, by target, for the app's dataflow graph
+  // (the workers add a committed run's counts to its observer's):
+  // "family:F", cells of column family F the app's own code set or deleted
+  // (counted by the bindings, so a queue's internal rows never show), and
+  // "queue:ID", entries added to queue ID (counted where queue entries are
+  // written). Only in observer runs (SetTrigger); elsewhere nothing is kept.
+  void CountWrite(std::string_view kind, std::string_view name, uint64_t n = 1);
   std::vector<std::pair<std::string, uint64_t>> WriteCounts() const;
 
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
@@ -213,6 +215,7 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   std::vector<std::function<void()>> after_commit_;             // GUARDED_BY(mu_)
   bool hurried_ = false;                                        // GUARDED_BY(mu_)
   std::vector<std::pair<std::string, uint64_t>> write_counts_;  // GUARDED_BY(mu_)
+  std::atomic<bool> observer_run_{false};  // set with the trigger: CountWrite keeps counts
 };
 
 // Begins transactions on a backend and keeps track of the active ones, so

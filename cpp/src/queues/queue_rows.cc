@@ -45,7 +45,7 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
            const std::function<uint32_t(std::string_view)>& bucket_of,
            const std::vector<std::pair<std::string, std::string>>& entries) {
   const std::string entry_prefix = id + ":" + std::string(kind) + ":";
-  if (!entries.empty()) transaction.CountWrite("queue:" + id, entries.size());
+  if (!entries.empty()) transaction.CountWrite("queue", id, entries.size());
   std::vector<bool> notified(buckets, false);
   for (const auto& [key, value] : entries) {
     const uint32_t bucket = bucket_of(key);

@@ -277,7 +277,8 @@ class _Layout:
         deletions). Every check is a loop in C (``map``, ``compress``,
         ``zip``) instead of one Python loop over the entries: 65,536 phrase
         count entries in 41 ms instead of 110 (collapse, then the rows)."""
-        if not isinstance(self.key, str) or type(entries) is not list or not entries:
+        # A list: what an export queue sends (percolite.ExportBatch) or a plain one.
+        if not isinstance(self.key, str) or not isinstance(entries, list) or not entries:
             return None
         try:
             keys = list(map(_KEY, entries))
