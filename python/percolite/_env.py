@@ -947,10 +947,14 @@ class Env:
                     depths[queue_id] = sum(1 for _ in tx.scan(prefix=core.entry_row_prefix))
             return depths
 
+    def _recorded_app(self, tx: Transaction) -> dict[str, Any]:
+        """The app the store recorded (``{"name", "observers", "queues"}``), {} for none."""
+        stored = tx.get(_APP_ROW, _APP_COLUMN)
+        return json.loads(stored) if stored is not None else {}
+
     def _recorded_queues(self, tx: Transaction) -> dict[str, dict[str, Any]]:
         """The queues of the app the store recorded: ``{id: {"kind", "buckets", ...}}``."""
-        stored = tx.get(_APP_ROW, _APP_COLUMN)
-        return json.loads(stored).get("queues", {}) if stored is not None else {}
+        return self._recorded_app(tx).get("queues", {})
 
     def metrics(self) -> dict[str, Any]:
         """Counters and gauges of the store, totals over every process that

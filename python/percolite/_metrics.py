@@ -30,7 +30,14 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["FLUSH_SECONDS", "recorder_for", "read", "prometheus_text", "serve"]
+__all__ = [
+    "FLUSH_SECONDS",
+    "pending_by_observer",
+    "prometheus_text",
+    "read",
+    "recorder_for",
+    "serve",
+]
 
 FLUSH_SECONDS = 2.0
 
@@ -241,6 +248,17 @@ def _decode(stored: dict[str, Any]) -> Sample:
     }
 
 
+def pending_by_observer(env: Any) -> dict[str, int]:
+    """Notifications waiting in ``env``'s store, by the name of the observer
+    of their column ("(no observer)" for a column no observer has now)."""
+    names = {(f, q): name for f, q, _notify, name in env._core.observed_columns()}
+    pending_by: dict[str, int] = {}
+    for column, n in env._core.pending_by_column().items():
+        name = names.get(column, "(no observer)")
+        pending_by[name] = pending_by.get(name, 0) + n
+    return pending_by
+
+
 def read(env: Any) -> dict[str, Any]:
     """The metrics of ``env``'s store: ``{"counters": {...}, "gauges": {...}}``
     (see :meth:`percolite.Env.metrics`)."""
@@ -280,18 +298,13 @@ def read(env: Any) -> dict[str, Any]:
     parked_by: dict[str, int] = {}
     for record in parked:
         parked_by[record["observer"]] = parked_by.get(record["observer"], 0) + 1
-    pending = env._core.pending_by_column()
-    names = {(f, q): name for f, q, _notify, name in env._core.observed_columns()}
-    pending_by: dict[str, int] = {}
-    for column, n in pending.items():
-        name = names.get(column, "(no observer)")
-        pending_by[name] = pending_by.get(name, 0) + n
+    pending_by = pending_by_observer(env)
     depths = env._queue_depths()
     leases = [h for h in env._core.lease_holders() if h["live"]]
     sinks = env.sinks()
     syncs = counters["syncs"]
     gauges = {
-        "pending_notifications": sum(pending.values()),
+        "pending_notifications": sum(pending_by.values()),
         "pending_by_observer": pending_by,
         "parked": len(parked),
         "parked_by_observer": parked_by,

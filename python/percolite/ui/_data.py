@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from .. import _core, _metrics
+from .. import _metrics
 from .._app import App
 from .._env import shown_target
 from ..codecs import Codec, get_codec
@@ -171,8 +171,7 @@ class Monitor:
 
     def _recorded_app_name(self) -> str | None:
         with self.env.transaction() as tx:
-            stored = tx.get(_core.SYSTEM_ROW_PREFIX + b"app", (b"a", b"identity"))
-        return json.loads(stored).get("name") if stored is not None else None
+            return self.env._recorded_app(tx).get("name")
 
     def groups(self) -> list[dict[str, Any]]:
         """Worker groups and their pools' leases, from the store."""
@@ -329,22 +328,12 @@ class Monitor:
             queues=queues,
             writes=counters.get("observer_writes", {}),
             rates=edge_rates,
-            pending=self._pending_by_observer(),
+            # Counted now, not at the last sample: the status beside it is.
+            pending=_metrics.pending_by_observer(self.env),
             depths=gauges["queue_depth"],
             sinks=env.sinks(),
             runs_per_second=runs,
         )
-
-    def _pending_by_observer(self) -> dict[str, int]:
-        """Notifications waiting per observer, counted now (cheap: the
-        status beside the graph shows the same)."""
-        names = {(f, q): name for f, q, _notify, name in self.env._core.observed_columns()}
-        pending: dict[str, int] = {}
-        for column, n in self.env._core.pending_by_column().items():
-            name = names.get(column)
-            if name is not None:
-                pending[name] = pending.get(name, 0) + n
-        return pending
 
     def _queues(self) -> dict[str, dict[str, Any]]:
         """The queues of the bound app (with export_to and sinks), else the
