@@ -40,8 +40,9 @@ import argparse
 import functools
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import lmdb
 import percolite
@@ -260,7 +261,7 @@ def _summarise(threads: int, runs: dict[tuple[str, int], list[dict[str, Any]]]) 
     # Runs of one repetition ran back to back, so their ratios show the spread.
     summary["ratio_per_repetition"] = [
         round(ours["tx_per_s"] / theirs["tx_per_s"], 3) if theirs["tx_per_s"] else None
-        for ours, theirs in zip(runs["percolite", threads], runs["lmdb", threads])
+        for ours, theirs in zip(runs["percolite", threads], runs["lmdb", threads], strict=True)
     ]
     return summary
 

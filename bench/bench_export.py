@@ -308,7 +308,7 @@ def _latency_record(
     kind: str, seen: dict, keys: list, called: list, durations: list
 ) -> dict[str, Any]:
     lookup = [key.encode() for key in keys] if kind == "observer" else keys
-    ms = [(seen[key] - start) * 1000 for key, start in zip(lookup, called)]
+    ms = [(seen[key] - start) * 1000 for key, start in zip(lookup, called, strict=True)]
     return {
         "commits": len(ms),
         "p50_ms": round(percentile(ms, 0.5), 3),

@@ -48,9 +48,10 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import bench_hotkeys
 import bench_storage
@@ -628,7 +629,7 @@ def _summarise_bulk(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "load_ratio": round(ours["median_load_per_s"] / baseline, 4),
         "ratio_per_repetition": [
             round(a["per_s"] / b["per_s"], 4)
-            for a, b in zip(ours["runs"], results["lmdb_put"]["runs"])
+            for a, b in zip(ours["runs"], results["lmdb_put"]["runs"], strict=True)
         ],
     }
 

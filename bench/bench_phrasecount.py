@@ -533,7 +533,7 @@ def _summarise(
     summary["percolite_vs_counter"] = _rounded(ratio(seconds["counter"], seconds["percolite"]))
     summary["percolite_vs_sqlite_per_repetition"] = [
         _rounded(ratio(theirs["seconds"], ours["seconds"]))
-        for ours, theirs in zip(runs["percolite"], runs["sqlite"])
+        for ours, theirs in zip(runs["percolite"], runs["sqlite"], strict=True)
     ]
     summary["target_ratio"] = TARGET_RATIOS[corpus.name]
     return summary

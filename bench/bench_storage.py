@@ -290,7 +290,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "combine_ratio": round(ratio, 4),
         "combine_ratio_per_repetition": [
             round(ours["per_s"] / theirs["per_s"], 4)
-            for ours, theirs in zip(runs["combine_queue"], runs["lmdb_put"])
+            for ours, theirs in zip(runs["combine_queue"], runs["lmdb_put"], strict=True)
         ],
         "durable_commits": commits,
     }

@@ -41,10 +41,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -378,7 +378,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     def line(row: Sequence[str]) -> str:
         parts = [
             value.ljust(width) if i == 0 else value.rjust(width)
-            for i, (value, width) in enumerate(zip(row, widths))
+            for i, (value, width) in enumerate(zip(row, widths, strict=False))
         ]
         return "  ".join(parts).rstrip()
 
@@ -418,7 +418,7 @@ def _git_revision() -> str | None:
 def machine_info() -> dict[str, Any]:
     """Where and when the numbers were taken, for the JSON reports."""
     return {
-        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git": _git_revision(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -47,10 +47,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from common import (
     BENCH_DIR,
@@ -248,7 +248,7 @@ def _git(*argv: str) -> str:
 
 def _utc(seconds: float | None = None) -> str:
     moment = datetime.datetime.fromtimestamp(
-        time.time() if seconds is None else seconds, datetime.timezone.utc
+        time.time() if seconds is None else seconds, datetime.UTC
     )
     return moment.isoformat(timespec="seconds")
 
@@ -477,7 +477,7 @@ def summarise(
         return summary
     pairs = [
         round(_speed(figure, ours) / _speed(figure, theirs), 4)
-        for ours, theirs in zip(current, baseline)
+        for ours, theirs in zip(current, baseline, strict=True)
     ]
     ratio = _speed(figure, median(current)) / _speed(figure, median(baseline))
     summary.update(
@@ -494,7 +494,7 @@ def summarise(
 
 def summarise_memory(runs: list[dict[str, Any]], lmdb: dict[str, Any]) -> dict[str, Any]:
     memory = {}
-    for figure, lmdb_figure in zip(MEMORY_FIGURES, FIGURES):
+    for figure, lmdb_figure in zip(MEMORY_FIGURES, FIGURES, strict=False):
         values = _values(runs, figure, "current")
         if not values:
             continue

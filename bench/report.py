@@ -48,9 +48,9 @@ def draw_plot(plot: Plot, path: Path) -> None:
             _draw_bars(axes, plot)
         else:
             for label, values in plot.series.items():
-                points = [(x, y) for x, y in zip(plot.x, values) if y is not None]
+                points = [(x, y) for x, y in zip(plot.x, values, strict=False) if y is not None]
                 if points:
-                    axes.plot(*zip(*points), marker="o", label=label)
+                    axes.plot(*zip(*points, strict=True), marker="o", label=label)
             if all(isinstance(x, (int, float)) for x in plot.x):
                 axes.set_xticks(plot.x)
         if plot.log_y:

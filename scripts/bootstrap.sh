@@ -9,6 +9,8 @@ need=()
 [[ -f /usr/include/postgresql/libpq-fe.h ]] || need+=(libpq-dev)
 [[ -f /usr/include/catch2/catch.hpp ]] || need+=(catch2)
 command -v clang-format >/dev/null || need+=(clang-format)
+# clang checks the lock annotations (scripts/check-thread-safety.sh).
+command -v clang++ >/dev/null || need+=(clang)
 command -v g++ >/dev/null || need+=(g++)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # PostgreSQL for the Postgres exporter's tests, which start a temporary server of their own.

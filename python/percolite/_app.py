@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from typing import Any, Callable, Literal, NamedTuple, TypeVar, overload
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from . import _core
 from ._cells import Column

@@ -3,9 +3,9 @@
 # No "from __future__ import annotations" here: the records' field
 # annotations stay real types, which documentation tools and
 # typing.get_type_hints resolve without the module's namespace.
-from typing import Any, Generic, NamedTuple, Self, TypeVar, Union
+from typing import Any, Generic, NamedTuple, Self, TypeVar
 
-BytesLike = Union[bytes, str]
+BytesLike = bytes | str
 
 __all__ = ["Column", "Cell", "Change", "SequencedExport", "as_bytes"]
 

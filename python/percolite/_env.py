@@ -11,8 +11,8 @@ import re
 import shlex
 import time
 import weakref
-from collections.abc import Iterable
-from typing import Any, Callable, Literal, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
 
 from . import _core, _log, _metrics
 from ._app import App, differences

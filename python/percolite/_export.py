@@ -23,7 +23,8 @@ from __future__ import annotations
 import sqlite3
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeAlias, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from . import _core
 from ._cells import SequencedExport

@@ -16,8 +16,9 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import _core
 from .errors import ClosedError, CommitConflict, Error

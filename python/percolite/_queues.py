@@ -5,7 +5,8 @@ processor is registered with the workers."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import _core
 from ._observer import WEAK

@@ -294,7 +294,7 @@ def run_worker_processes(
     previous = signal.signal(signal.SIGTERM, stop_children)
     try:
         codes = [child.wait() for child in children]
-        for child, code in zip(children, codes):
+        for child, code in zip(children, codes, strict=True):
             if code < 0:
                 _log.workers.warning(
                     "worker process %d was killed by signal %d; the others took its share",

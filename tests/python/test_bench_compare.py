@@ -99,7 +99,7 @@ def test_self_quick_reports_every_figure(tmp_path: Path) -> None:
     paired = [run for run in runs if run["measurement"] != "memory"]
     firsts = [paired[i]["side"] for i in range(0, len(paired), 2)]
     assert firsts == ["current", "baseline"] * 5
-    for first, second in zip(paired[::2], paired[1::2]):
+    for first, second in zip(paired[::2], paired[1::2], strict=False):
         assert first["measurement"] == second["measurement"]
         assert {first["side"], second["side"]} == {"current", "baseline"}
 

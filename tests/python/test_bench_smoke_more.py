@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -188,7 +189,7 @@ def test_growth_targets(
     # Tables and plots read the same report.
     sizes, rounds = growth.tables(report)
     assert [row[0] for row in sizes.rows] == [f"{n:,}" for n in peaks]
-    changes = [f"{after - before:+.2f}" for before, after in zip(files, files[1:])]
+    changes = [f"{after - before:+.2f}" for before, after in pairwise(files)]
     assert [row[2] for row in rounds.rows] == ["-", *changes]
     assert [plot.name for plot in growth.plots(report)] == ["sizes", "drain"]
 

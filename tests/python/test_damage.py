@@ -138,7 +138,7 @@ def test_damaged_copies_are_refused_or_read_back_exactly_never_a_crash(populated
         outcomes = list(pool.map(lambda c: _read(c[2]), copies))
 
     tally, bad = Counter(), []
-    for (seed, kind, copy), outcome in zip(copies, outcomes):
+    for (seed, kind, copy), outcome in zip(copies, outcomes, strict=True):
         what = outcome["outcome"]
         if outcome.get("write", "ok").startswith("other"):
             what = "other"

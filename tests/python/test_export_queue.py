@@ -216,7 +216,7 @@ def test_a_young_bucket_exports_while_entries_arrive_an_older_one_lingers(backen
     calls, began_at, (first, second) = out["calls"], out["began_at"], out["streams"]
     assert sum(calls) == first + second and first > 100 and second > 20, out
     assert began_at[0] < first, "the young bucket waited for the end of the first stream"
-    later = [n for n, at in zip(calls, began_at) if at > first]
+    later = [n for n, at in zip(calls, began_at, strict=True) if at > first]
     assert later == [second] and began_at[-1] == first + second, out
 
 

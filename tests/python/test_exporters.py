@@ -223,7 +223,7 @@ def test_created_columns_take_their_types_from_the_first_values(target):
         expected = ["TEXT", "INTEGER", "INTEGER", "REAL", "TEXT", "BLOB", "INTEGER"]
     else:
         expected = ["TEXT", "BIGINT", "BIGINT", "DOUBLE PRECISION", "TEXT", "BYTEA", "BIGINT"]
-    assert types == dict(zip(["name", "n", "i", "f", "s", "b", "seq"], expected))
+    assert types == dict(zip(["name", "n", "i", "f", "s", "b", "seq"], expected, strict=True))
     assert exporter.rows() == {("k", 1): (1, 2.0, "three", b"\x00four")}
 
 
@@ -380,7 +380,10 @@ def test_sorted_values_give_the_rows_of_the_checked_collapse(tmp_path, columns, 
     keys = [f"k{i:03}" for i in range(300)]
     chosen = [rng.choice(keys) for _ in range(400)] if repeats else rng.sample(keys, 200)
     entries = sorted(
-        (E(key, value(), seq) for key, seq in zip(chosen, rng.sample(range(1, 10_000), 400))),
+        (
+            E(key, value(), seq)
+            for key, seq in zip(chosen, rng.sample(range(1, 10_000), 400), strict=False)
+        ),
         key=lambda e: (e.key, e.seq),
     )
     layout = percolite.exporters.SQLite(tmp_path / "s.sqlite", "t", columns=columns)._layout

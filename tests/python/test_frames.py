@@ -63,17 +63,17 @@ def test_combine_queue_values_round_trip_through_every_codec(backend, tmp_path, 
         with env.transaction() as tx:
             cq.add(tx, [(key, values[0]) for key in keys])  # folded over below
         with env.transaction() as tx:
-            cq.add(tx, list(zip(keys, values)))
+            cq.add(tx, list(zip(keys, values, strict=True)))
         assert env.process(2)["failures"] == 0
         with env.transaction() as tx:
             frame = cq.to_pandas(tx)
             scanned = list(cq.scan(tx))
     encode = get_codec(codec).encode
-    expected = sorted(zip(keys, values), key=lambda pair: encode(pair[0]))
+    expected = sorted(zip(keys, values, strict=True), key=lambda pair: encode(pair[0]))
     assert list(frame.columns) == ["key", "value"]
     assert frame["key"].tolist() == [k for k, _ in expected]
     assert frame["value"].tolist() == [v for _, v in expected]
-    assert list(zip(frame["key"].tolist(), frame["value"].tolist())) == scanned
+    assert list(zip(frame["key"].tolist(), frame["value"].tolist(), strict=True)) == scanned
     for column in ("key", "value"):
         kinds = {type(x) for x in frame[column].tolist()}
         assert kinds == {type(x) for x in (keys if column == "key" else values)}
@@ -119,7 +119,7 @@ def test_scan_to_pandas_has_the_cells_of_the_scan(backend, tmp_path):
             empty = tx.scan(prefix="nothing").to_pandas()
     assert list(frame.columns) == ["row", "family", "qualifier", "value"]
     assert len(frame) == len(expected) == 2000
-    rows = zip(frame["row"], frame["family"], frame["qualifier"], frame["value"])
+    rows = zip(frame["row"], frame["family"], frame["qualifier"], frame["value"], strict=True)
     assert [(r, (f, q), v) for r, f, q, v in rows] == expected
     assert columns_only.to_dict("list") == {
         "row": [b"r00010", b"r00011"],

@@ -21,6 +21,7 @@ import ast
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +143,7 @@ def describe_cycle(graph: Graph, cycle: list, where: Mapping[str, str] | None = 
     """``a -> b (a.py:12) -> ...``: each step with the lines of the import
     that takes it (``where`` names the file of each node, else the node)."""
     steps = [cycle[0]]
-    for here, there in zip(cycle, cycle[1:]):
+    for here, there in pairwise(cycle):
         lines = ", ".join(str(line) for line in graph[here][there])
         steps.append(f"{there} ({(where or {}).get(here, here)}:{lines})")
     return " -> ".join(steps)

@@ -66,7 +66,7 @@ def test_exact_totals_two_processes(store_path, tmp_path):
     ready = [tmp_path / f"ready{i}" for i in range(2)]
     procs = [
         start_child("children.sharded_counter:process_incrementer", store_path, r, go_file, amount)
-        for r, amount in zip(ready, (1, 3))
+        for r, amount in zip(ready, (1, 3), strict=True)
     ]
     deadline = time.monotonic() + 30
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:

@@ -8,9 +8,9 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ClosedError, SinkOwnedByOtherStore, SinkUnavailable
 

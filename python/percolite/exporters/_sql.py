@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, compress
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from ._common import (
     _SEQ_LIMIT,
@@ -141,7 +141,7 @@ class _Layout:
                 f"expected a tuple of {len(self.key_columns)}"
             )
         out = []
-        for column, cell in zip(self.key_columns, cells):
+        for column, cell in zip(self.key_columns, cells, strict=True):
             if cell is None:
                 raise ValueError(f"key {key!r}: key column {column!r} cannot be None")
             out.append(_sql_scalar(cell, lambda c=column: f"key {key!r}, column {c!r}"))
@@ -171,7 +171,7 @@ class _Layout:
             raise mismatch(f"expected a tuple, list or dict of {len(columns)}")
         return tuple(
             _sql_scalar(cell, lambda c=name: f"value {value!r} of key {key!r}, column {c!r}")
-            for name, cell in zip(columns, cells)
+            for name, cell in zip(columns, cells, strict=True)
         )
 
     def collapse(self, entries: Iterable[Any]) -> list[Any]:
@@ -310,7 +310,7 @@ class _Layout:
             types = set(map(type, values))
             if not types <= _PLAIN_TYPES or (float in types and not _all_finite(values)):
                 return None
-            return list(zip(keys, values, seqs))
+            return list(zip(keys, values, seqs, strict=True))
         width = len(self.value_columns)
         if set(map(type, values)) != {tuple} or set(map(len, values)) != {width}:
             return None
@@ -320,7 +320,7 @@ class _Layout:
         if float in types and not _all_finite(chain.from_iterable(values)):
             return None
         cells = [map(operator.itemgetter(i), values) for i in range(width)]
-        return list(zip(keys, *cells, seqs))
+        return list(zip(keys, *cells, seqs, strict=True))
 
     def key_from_cells(self, cells: Sequence) -> Any:
         return cells[0] if isinstance(self.key, str) else tuple(cells)
@@ -414,14 +414,14 @@ class _Statements:
         width = len(self.layout.key_columns)
         values = [
             f"{_quote(name)} {sql_type}".rstrip()
-            for name, sql_type in zip(self.layout.value_columns, types[width:])
+            for name, sql_type in zip(self.layout.value_columns, types[width:], strict=False)
         ]
         return self._create(self.table, self._key_definitions(types[:width]) + values)
 
     def _key_definitions(self, key_types: list[Any]) -> list[Any]:
         return [
             f"{_quote(name)} {sql_type} NOT NULL"
-            for name, sql_type in zip(self.layout.key_columns, key_types)
+            for name, sql_type in zip(self.layout.key_columns, key_types, strict=True)
         ]
 
     def _create(self, table: str, columns: list[Any]) -> str:

@@ -7,8 +7,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import SinkBusy
 from ._common import (

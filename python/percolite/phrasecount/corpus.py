@@ -24,8 +24,8 @@ import os
 import stat
 import sysconfig
 import warnings
-from collections.abc import Iterable, Iterator
-from typing import Callable, NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 __all__ = [
     "Document",

@@ -129,6 +129,6 @@ def synthetic_corpus(
         chosen = rng.choices(table, cum_weights=table_weights, k=n_phrases)
         joints = rng.choices(separators, k=n_phrases)
         joints[-1] = "."
-        content = "".join(itertools.chain.from_iterable(zip(chosen, joints)))
+        content = "".join(itertools.chain.from_iterable(zip(chosen, joints, strict=True)))
         documents.append(Document(location, content))
     return documents

@@ -32,4 +32,4 @@ def phrases(text: str) -> Counter[str]:
     """How many times each phrase (``PHRASE_WORDS`` consecutive words) occurs in ``text``."""
     word_list = words(text)
     shifted = [word_list[i:] for i in range(PHRASE_WORDS)]
-    return Counter(map(" ".join, zip(*shifted)))
+    return Counter(map(" ".join, zip(*shifted, strict=False)))

@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+from itertools import pairwise
 from typing import Any
 
 from .. import _metrics
@@ -267,7 +268,7 @@ class Monitor:
             "transactions_per_sync": [],
             "commit_latency_ms": [],
         }
-        for older, newest in zip(samples, samples[1:]):
+        for older, newest in pairwise(samples):
             seconds = max(newest["mono"] - older["mono"], 1e-6)
             a, b = older["counters"], newest["counters"]
 
