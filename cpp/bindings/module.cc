@@ -13,6 +13,8 @@
 #include "percolite/export_queue.h"
 #include "percolite/failures.h"
 #include "percolite/leases.h"
+#include "percolite/open_backend.h"
+#include "percolite/pg_target.h"
 #include "percolite/queue_limits.h"
 #include "percolite/workers.h"
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "percolite/open_backend.h"
 #include "percolite/transaction.h"
 
 namespace percolite {

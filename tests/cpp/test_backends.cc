@@ -11,6 +11,7 @@
 #include "backend/memory_backend.h"
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/open_backend.h"
 #include "test_util.h"
 
 namespace {

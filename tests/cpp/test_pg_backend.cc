@@ -11,6 +11,8 @@
 
 #include "backend/pg_backend.h"
 #include "percolite/backend.h"
+#include "percolite/open_backend.h"
+#include "percolite/pg_target.h"
 #include "test_util.h"
 
 using percolite::BackendOptions;

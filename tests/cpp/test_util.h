@@ -16,6 +16,7 @@
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
 #include "percolite/env.h"
+#include "percolite/open_backend.h"
 #include "percolite/status.h"
 #include "percolite/transaction.h"
 

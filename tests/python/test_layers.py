@@ -211,9 +211,18 @@ CPP_LAYERS = [
             "include/percolite/encoding.h",
             "src/encoding.cc",
             "include/percolite/latency.h",
+            "include/percolite/mutex.h",
         ],
     ),
-    ("backend", ["include/percolite/backend.h", "src/backend/*"]),
+    (
+        "backend",
+        [
+            "include/percolite/backend.h",
+            "include/percolite/pg_target.h",
+            "include/percolite/open_backend.h",
+            "src/backend/*",
+        ],
+    ),
     ("transaction", ["include/percolite/transaction.h", "src/transaction.cc"]),
     (
         "notifications",

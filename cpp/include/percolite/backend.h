@@ -10,8 +10,8 @@
 // Backends: "lmdb" (the default: a directory on disk, shared by every process
 // that opens it), "memory" (one process, one private store per open; tests
 // and deterministic simulation) and "postgresql" (a schema of a PostgreSQL
-// database, shared by every process on every machine that opens it). OpenBackend picks one from a
-// target string.
+// database, shared by every process on every machine that opens it).
+// open_backend.h names them and picks one from a target string.
 //
 // Thread safety: every method of Backend may be called from any thread at any
 // time. A Snapshot is used by one thread at a time (its owner serialises
@@ -326,51 +326,5 @@ class Backend {
  private:
   LatencyHistogram commit_latency_;
 };
-
-// What a target names: the backend, and where its store is (the directory
-// for lmdb; empty for memory).
-struct BackendTarget {
-  std::string backend;
-  std::string location;
-};
-
-// Reads a target:
-//   ":memory:", "memory:" or "memory://"       a new private in-memory store
-//   "lmdb:PATH", "lmdb://PATH" or a plain PATH  the LMDB store in directory PATH
-// Schemes are case-insensitive; a relative path with a colon ("data:2024")
-// stays a path. `backend` ("lmdb", "memory", or empty for "from the target")
-// names the backend instead. Throws kInvalidArgument naming what is wrong: an
-// empty target, a NUL byte in it, an unknown scheme or name, a target and a name that disagree,
-// a path for memory, no path for lmdb.
-BackendTarget ParseTarget(const std::string& target, const std::string& backend);
-
-// What a postgresql:// target says: the connection URI libpq gets (without
-// percolite's own parameters), the schema, and a form fit to show (no password).
-struct PgTarget {
-  std::string conninfo;
-  std::string schema;
-  std::string display;
-  double poll_interval = 0;  // seconds; 0: wake-ups by LISTEN/NOTIFY
-  // The password as written in the target (and decoded), to keep out of
-  // messages: Hide replaces each occurrence in `text` with ***.
-  std::vector<std::string> secrets;
-  std::string Hide(std::string text) const;
-};
-
-// Reads a postgresql:// (or postgres://) URI; percolite's own query
-// parameters are taken out, the rest is left to libpq: `schema`
-// ([a-z_][a-z0-9_]*, at most 40 characters, default "percolite"), and
-// `poll_interval` (seconds, for servers without LISTEN/NOTIFY: workers look
-// for work that often instead of being woken). Throws kInvalidArgument naming what
-// is wrong (never the password).
-PgTarget ParsePgTarget(const std::string& target);
-
-// Opens the backend ParseTarget reads from `target`; a memory store with
-// options.create false throws kInvalidArgument (a new memory store is always
-// empty).
-std::shared_ptr<Backend> OpenBackend(const std::string& target, const std::string& backend,
-                                     const BackendOptions& options);
-// The names OpenBackend accepts for `backend`, and the schemes of targets.
-std::vector<std::string> BackendNames();
 
 }  // namespace percolite

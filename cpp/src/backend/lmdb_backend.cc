@@ -414,7 +414,10 @@ void LmdbBackend::ReleaseHandle() {
 LmdbBackend::LmdbBackend(std::string path, const BackendOptions& options)
     : path_(std::move(path)),
       options_(options),
-      fork_generation_(ForkGeneration()),
+      state_("store '" + path_ +
+                 "' was opened before this process was forked; a forked child must open "
+                 "the store again itself (or use the 'spawn' or 'forkserver' start method)",
+             "store '" + path_ + "' is closed"),
       map_lock_(std::make_unique<MapLock>()) {}
 
 LmdbBackend::~LmdbBackend() {
@@ -428,21 +431,9 @@ LmdbBackend::~LmdbBackend() {
   CloseEnvironment();
 }
 
-bool LmdbBackend::ForkedAway() const { return fork_generation_ != ForkGeneration(); }
+bool LmdbBackend::ForkedAway() const { return state_.ForkedAway(); }
 
-void LmdbBackend::CheckUsable() const {
-  if (ForkedAway()) {
-    throw Error(ErrorCode::kWrongState,
-                "store '" + path_ +
-                    "' was opened before this process was forked; a forked child must open "
-                    "the store again itself (or use the 'spawn' or 'forkserver' start method)");
-  }
-  if (closed_.load()) throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
-  if (failed_.load()) {
-    std::lock_guard<std::mutex> lock(failure_mu_);
-    throw Error(failure_code_, failure_);
-  }
-}
+void LmdbBackend::CheckUsable() const { state_.Check(); }
 
 void LmdbBackend::Fail(const std::string& cause) {
   Poison(ErrorCode::kStorage,
@@ -451,13 +442,7 @@ void LmdbBackend::Fail(const std::string& cause) {
              "the store in this process and open it again");
 }
 
-void LmdbBackend::Poison(ErrorCode code, const std::string& message) {
-  std::lock_guard<std::mutex> lock(failure_mu_);
-  if (failed_.load()) return;
-  failure_ = message;
-  failure_code_ = code;
-  failed_ = true;
-}
+void LmdbBackend::Poison(ErrorCode code, const std::string& message) { state_.Fail(code, message); }
 
 void LmdbBackend::FailDamaged(const FaultError& fault) {
   MarkDamaged(fault.what());
@@ -469,7 +454,7 @@ void LmdbBackend::FailDamaged(const FaultError& fault) {
 
 void LmdbBackend::MarkDamaged(const std::string& problem) {
   {
-    std::lock_guard<std::mutex> lock(failure_mu_);
+    std::lock_guard<std::mutex> lock(damage_mu_);
     if (damaged_) return;
     damaged_ = problem;
     is_damaged_ = true;
@@ -509,7 +494,7 @@ void LmdbBackend::LookForDamagedMark() {
   char text[512];
   const ssize_t n = ::read(fd, text, sizeof text);
   ::close(fd);
-  std::lock_guard<std::mutex> lock(failure_mu_);
+  std::lock_guard<std::mutex> lock(damage_mu_);
   if (damaged_) return;
   damaged_ = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string("no details kept");
   is_damaged_ = true;
@@ -517,7 +502,7 @@ void LmdbBackend::LookForDamagedMark() {
 
 std::optional<std::string> LmdbBackend::DamagedMark() {
   LookForDamagedMark();
-  std::lock_guard<std::mutex> lock(failure_mu_);
+  std::lock_guard<std::mutex> lock(damage_mu_);
   return damaged_;
 }
 
@@ -536,7 +521,7 @@ void LmdbBackend::CheckWritable() {
     LookForDamagedMark();
   }
   if (!is_damaged_.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(failure_mu_);
+  std::lock_guard<std::mutex> lock(damage_mu_);
   if (!damaged_) return;
   throw Error(ErrorCode::kCorruption,
               "store '" + path_ + "' was found damaged (" + *damaged_ +
@@ -750,7 +735,7 @@ void LmdbBackend::Close() {
   }
   queue_cv_.notify_all();
   if (writer_ && writer_->joinable()) writer_->join();
-  closed_ = true;
+  state_.MarkClosed();
   CloseEnvironment();
 }
 
@@ -793,7 +778,7 @@ void LmdbBackend::GrowMap(bool adopt_only) {
 // Snapshots
 
 MDB_txn* LmdbBackend::TryBeginTxn(MapLock::Shared& lock, unsigned flags, const char* what) {
-  if (env_ == nullptr || closed_.load()) {
+  if (env_ == nullptr || state_.closed()) {
     throw Error(ErrorCode::kClosed, "store '" + path_ + "' is closed");
   }
   MDB_txn* txn = nullptr;
@@ -858,7 +843,7 @@ void LmdbSnapshot::Release() {
     AbortTxn(txn_);
     txn_ = nullptr;
   }
-  if (store_->live_snapshots_.fetch_sub(1) == 1 && store_->closed_.load()) {
+  if (store_->live_snapshots_.fetch_sub(1) == 1 && store_->state_.closed()) {
     store_->CloseEnvironment();  // the store closed while this snapshot was open
   }
 }

@@ -73,6 +73,7 @@
 
 #include "commit_rules.h"
 #include "fault_guard.h"
+#include "handle_state.h"
 #include "page_walk.h"
 #include "percolite/backend.h"
 #include "percolite/status.h"
@@ -249,7 +250,7 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
 
   std::string path_;
   BackendOptions options_;
-  uint64_t fork_generation_;
+  HandleState state_;  // forked away, closed, failed (CheckUsable)
   MDB_env* env_ = nullptr;
   void* durable_mark_ = nullptr;  // the durable mark's bytes, mapped shared (OpenDurableMark)
   unsigned data_dbi_ = 0, meta_dbi_ = 0, tombstone_dbi_ = 0, notify_dbi_ = 0, ack_dbi_ = 0;
@@ -268,15 +269,10 @@ class LmdbBackend final : public Backend, public std::enable_shared_from_this<Lm
   // leader; only the leader runs LMDB write transactions.
   bool leading_ = false;  // GUARDED_BY(queue_mu_)
   std::unique_ptr<std::thread> writer_;
-  std::atomic<bool> closed_{false};
-  // After a failed write or sync: every call throws failure_ (Fail).
-  std::atomic<bool> failed_{false};
-  mutable std::mutex failure_mu_;
-  std::string failure_;                           // GUARDED_BY(failure_mu_)
-  ErrorCode failure_code_ = ErrorCode::kStorage;  // GUARDED_BY(failure_mu_)
-  std::optional<std::string> damaged_;            // GUARDED_BY(failure_mu_)
-  std::atomic<bool> is_damaged_{false};           // damaged_ is set: the fast check
-  std::mutex free_list_mu_;                       // held while CheckFreeList walks
+  mutable std::mutex damage_mu_;
+  std::optional<std::string> damaged_;   // GUARDED_BY(damage_mu_)
+  std::atomic<bool> is_damaged_{false};  // damaged_ is set: the fast check
+  std::mutex free_list_mu_;              // held while CheckFreeList walks
   std::atomic<bool> free_list_checked_{false};
   std::atomic<int64_t> last_damage_look_ms_{0};  // CheckWritable's last LookForDamagedMark
   int handles_ = 0;                              // GUARDED_BY(registry mutex)

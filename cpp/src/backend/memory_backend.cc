@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "fork_guard.h"
-
 namespace percolite {
 namespace {
 
@@ -232,12 +230,15 @@ class MemoryWorkWatch final : public WorkWatch {
 // ---------------------------------------------------------------------------
 
 std::shared_ptr<MemoryBackend> MemoryBackend::Open(const BackendOptions& options) {
-  InstallForkGeneration();
   return std::shared_ptr<MemoryBackend>(new MemoryBackend(options));
 }
 
 MemoryBackend::MemoryBackend(const BackendOptions& options)
-    : options_(options), fork_generation_(ForkGeneration()) {}
+    : options_(options),
+      state_(
+          "a memory store belongs to the process that opened it; a forked child cannot "
+          "use it (open the store in the child, or share an lmdb store)",
+          "the memory store is closed") {}
 
 const BackendCapabilities& MemoryBackend::capabilities() const {
   static const BackendCapabilities kMemory{"memory", /*persistent=*/false,
@@ -248,18 +249,11 @@ const BackendCapabilities& MemoryBackend::capabilities() const {
 
 const std::string& MemoryBackend::location() const { return kLocation; }
 
-bool MemoryBackend::ForkedAway() const { return fork_generation_ != ForkGeneration(); }
+bool MemoryBackend::ForkedAway() const { return state_.ForkedAway(); }
 
-void MemoryBackend::CheckUsable() const {
-  if (ForkedAway()) {
-    throw Error(ErrorCode::kWrongState,
-                "a memory store belongs to the process that opened it; a forked child cannot "
-                "use it (open the store in the child, or share an lmdb store)");
-  }
-  if (closed_.load()) throw Error(ErrorCode::kClosed, "the memory store is closed");
-}
+void MemoryBackend::CheckUsable() const { state_.Check(); }
 
-void MemoryBackend::Close() { closed_ = true; }
+void MemoryBackend::Close() { state_.MarkClosed(); }
 
 std::unique_ptr<Snapshot> MemoryBackend::BeginSnapshot() {
   CheckUsable();
@@ -299,7 +293,7 @@ CommitResult MemoryBackend::CommitNow(uint64_t start_ts, const std::vector<Mutat
   CommitResult result;
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
-    if (closed_.load()) throw Error(ErrorCode::kClosed, "committing: the memory store is closed");
+    if (state_.closed()) throw Error(ErrorCode::kClosed, "committing: the memory store is closed");
     // Held with mu_ (in that order, as BeginSnapshot does): collection reads the open snapshots.
     std::lock_guard<std::mutex> snapshots_lock(snapshots_mu_);
     MemoryTables tables(this, ts_ + 1);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "commit_rules.h"
+#include "handle_state.h"
 #include "percolite/backend.h"
 #include "sink_slot.h"
 
@@ -112,7 +113,7 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
   void CollectKey(Table* table, const std::string& key, uint64_t oldest);
 
   const BackendOptions options_;
-  const uint64_t fork_generation_;
+  HandleState state_;  // forked away, closed (CheckUsable)
 
   mutable std::shared_mutex mu_;  // readers shared; commits exclusive
   Table data_;                    // GUARDED_BY(mu_)
@@ -142,7 +143,6 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
   uint64_t commit_events_ = 0;  // GUARDED_BY(watch_mu_)
   uint64_t waiter_events_ = 0;  // GUARDED_BY(watch_mu_)
 
-  std::atomic<bool> closed_{false};
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, tombstones_collected_{0};
 };
 

@@ -16,8 +16,6 @@
 #include <unordered_map>
 #include <utility>
 
-#include "fork_guard.h"
-
 namespace percolite {
 namespace {
 
@@ -336,7 +334,7 @@ class PgBackend::Lease {
     if (backend_ == nullptr) return;
     std::lock_guard<std::mutex> lock(backend_->pool_mu_);
     if (PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) == PQTRANS_IDLE &&
-        !backend_->closed_.load()) {
+        !backend_->state_.closed()) {
       backend_->idle_.push_back(conn_);
     } else {
       PQfinish(conn_);
@@ -359,7 +357,7 @@ class PgBackend::Lease {
 PgBackend::Lease PgBackend::Borrow() {
   std::unique_lock<std::mutex> lock(pool_mu_);
   for (;;) {
-    if (closed_.load()) throw Error(ErrorCode::kClosed, "the postgresql store is closed");
+    if (state_.closed()) throw Error(ErrorCode::kClosed, "the postgresql store is closed");
     if (!idle_.empty()) {
       PGconn* conn = idle_.back();
       idle_.pop_back();
@@ -460,7 +458,6 @@ std::string PgBackend::Table(const char* name) const {
 
 std::shared_ptr<PgBackend> PgBackend::Open(const std::string& target,
                                            const BackendOptions& options) {
-  InstallForkGeneration();
   if (options.restored) {
     throw Error(ErrorCode::kInvalidArgument,
                 "restored=True is for lmdb stores (a data file put back from a copy); a "
@@ -478,7 +475,12 @@ std::shared_ptr<PgBackend> PgBackend::Open(const std::string& target,
 }
 
 PgBackend::PgBackend(PgTarget target, const BackendOptions& options)
-    : target_(std::move(target)), options_(options), fork_generation_(ForkGeneration()) {
+    : target_(std::move(target)),
+      options_(options),
+      state_(
+          "a postgresql store handle belongs to the process that opened it; a forked "
+          "child must open the store again",
+          "the postgresql store is closed") {
   channel_ = "percolite_" + target_.schema;
   const std::string cells = Table("cells");
   const std::string visible = " AND ts <= $2 AND (purged_ts IS NULL OR purged_ts > $2)";
@@ -622,18 +624,9 @@ const BackendCapabilities& PgBackend::capabilities() const {
   return kPostgres;
 }
 
-bool PgBackend::ForkedAway() const { return fork_generation_ != ForkGeneration(); }
+bool PgBackend::ForkedAway() const { return state_.ForkedAway(); }
 
-void PgBackend::CheckUsable() const {
-  if (ForkedAway()) {
-    throw Error(ErrorCode::kWrongState,
-                "a postgresql store handle belongs to the process that opened it; a forked "
-                "child must open the store again");
-  }
-  if (closed_.load()) throw Error(ErrorCode::kClosed, "the postgresql store is closed");
-  std::lock_guard<std::mutex> lock(failed_mu_);
-  if (!failed_.empty()) throw Error(ErrorCode::kStorage, failed_);
-}
+void PgBackend::CheckUsable() const { state_.Check(); }
 
 bool PgBackend::ReconnectWriter() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kReconnectSeconds);
@@ -668,10 +661,10 @@ bool PgBackend::CommitSettled(std::vector<Request>& batch, std::vector<CommitRes
                "); it was not applied";
       return false;
     }
-    if (Failed()) {
+    if (state_.failed()) {
       results->clear();
       written->clear();
-      *error = FailedWhy();
+      *error = state_.failure();
       return false;
     }
     std::string token;
@@ -736,20 +729,7 @@ void PgBackend::Heartbeat() {
   }
 }
 
-bool PgBackend::Failed() const {
-  std::lock_guard<std::mutex> lock(failed_mu_);
-  return !failed_.empty();
-}
-
-std::string PgBackend::FailedWhy() const {
-  std::lock_guard<std::mutex> lock(failed_mu_);
-  return failed_;
-}
-
-void PgBackend::Fail(const std::string& why) {
-  std::lock_guard<std::mutex> lock(failed_mu_);
-  if (failed_.empty()) failed_ = why;
-}
+void PgBackend::Fail(const std::string& why) { state_.Fail(ErrorCode::kStorage, why); }
 
 void PgBackend::Close() {
   if (ForkedAway()) return;
@@ -760,7 +740,7 @@ void PgBackend::Close() {
   }
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();  // drains the queue first
-  closed_ = true;
+  state_.MarkClosed();
   if (writer_conn_ != nullptr && PQstatus(writer_conn_) == CONNECTION_OK) {
     try {
       Params p;
@@ -1196,11 +1176,7 @@ void PgBackend::WriterLoop() {
     std::vector<CommitResult> results;
     std::vector<Notification> written;
     std::string error;
-    std::string failed;
-    {
-      std::lock_guard<std::mutex> lock(failed_mu_);
-      failed = failed_;
-    }
+    const std::string failed = state_.failure();
     bool ok = false;
     if (failed.empty()) {
       ok = CommitSettled(batch, &results, &written, &error);

@@ -82,7 +82,9 @@
 #include <vector>
 
 #include "commit_rules.h"
+#include "handle_state.h"
 #include "percolite/backend.h"
+#include "percolite/pg_target.h"
 #include "percolite/status.h"
 #include "sink_slot.h"
 
@@ -184,8 +186,6 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
                      std::vector<Notification>* written, std::string* error);
   bool ReconnectWriter();
   void Fail(const std::string& why);
-  bool Failed() const;
-  std::string FailedWhy() const;
   // Collecting old versions (see the header comment).
   // The oldest start_ts a snapshot of this handle has or may get, given the
   // counter read at `clock`; never moves back.
@@ -198,7 +198,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
 
   const PgTarget target_;
   const BackendOptions options_;
-  const uint64_t fork_generation_;
+  HandleState state_;  // forked away, closed, failed (CheckUsable)
   std::string channel_;
   SnapshotSql snapshot_sql_;  // built once, in the constructor
 
@@ -216,9 +216,6 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
 
   SinkSlot sink_;
 
-  std::atomic<bool> closed_{false};
-  mutable std::mutex failed_mu_;
-  std::string failed_;  // GUARDED_BY(failed_mu_): why the backend refuses every call
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0};
 
   std::string handle_id_;  // random: this handle's row in the handles table
