@@ -308,3 +308,70 @@ def test_the_cpp_check_reports_an_upward_include(tmp_path):
     assert upward_includes(tmp_path) == [
         "cpp/src/backend/store.cc (backend) includes cpp/include/percolite/workers.h (workers)"
     ]
+
+
+# --- C++: units include each other without cycles --------------------------
+#
+# A unit is a header and the source file of the same name in the same layer
+# (include/percolite/env.h with src/env.cc, src/backend/lmdb_backend.h with
+# src/backend/lmdb_backend.cc). Includes between units must form no cycle:
+# an interface whose unit includes its implementation's (backend.cc building
+# every backend while lmdb_backend.h includes backend.h) is one.
+
+
+def cpp_unit_of(relative: str) -> str:
+    """``layer:stem`` of the file at ``relative`` (a path under cpp/)."""
+    return f"{CPP_LAYERS[cpp_layer_of(relative)][0]}:{Path(relative).stem}"
+
+
+def unit_graph(cpp_root: Path) -> dict[str, dict[str, list]]:
+    """Which unit includes which, with the ``file:line`` of each include."""
+    graph: dict[str, dict[str, list]] = {}
+    for path in sorted(cpp_root.rglob("*")):
+        if path.suffix not in (".h", ".cc"):
+            continue
+        relative = path.relative_to(cpp_root).as_posix()
+        unit = cpp_unit_of(relative)
+        graph.setdefault(unit, {})
+        text = path.read_text()
+        for match in _INCLUDE.finditer(text):
+            header = cpp_unit_of(resolve_include(cpp_root, path, match.group(1)))
+            if header != unit:
+                line = text.count("\n", 0, match.end()) + 1
+                graph[unit].setdefault(header, []).append(f"{relative}:{line}")
+    return graph
+
+
+def check_cpp_units(cpp_root: Path = CPP_ROOT) -> str | None:
+    """A description of an include cycle among the core's units, or None."""
+    graph = unit_graph(cpp_root)
+    cycle = find_cycle(graph)
+    if cycle is None:
+        return None
+    steps = [cycle[0]]
+    for here, there in pairwise(cycle):
+        steps.append(f"{there} ({', '.join(graph[here][there])})")
+    return " -> ".join(steps)
+
+
+def test_cpp_units_include_each_other_without_cycles():
+    problem = check_cpp_units()
+    assert problem is None, f"unit cycle: {problem}"
+
+
+def test_the_unit_check_reports_an_interface_that_builds_its_implementation(tmp_path):
+    backend = tmp_path / "src" / "backend"
+    backend.mkdir(parents=True)
+    (tmp_path / "include" / "percolite").mkdir(parents=True)
+    (tmp_path / "include" / "percolite" / "backend.h").write_text("#pragma once\n")
+    (backend / "lmdb_backend.h").write_text('#include "percolite/backend.h"\n')
+    (backend / "lmdb_backend.cc").write_text('#include "lmdb_backend.h"\n')
+    (backend / "backend.cc").write_text('#include "percolite/backend.h"\n')
+    assert check_cpp_units(tmp_path) is None
+    (backend / "backend.cc").write_text(
+        '#include "percolite/backend.h"\n\n#include "lmdb_backend.h"\n'
+    )
+    assert check_cpp_units(tmp_path) == (
+        "backend:backend -> backend:lmdb_backend (src/backend/backend.cc:3)"
+        " -> backend:backend (src/backend/lmdb_backend.h:1)"
+    )
