@@ -59,6 +59,7 @@ from common import (
     log,
     machine_info,
     median,
+    percentile,
     run_standalone,
     same_filesystem,
     scratch_dir,
@@ -210,12 +211,6 @@ def measure_sink_alone(sink: Any, entries: int) -> dict[str, Any]:
 
 
 # -- latency -----------------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (``q`` in [0, 1])."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 class BackgroundLoad:
     """Threads adding export entries at a fixed total rate (entries/s), in
     transactions of LOAD_TRANSACTION entries: an open-loop load, so the

@@ -56,8 +56,10 @@ from common import (
     log,
     machine_info,
     median,
+    median_or_none,
     open_sqlite,
     ratio,
+    run_order,
     run_standalone,
     run_threads,
     scratch_dir,
@@ -346,9 +348,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         for repetition in range(args.repeat):
             for position, threads in enumerate(thread_counts):
-                # Rotate the order so that no approach always runs first or last.
-                shift = (repetition + position) % len(approaches)
-                for approach in approaches[shift:] + approaches[:shift]:
+                for approach in run_order(approaches, repetition + position):
                     store = scratch / f"{approach}-{threads}t-{repetition}"
                     seed = 1000 * repetition + 100 * threads
                     measured = MEASURE[approach](store, threads, args.seconds, seed)
@@ -398,7 +398,7 @@ def _summarise(
             "median_conflicts_per_transaction": median(
                 [r["conflicts_per_transaction"] for r in measured]
             ),
-            "median_transactions_per_batch": _median_or_none(
+            "median_transactions_per_batch": median_or_none(
                 [r.get("transactions_per_batch") for r in measured]
             ),
             "exact": all(r["exact"] for r in measured),
@@ -417,11 +417,6 @@ def _summarise(
     summary["native_vs_sqlite"] = versus("cq-native", "sqlite")
     summary["sharded_vs_naive"] = versus("sharded", "naive")
     return summary
-
-
-def _median_or_none(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return median(present) if present else None
 
 
 def _rate(result: dict[str, Any], approach: str) -> str:

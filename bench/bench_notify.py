@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from statistics import median
 
 import notify_app
 import percolite
@@ -38,16 +37,13 @@ from common import (
     Table,
     format_tables,
     machine_info,
+    median,
+    percentile,
     run_standalone,
     scratch_dir,
 )
 
 HERE = Path(__file__).resolve().parent
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def measure_latency(db: str, commits: int, remote: bool) -> dict:

@@ -64,14 +64,18 @@ from common import (
     Plot,
     Table,
     Target,
+    format_range,
     format_tables,
     format_targets,
     log,
     machine_info,
     median,
+    median_or_none,
     open_sqlite,
+    pair_ratios,
     peak_rss_mib,
     ratio,
+    run_order,
     run_standalone,
     scratch_dir,
 )
@@ -447,9 +451,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             runs: dict[str, list[dict[str, Any]]] = {system: [] for system in (*SYSTEMS, READ)}
             for repetition in range(repeat):
-                order = (*SYSTEMS, READ)
-                shift = repetition % len(order)
-                for system in order[shift:] + order[:shift]:
+                for system in run_order((*SYSTEMS, READ), repetition):
                     work = scratch / f"{corpus.name}-{system}-{repetition}"
                     threads = args.pc_sqlite_threads if system == "sqlite" else args.pc_threads
                     measured = _measure_in_child(system, corpus, work, threads)
@@ -512,12 +514,11 @@ def _summarise(
     }
     for system in SYSTEMS:
         measured = runs[system]
-        rss = [r["peak_rss_mib"] for r in measured if r["peak_rss_mib"] is not None]
         summary[system] = {
             "median_seconds": median([r["seconds"] for r in measured]),
             "median_docs_per_s": median([r["docs_per_s"] for r in measured]),
             "median_phrase_updates_per_s": median([r["phrase_updates_per_s"] for r in measured]),
-            "median_peak_rss_mib": median(rss) if rss else None,
+            "median_peak_rss_mib": median_or_none(r["peak_rss_mib"] for r in measured),
             "exact": all(r["exact"] for r in measured),
             "runs": measured,
         }
@@ -531,10 +532,11 @@ def _summarise(
         _processing_ratio(seconds["sqlite"], seconds["percolite"], read)
     )
     summary["percolite_vs_counter"] = _rounded(ratio(seconds["counter"], seconds["percolite"]))
-    summary["percolite_vs_sqlite_per_repetition"] = [
-        _rounded(ratio(theirs["seconds"], ours["seconds"]))
-        for ours, theirs in zip(runs["percolite"], runs["sqlite"], strict=True)
-    ]
+    summary["percolite_vs_sqlite_per_repetition"] = pair_ratios(
+        [run["seconds"] for run in runs["sqlite"]],
+        [run["seconds"] for run in runs["percolite"]],
+        3,
+    )
     summary["target_ratio"] = TARGET_RATIOS[corpus.name]
     return summary
 
@@ -611,7 +613,7 @@ def tables(report: dict[str, Any]) -> list[Table]:
                 _times(r["percolite_vs_sqlite_processing"]),
                 f">= {r['target_ratio']:g}x",
                 _times(r["percolite_vs_sqlite"]),
-                _range(r["percolite_vs_sqlite_per_repetition"]),
+                format_range(r["percolite_vs_sqlite_per_repetition"]),
                 _times(r["percolite_vs_counter"]),
             ]
             for r in results
@@ -622,11 +624,6 @@ def tables(report: dict[str, Any]) -> list[Table]:
         ],
     )
     return [systems, ratios]
-
-
-def _range(values: list[float | None]) -> str:
-    known = [value for value in values if value is not None]
-    return f"{min(known):.2f}-{max(known):.2f}x" if known else "-"
 
 
 def plots(report: dict[str, Any]) -> list[Plot]:

@@ -58,7 +58,9 @@ from common import (
     log,
     machine_info,
     median,
+    percentile,
     ratio,
+    run_order,
     run_standalone,
     scratch_dir,
 )
@@ -210,8 +212,8 @@ def _measure_pings(uri: str, pings: int) -> dict[str, Any]:
     return {
         "pings": pings,
         "observed": len(waited),
-        "p50_ms": round(1000 * bench_loader.percentile(waited, 0.50), 2),
-        "p99_ms": round(1000 * bench_loader.percentile(waited, 0.99), 2),
+        "p50_ms": round(1000 * percentile(waited, 0.50), 2),
+        "p99_ms": round(1000 * percentile(waited, 0.99), 2),
     }
 
 
@@ -228,10 +230,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_dir(args.dir, f"{NAME}-") as scratch, _server(scratch) as server:
         for repetition in range(args.repeat):
             seed = repetition + 1
-            order = APPROACHES if repetition % 2 == 0 else tuple(reversed(APPROACHES))
-            for approach in order:
+            for approach in run_order(APPROACHES, repetition):
                 uri = f"{server.uri}&schema=hot_{approach.split('-')[-1]}_{repetition}"
-                result = bench_loader._measure_loader_hotkeys(
+                result = bench_loader.measure_loader_hotkeys(
                     approach, uri, args.seconds, seed, in_flight, False
                 )
                 if not result["exact"]:

@@ -40,6 +40,7 @@ from common import (
     machine_info,
     median,
     ratio,
+    run_order,
     run_standalone,
     scratch_dir,
 )
@@ -132,8 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seconds: dict[str, list[float]] = {system: [] for system in SYSTEMS}
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         for repetition in range(args.repeat):
-            order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
-            for system in order:
+            for system in run_order(SYSTEMS, repetition):
                 start = time.perf_counter()
                 totals = runners[system](documents, scratch / f"{system}-{repetition}")
                 elapsed = time.perf_counter() - start

@@ -55,9 +55,12 @@ from common import (
     log,
     machine_info,
     median,
+    pair_ratios,
+    run_order,
     run_standalone,
     same_filesystem,
     scratch_dir,
+    spread,
 )
 
 NAME = "storage"
@@ -230,8 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         on_repo_filesystem = same_filesystem(scratch, REPO_ROOT)
         for repetition in range(args.repeat):
             batches = _batches(updates, batch, seed=repetition)
-            order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
-            for system in order:
+            for system in run_order(SYSTEMS, repetition, mirror=True):
                 store = scratch / f"{system}-{repetition}"
                 measured = MEASURE[system](store, batches, adders=adders, workers=workers)
                 shutil.rmtree(store, ignore_errors=True)
@@ -254,7 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results = {
         system: {
             "median_per_s": median([run["per_s"] for run in measured]),
-            "spread": _spread([run["per_s"] for run in measured]),
+            "spread": spread([run["per_s"] for run in measured]),
             "runs": measured,
         }
         for system, measured in runs.items()
@@ -288,16 +290,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine_info(),
         "results": results,
         "combine_ratio": round(ratio, 4),
-        "combine_ratio_per_repetition": [
-            round(ours["per_s"] / theirs["per_s"], 4)
-            for ours, theirs in zip(runs["combine_queue"], runs["lmdb_put"], strict=True)
-        ],
+        "combine_ratio_per_repetition": pair_ratios(
+            [run["per_s"] for run in runs["combine_queue"]],
+            [run["per_s"] for run in runs["lmdb_put"]],
+            4,
+        ),
         "durable_commits": commits,
     }
-
-
-def _spread(rates: list[float]) -> float | None:
-    return round(max(rates) / min(rates), 3) if min(rates) > 0 else None
 
 
 # -- output --------------------------------------------------------------------------

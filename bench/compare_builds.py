@@ -60,6 +60,8 @@ from common import (
     log,
     machine_info,
     median,
+    pair_ratios,
+    run_order,
     scratch_dir,
     write_json,
 )
@@ -387,7 +389,7 @@ def plan(args: argparse.Namespace, has_baseline: bool) -> list[tuple[int, Measur
             if not (measurement.baseline and has_baseline):
                 steps.append((repetition, measurement, "current"))
                 continue
-            order = ("current", "baseline") if pairs % 2 == 0 else ("baseline", "current")
+            order = run_order(("current", "baseline"), pairs)
             steps.extend((repetition, measurement, side) for side in order)
             pairs += 1
     return steps
@@ -475,10 +477,11 @@ def summarise(
     baseline = _values(runs, figure, "baseline")
     if not baseline:
         return summary
-    pairs = [
-        round(_speed(figure, ours) / _speed(figure, theirs), 4)
-        for ours, theirs in zip(current, baseline, strict=True)
-    ]
+    pairs = pair_ratios(
+        [_speed(figure, value) for value in current],
+        [_speed(figure, value) for value in baseline],
+        4,
+    )
     ratio = _speed(figure, median(current)) / _speed(figure, median(baseline))
     summary.update(
         baseline={"median": median(baseline), "runs": baseline},
