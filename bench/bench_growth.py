@@ -36,9 +36,9 @@ reclaimed)". Two parts:
   either: the file is LMDB's high-water mark of pages in use, and pages a
   commit frees are reused only once no reader's snapshot is older, so the
   mark depends on timing and steps up now and then for the first rounds
-  before it settles (20 rounds of one run: 36.3 MiB after round 2, 36.4 after
-  round 5, 37.1 from round 10 to 20). A file that keeps growing grows in
-  every round, the second half of the rounds included.
+  before it settles (a long run's sizes are in ``bench/results/notes.md``). A
+  file that keeps growing grows in every round, the second half of the rounds
+  included.
 
 Run it alone (``python bench/bench_growth.py``, report in
 ``bench/results/growth.json``) or through ``bench/run.py``.

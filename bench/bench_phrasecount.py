@@ -33,7 +33,8 @@ reading the corpus alone (``read``: the documents, nothing else, in a fresh
 process), and the ratio to SQLite is given on processing time too: each
 system's median less the read's median, the work that is not reading,
 which both systems share. (Reading the built-in corpus imports every module
-of the standard library: about half of either system's time.)
+of the standard library: much of either system's time, as the ``read`` runs
+show.)
 
 Targets, on processing time (the end-to-end ratio is reported beside it):
 percolite at least 2x SQLite on the built-in corpus and at least 3x on the
@@ -88,8 +89,7 @@ SYSTEMS = ("percolite", "sqlite", "counter")
 LABELS = {"percolite": "percolite", "sqlite": "SQLite", "counter": "Counter floor"}
 READ = "read"  # reading the corpus alone, timed in each repetition too
 # percolite gets the demo's worker threads; SQLite its own loader threads
-# (10,000 synthetic documents: 22.7 s with 4 loader threads, 23.1 s with 8;
-# more only wait longer for its one write lock).
+# (more only wait longer for its one write lock; see bench/results/notes.md).
 DEFAULT_THREADS = cli.DEFAULT_THREADS
 DEFAULT_SQLITE_THREADS = 8
 DEFAULT_SYNTHETIC_DOCS = 20_000
