@@ -19,8 +19,8 @@ is dominated by the flush to disk. LMDB allows one writer at a time, so with
 py-lmdb every transaction pays its own flush however many threads there are.
 percolite's writer thread gathers the commits waiting at the same moment into
 one LMDB transaction with one flush (group commit), so its throughput should
-grow with the number of threads. The target is at least 4x py-lmdb at 16
-threads.
+grow with the number of threads. The target is at least TARGET_RATIO times
+py-lmdb's throughput at TARGET_THREADS threads.
 
 How: both stores live in a scratch directory on the filesystem being measured
 (by default under ``bench/results/``, the repository's filesystem, since

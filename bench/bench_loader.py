@@ -1,38 +1,41 @@
 """The loader: one Python thread keeping hundreds of durable transactions in flight.
 
-``env.loader(max_in_flight=256)`` runs each submitted function in a fresh
+``env.loader(max_in_flight=IN_FLIGHT)`` runs each submitted function in a fresh
 transaction on the loader's thread and hands its commit to the group-commit
 writer without waiting; each future resolves once its transaction is durable
 (``sync="full"``). Measured here, every system durable, in one run with the
 systems interleaved:
 
-* **Hot keys through the loader** (the workload of ``bench_hotkeys.py``: 20
-  keys per transaction drawn from Zipf(1.1) over 10,000 keys; the loader
-  runs cycle through 16,384 draws made before the timing, so that the
-  submitting thread's time goes to the loader, not to ``random.choices``;
-  ``--loader-inline-draws`` draws in the loop instead), one submitting thread
-  for ``--seconds``, ``--loader-in-flight`` in flight:
+* **Hot keys through the loader** (the workload of ``bench_hotkeys.py``:
+  its PER_TRANSACTION keys per transaction drawn from Zipf(ZIPF_S) over KEYS
+  keys; the loader runs cycle through DRAW_POOL draws made before the
+  timing, so that the submitting thread's time goes to the loader, not to
+  ``random.choices``; ``--loader-inline-draws`` draws in the loop instead),
+  one submitting thread for ``--seconds``, ``--loader-in-flight`` in flight:
   ``loader-naive`` (each function reads and rewrites its counters; conflicts
   re-run it with back-off, ``max_retries=None``), ``loader-cq-native``
-  (``queue.add`` to a combine queue with the native ``"sum"``, 16 buckets,
-  folded by 4 worker threads), and SQLite (WAL, ``synchronous=FULL``,
-  ``BEGIN IMMEDIATE`` + one UPSERT per key, ``bench_hotkeys``' own run) at
-  each of ``--loader-sqlite-threads``. Updates/s end to end: until every value
-  is final and durable (for the combine queue: folded, ``env.wait()``); the
-  load rate (until every future resolved) is reported beside it. All 10,000
-  final values are checked against the submitted updates (``exact``).
-* **Bulk combine-queue updates**: ``--loader-updates`` updates (random 8-byte
-  key, +1) submitted through the loader in transactions of
-  ``--loader-tx-keys``, folded by 4 workers (``key_codec="bytes"``,
-  ``value_codec="int64"``), timed until folded (every folded value checked),
-  against py-lmdb putting as many 8-byte values in transactions of
-  ``--loader-lmdb-batch`` with ``sync=True`` (``bench_storage``'s run).
+  (``queue.add`` to a combine queue with the native ``"sum"``, HOT_BUCKETS
+  buckets, folded by WORKER_THREADS worker threads), and SQLite (WAL,
+  ``synchronous=FULL``, ``BEGIN IMMEDIATE`` + one UPSERT per key,
+  ``bench_hotkeys``' own run) at each of ``--loader-sqlite-threads``.
+  Updates/s end to end: until every value is final and durable (for the
+  combine queue: folded, ``env.wait()``); the load rate (until every future
+  resolved) is reported beside it. All the KEYS final values are checked
+  against the submitted updates (``exact``).
+* **Bulk combine-queue updates**: ``--loader-updates`` updates (random
+  KEY_BYTES-byte key, +1) submitted through the loader in transactions of
+  ``--loader-tx-keys``, folded by WORKER_THREADS workers
+  (``key_codec="bytes"``, ``value_codec="int64"``), timed until folded
+  (every folded value checked), against py-lmdb putting as many values in
+  transactions of ``--loader-lmdb-batch`` with ``sync=True``
+  (``bench_storage``'s run).
 * **Latency**: p50/p99 from the ``submit`` call to the future resolving
   (durable) in every loader run.
 
-Targets: combine queue through the loader >= 20x naive through the loader
-and >= 5x SQLite's best (of its thread counts), end to end; bulk updates end
-to end >= 0.3x py-lmdb's puts. Run it alone (``python bench/bench_loader.py``,
+Targets: combine queue through the loader at least CQ_VS_NAIVE_TARGET times
+naive through the loader and CQ_VS_SQLITE_TARGET times SQLite's best (of its
+thread counts), end to end; bulk updates end to end at least BULK_TARGET
+times py-lmdb's puts. Run it alone (``python bench/bench_loader.py``,
 report in ``bench/results/loader.json``) or through ``bench/run.py``.
 """
 

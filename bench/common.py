@@ -56,6 +56,10 @@ DEFAULT_SECONDS = 2.0
 DEFAULT_REPEAT = 3
 QUICK_SECONDS = 0.2
 QUICK_REPEAT = 1
+# Latency benchmarks pause between their commits for a time drawn uniformly
+# from this range (seconds): spaced out, the latency measured is that of an
+# idle system, not of a queue.
+COMMIT_GAP_S = (0.005, 0.015)
 
 
 class OptionGroup(Protocol):
