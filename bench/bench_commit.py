@@ -19,8 +19,8 @@ is dominated by the flush to disk. LMDB allows one writer at a time, so with
 py-lmdb every transaction pays its own flush however many threads there are.
 percolite's writer thread gathers the commits waiting at the same moment into
 one LMDB transaction with one flush (group commit), so its throughput should
-grow with the number of threads. The target is at least 4x py-lmdb at 16
-threads.
+grow with the number of threads. The target is at least TARGET_RATIO times
+py-lmdb's throughput at TARGET_THREADS threads.
 
 How: both stores live in a scratch directory on the filesystem being measured
 (by default under ``bench/results/``, the repository's filesystem, since
@@ -54,14 +54,19 @@ from common import (
     RunResult,
     Table,
     Target,
+    format_range,
     format_table,
     log,
     machine_info,
     median,
+    median_or_none,
+    pair_ratios,
+    run_order,
     run_standalone,
     run_threads,
     same_filesystem,
     scratch_dir,
+    spread,
 )
 
 NAME = "commit"
@@ -200,8 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         on_repo_filesystem = same_filesystem(scratch, REPO_ROOT)
         for repetition in range(args.repeat):
             for position, threads in enumerate(args.threads):
-                swap = (repetition + position) % 2 == 1
-                for system in reversed(SYSTEMS) if swap else SYSTEMS:
+                for system in run_order(SYSTEMS, repetition + position):
                     store = scratch / f"{system}-{threads}t-{repetition}"
                     measured = measure[system](store, threads, args.seconds, value)
                     shutil.rmtree(store, ignore_errors=True)
@@ -246,23 +250,21 @@ def _summarise(threads: int, runs: dict[tuple[str, int], list[dict[str, Any]]]) 
         rates = [run["tx_per_s"] for run in measured]
         summary[system] = {
             "median_tx_per_s": median(rates),
-            "spread": round(max(rates) / min(rates), 3) if min(rates) > 0 else None,
+            "spread": spread(rates),
             "runs": measured,
         }
-    batch_sizes = [
-        run["commits_per_batch"]
-        for run in runs["percolite", threads]
-        if run["commits_per_batch"] is not None
-    ]
-    summary["percolite"]["median_commits_per_batch"] = median(batch_sizes) if batch_sizes else None
+    summary["percolite"]["median_commits_per_batch"] = median_or_none(
+        run["commits_per_batch"] for run in runs["percolite", threads]
+    )
     baseline = summary["lmdb"]["median_tx_per_s"]
     ratio = summary["percolite"]["median_tx_per_s"] / baseline if baseline else None
     summary["ratio"] = None if ratio is None else round(ratio, 3)
     # Runs of one repetition ran back to back, so their ratios show the spread.
-    summary["ratio_per_repetition"] = [
-        round(ours["tx_per_s"] / theirs["tx_per_s"], 3) if theirs["tx_per_s"] else None
-        for ours, theirs in zip(runs["percolite", threads], runs["lmdb", threads], strict=True)
-    ]
+    summary["ratio_per_repetition"] = pair_ratios(
+        [run["tx_per_s"] for run in runs["percolite", threads]],
+        [run["tx_per_s"] for run in runs["lmdb", threads]],
+        3,
+    )
     return summary
 
 
@@ -286,7 +288,7 @@ def _rows(report: dict[str, Any]) -> list[list[Any]]:
             f"{r['percolite']['median_tx_per_s']:,.0f}",
             f"{r['lmdb']['median_tx_per_s']:,.0f}",
             "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
-            _format_range(r["ratio_per_repetition"]),
+            format_range(r["ratio_per_repetition"]),
             _format_optional(r["percolite"]["median_commits_per_batch"]),
         ]
         for r in report["results"]
@@ -383,12 +385,6 @@ def format_report(report: dict[str, Any]) -> str:
 
 def _runs(count: int) -> str:
     return f"{count} run" if count == 1 else f"{count} runs"
-
-
-def _format_range(ratios: list[float | None]) -> str:
-    """Lowest and highest ratio of single repetitions."""
-    known = [ratio for ratio in ratios if ratio is not None]
-    return f"{min(known):.2f}-{max(known):.2f}x" if known else "-"
 
 
 def _format_optional(number: float | None) -> str:

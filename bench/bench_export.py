@@ -2,27 +2,27 @@
 
 What is measured (issue 5; issue 7 workload 4), with ``sync="full"``:
 
-* **Throughput**, entries per second. ``--export-entries`` entries
-  (distinct keys, int values) are queued up front with ``eq.add`` in
-  transactions of 1000; then ``env.process(threads)`` (``--export-threads``)
+* **Throughput**, entries per second. ``--export-entries`` entries (distinct
+  keys, int values) are queued up front with ``eq.add`` in transactions of
+  PRELOAD_TRANSACTION; then ``env.process(threads)`` (``--export-threads``)
   starts the workers and waits until nothing is pending. The time is from the
   start of the workers until they are idle: the queue is empty and every entry
   is in the sink. The sink is then read back and must equal the reference
   (every key with its value). Beside it, **sink alone**: the same exporter
-  called directly, in one thread, with the same batches (``batch_size``
-  entries, in key order), without percolite; the ratio of the two is what
-  percolite's queue costs on top of the sink.
-* **Latency** (workload 4), p50/p99/max in ms, from the moment ``commit()``
-  is called: commit -> exported row visible in the sink (the exporter is
-  wrapped: the time is taken when the sink call returned, i.e. when its
-  transaction is committed and the row is visible to other connections; at
-  the end every row is read back from the sink) and commit -> observer start
-  (an observer that records when it first starts). ``--export-latency-commits``
-  single-entry commits spaced 5-15 ms apart, so the system is otherwise idle,
-  and then again **under load**: ``--export-load-threads`` threads keep adding
-  export entries (transactions of 100) at ``--export-load-fraction`` of the
-  throughput measured above for that sink, so the workers are busy but the
-  queue does not grow without bound.
+  called directly, in one thread, with the same batches (BATCH_SIZE entries, in
+  key order), without percolite; the ratio of the two is what percolite's queue
+  costs on top of the sink.
+* **Latency** (workload 4), p50/p99/max in ms, from the moment ``commit()`` is
+  called: commit -> exported row visible in the sink (the exporter is wrapped:
+  the time is taken when the sink call returned, i.e. when its transaction is
+  committed and the row is visible to other connections; at the end every row
+  is read back from the sink) and commit -> observer start (an observer that
+  records when it first starts). ``--export-latency-commits`` single-entry
+  commits spaced out (``common.COMMIT_GAP_S``), so the system is otherwise
+  idle, and then again **under load**: ``--export-load-threads`` threads keep
+  adding export entries (transactions of LOAD_TRANSACTION) at
+  ``--export-load-fraction`` of the throughput measured above for that sink, so
+  the workers are busy but the queue does not grow without bound.
 
 The sinks (``--export-sinks``): ``percolite.exporters.SQLite`` (a file in the
 scratch directory) and ``percolite.exporters.Postgres`` against a temporary
@@ -48,6 +48,7 @@ from typing import Any
 
 import percolite
 from common import (
+    COMMIT_GAP_S,
     REPO_ROOT,
     OptionGroup,
     Plot,
@@ -59,6 +60,7 @@ from common import (
     log,
     machine_info,
     median,
+    percentile,
     run_standalone,
     same_filesystem,
     scratch_dir,
@@ -210,12 +212,6 @@ def measure_sink_alone(sink: Any, entries: int) -> dict[str, Any]:
 
 
 # -- latency -----------------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (``q`` in [0, 1])."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 class BackgroundLoad:
     """Threads adding export entries at a fixed total rate (entries/s), in
     transactions of LOAD_TRANSACTION entries: an open-loop load, so the
@@ -273,8 +269,8 @@ class BackgroundLoad:
 def _spaced_commits(
     env: percolite.Env, commits: int, kind: str, tag: str
 ) -> tuple[list[str], list[float], list[float]]:
-    """Single-entry commits 5-15 ms apart; returns keys, commit() call times
-    and commit durations."""
+    """Single-entry commits, COMMIT_GAP_S apart; returns keys, commit() call
+    times and commit durations."""
     keys, called, durations = [], [], []
     for index in range(commits):
         key = _key(f"{tag}-{kind}-", index)
@@ -291,7 +287,7 @@ def _spaced_commits(
             tx.abort()
         keys.append(key)
         called.append(began)
-        time.sleep(random.uniform(0.005, 0.015))
+        time.sleep(random.uniform(*COMMIT_GAP_S))
     return keys, called, durations
 
 

@@ -9,12 +9,12 @@ run) of tables holding values too large for a page. This benchmark times
 that walk as a user sees it: a fresh process opens the store and commits one
 cell twice; the first commit minus the second is the walk.
 
-Two stores of about ``--first-commit-mb`` megabytes each: one of 100-byte
-values (no overflow pages: only branch pages are read) and one of 8 KB values
-(every value an overflow run: leaves and runs' first pages are read). The
-page cache is warm (the stores were just written); a cold cache adds the
-reads from disk. No target: the figure is a once-per-process cost, reported
-in milliseconds and per gigabyte of store.
+Two stores of about ``--first-commit-mb`` megabytes each, one per entry of
+SHAPES: small values (no overflow pages: only branch pages are read) and values
+larger than a page (every value an overflow run: leaves and runs' first pages
+are read). The page cache is warm (the stores were just written); a cold cache
+adds the reads from disk. No target: the figure is a once-per-process cost,
+reported in milliseconds and per gigabyte of store.
 
 Run it alone (``python bench/bench_first_commit.py``, report in
 ``bench/results/first_commit.json``) or through ``bench/run.py``.

@@ -6,7 +6,7 @@ reclaimed)". Two parts:
 
 * **Sizes.** The phrasecount application (``percolite.phrasecount.cli.run``,
   SQLite sink, ``--growth-threads`` threads, in the loading process) indexes ``--growth-sizes``
-  synthetic documents (default 10,000, 50,000 and 100,000;
+  synthetic documents (default DEFAULT_SIZES;
   ``percolite.phrasecount.reference.synthetic_corpus(n, seed=0)``, written as
   files first; a smaller corpus is a prefix of a larger one). Each size runs
   in a child process of its own, on a fresh store, so its peak RSS is that of
@@ -17,28 +17,28 @@ reclaimed)". Two parts:
   of ``RssAnon`` (heap: Python objects, C++ buffers) and ``RssFile`` (file
   pages mapped in, mostly LMDB's map). Reported: peak RSS, the store's
   ``data.mdb`` size, the sink's size, the time taken. Target: peak RSS at
-  100,000 documents at most 1.25x that at 10,000, written as the ratio
-  *peak RSS at 10k / peak RSS at 100k*, which must be at least 0.8 (not
-  measured unless both sizes are run).
+  the larger of RSS_SIZES at most RSS_GROWTH times that at the smaller,
+  written as the ratio *peak RSS at the smaller / peak RSS at the larger*,
+  which must be at least 1 / RSS_GROWTH (not measured unless both sizes are
+  run).
 * **Drain.** One store, ``--growth-rounds`` rounds; each round queues
   ``--growth-drain-updates`` updates (+1 to ``--growth-drain-keys`` keys,
-  transactions of 1000) to a combine queue with the native sum whose change
-  observer adds one export-queue entry per changed key (the phrasecount
-  pattern; the exporter discards them), then lets the workers drain both
-  queues. Every round leaves the same data (the same keys, larger counts), so
-  once consumed queue entries are reclaimed (LMDB reuses freed pages)
-  ``data.mdb`` stops growing. Reported: the file size after each round.
-  Target: ``data.mdb`` after the last round at most about 5% bigger than
-  after the middle round (round 5 of 10; never round 1), written as the ratio
-  *size after the middle round / size after the last round*, which must be at
-  least 0.95. Not round 1: it starts from an empty store, so the counts it
+  transactions of DRAIN_TRANSACTION) to a combine queue with the native sum
+  whose change observer adds one export-queue entry per changed key (the
+  phrasecount pattern; the exporter discards them), then lets the workers drain
+  both queues. Every round leaves the same data (the same keys, larger counts),
+  so once consumed queue entries are reclaimed (LMDB reuses freed pages)
+  ``data.mdb`` stops growing. Reported: the file size after each round. Target:
+  ``data.mdb`` after the last round hardly bigger than after the middle round
+  (``drain_base_round``; never round 1), written as the ratio *size after the
+  middle round / size after the last round*, which must be at least
+  DRAIN_TARGET. Not round 1: it starts from an empty store, so the counts it
   creates are not yet there while its queue is at its fullest. Not round 2
   either: the file is LMDB's high-water mark of pages in use, and pages a
-  commit frees are reused only once no reader's snapshot is older, so the
-  mark depends on timing and steps up now and then for the first rounds
-  before it settles (20 rounds of one run: 36.3 MiB after round 2, 36.4 after
-  round 5, 37.1 from round 10 to 20). A file that keeps growing grows in
-  every round, the second half of the rounds included.
+  commit frees are reused only once no reader's snapshot is older, so the mark
+  depends on timing and steps up now and then for the first rounds before it
+  settles (a long run's sizes are in ``bench/results/notes.md``). A file that
+  keeps growing grows in every round, the second half of the rounds included.
 
 Run it alone (``python bench/bench_growth.py``, report in
 ``bench/results/growth.json``) or through ``bench/run.py``.
@@ -79,8 +79,8 @@ NAME = "growth"
 RSS_SIZES = (10_000, 100_000)
 RSS_GROWTH = 1.25
 # data.mdb after the middle drain round (drain_base_round) / after the last round, at
-# least: the file grows by ~5% at most in the second half of the rounds (see the
-# module docstring for why not from round 1 or 2).
+# least: the file grows by at most 1 / DRAIN_TARGET - 1 in the second half of the
+# rounds (see the module docstring for why not from round 1 or 2).
 DRAIN_TARGET = 0.95
 MIN_ROUNDS = 3
 DEFAULT_SIZES, QUICK_SIZES = (10_000, 50_000, 100_000), (200, 400)
@@ -374,8 +374,8 @@ def rss_ratio(report: dict[str, Any]) -> float | None:
 
 def drain_ratio(report: dict[str, Any]) -> float | None:
     """data.mdb after the middle drain round / after the last round (``None`` with
-    fewer than MIN_ROUNDS rounds): at least DRAIN_TARGET when the file grew by about
-    5% at most."""
+    fewer than MIN_ROUNDS rounds): at least DRAIN_TARGET when the file grew by at
+    most 1 / DRAIN_TARGET - 1."""
     rounds = report["drain"]["rounds"]
     if len(rounds) < MIN_ROUNDS:
         return None

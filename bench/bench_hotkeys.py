@@ -1,20 +1,21 @@
 """Hot keys: many threads committing updates to the same few counters.
 
-What is measured: T threads (``--hot-threads``, default 1 2 4 8) each commit,
-for a fixed time, one transaction after another; each transaction adds 1 to
-K = 20 keys drawn from a Zipf(1.1) distribution over 10,000 keys (a key drawn
-twice gets 2), so a handful of keys are in nearly every transaction. Five
+What is measured: T threads (``--hot-threads``, default DEFAULT_THREADS) each
+commit, for a fixed time, one transaction after another; each transaction adds
+1 to PER_TRANSACTION keys drawn from a Zipf(ZIPF_S) distribution over KEYS keys
+(a key drawn twice gets 2), so a handful of keys are in nearly every
+transaction. Five
 ways of keeping those counts, all with every commit durable before it returns:
 
 * ``naive``: each transaction reads and rewrites the counters itself
   (``tx.get`` + ``tx.set``), run with ``env.run(..., retries=None)``,
   percolite's documented retry of ``CommitConflict`` with jittered backoff;
-* ``sharded``: each key is a ``percolite.ShardedCounter`` with 8 shards
+* ``sharded``: each key is a ``percolite.ShardedCounter`` with SHARDS shards
   (exact mode): ``counter.add(tx, n)`` read-modify-writes one random shard,
   again under ``env.run``;
 * ``cq-native``: ``queue.add(tx, updates)`` on a combine queue with the
-  native ``"sum"`` combiner (folded in C++, without the GIL) and 4 worker
-  threads in the same process;
+  native ``"sum"`` combiner (folded in C++, without the GIL) and
+  WORKER_THREADS worker threads in the same process;
 * ``cq-python``: the same with a Python combiner, ``sum(values) or None``;
 * ``sqlite``: SQLite in its own file, WAL, ``synchronous=FULL``, one
   connection per thread with a busy timeout; each transaction is ``BEGIN
@@ -26,9 +27,10 @@ queue: until the workers have folded every queued update, ``env.wait()``);
 conflicts (aborted commits retried, per committed transaction; for SQLite the
 "database is locked" errors retried after the busy timeout); and whether every
 final value equals the sum of the updates the threads committed (checked after
-every run, for all 10,000 keys).
+every run, for all KEYS keys).
 
-Target: ``cq-native`` at least 20x ``naive`` at 4 threads.
+Target: ``cq-native`` at least TARGET_RATIO times ``naive`` at TARGET_THREADS
+threads.
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ from common import (
     log,
     machine_info,
     median,
+    median_or_none,
     open_sqlite,
     ratio,
+    run_order,
     run_standalone,
     run_threads,
     scratch_dir,
@@ -68,6 +72,7 @@ KEYS = 10_000
 ZIPF_S = 1.1
 PER_TRANSACTION = 20
 SHARDS = 8
+BUCKETS = 16  # of the combine queues
 WORKER_THREADS = 4
 DEFAULT_THREADS = (1, 2, 4, 8)
 QUICK_THREADS = (1, 4)
@@ -191,7 +196,7 @@ def _measure_combine_queue(
     combiner: Any, store: Path, threads: int, seconds: float, seed: int
 ) -> dict[str, Any]:
     app = percolite.App()
-    queue = app.combine_queue("hot", buckets=16, combiner=combiner)
+    queue = app.combine_queue("hot", buckets=BUCKETS, combiner=combiner)
     env = percolite.open(store, app=app, sync="full")
     try:
         env.start_workers(WORKER_THREADS)
@@ -346,9 +351,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         for repetition in range(args.repeat):
             for position, threads in enumerate(thread_counts):
-                # Rotate the order so that no approach always runs first or last.
-                shift = (repetition + position) % len(approaches)
-                for approach in approaches[shift:] + approaches[:shift]:
+                for approach in run_order(approaches, repetition + position):
                     store = scratch / f"{approach}-{threads}t-{repetition}"
                     seed = 1000 * repetition + 100 * threads
                     measured = MEASURE[approach](store, threads, args.seconds, seed)
@@ -369,7 +372,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "zipf_s": ZIPF_S,
             "per_transaction": PER_TRANSACTION,
             "shards": SHARDS,
-            "combine_queue": {"buckets": 16, "worker_threads": WORKER_THREADS},
+            "combine_queue": {"buckets": BUCKETS, "worker_threads": WORKER_THREADS},
             "seconds": args.seconds,
             "repeat": args.repeat,
             "quick": args.quick,
@@ -398,7 +401,7 @@ def _summarise(
             "median_conflicts_per_transaction": median(
                 [r["conflicts_per_transaction"] for r in measured]
             ),
-            "median_transactions_per_batch": _median_or_none(
+            "median_transactions_per_batch": median_or_none(
                 [r.get("transactions_per_batch") for r in measured]
             ),
             "exact": all(r["exact"] for r in measured),
@@ -417,11 +420,6 @@ def _summarise(
     summary["native_vs_sqlite"] = versus("cq-native", "sqlite")
     summary["sharded_vs_naive"] = versus("sharded", "naive")
     return summary
-
-
-def _median_or_none(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return median(present) if present else None
 
 
 def _rate(result: dict[str, Any], approach: str) -> str:

@@ -1,38 +1,41 @@
 """The loader: one Python thread keeping hundreds of durable transactions in flight.
 
-``env.loader(max_in_flight=256)`` runs each submitted function in a fresh
+``env.loader(max_in_flight=IN_FLIGHT)`` runs each submitted function in a fresh
 transaction on the loader's thread and hands its commit to the group-commit
 writer without waiting; each future resolves once its transaction is durable
 (``sync="full"``). Measured here, every system durable, in one run with the
 systems interleaved:
 
-* **Hot keys through the loader** (the workload of ``bench_hotkeys.py``: 20
-  keys per transaction drawn from Zipf(1.1) over 10,000 keys; the loader
-  runs cycle through 16,384 draws made before the timing, so that the
-  submitting thread's time goes to the loader, not to ``random.choices``;
-  ``--loader-inline-draws`` draws in the loop instead), one submitting thread
-  for ``--seconds``, ``--loader-in-flight`` in flight:
+* **Hot keys through the loader** (the workload of ``bench_hotkeys.py``:
+  its PER_TRANSACTION keys per transaction drawn from Zipf(ZIPF_S) over KEYS
+  keys; the loader runs cycle through DRAW_POOL draws made before the
+  timing, so that the submitting thread's time goes to the loader, not to
+  ``random.choices``; ``--loader-inline-draws`` draws in the loop instead),
+  one submitting thread for ``--seconds``, ``--loader-in-flight`` in flight:
   ``loader-naive`` (each function reads and rewrites its counters; conflicts
   re-run it with back-off, ``max_retries=None``), ``loader-cq-native``
-  (``queue.add`` to a combine queue with the native ``"sum"``, 16 buckets,
-  folded by 4 worker threads), and SQLite (WAL, ``synchronous=FULL``,
-  ``BEGIN IMMEDIATE`` + one UPSERT per key, ``bench_hotkeys``' own run) at
-  each of ``--loader-sqlite-threads``. Updates/s end to end: until every value
-  is final and durable (for the combine queue: folded, ``env.wait()``); the
-  load rate (until every future resolved) is reported beside it. All 10,000
-  final values are checked against the submitted updates (``exact``).
-* **Bulk combine-queue updates**: ``--loader-updates`` updates (random 8-byte
-  key, +1) submitted through the loader in transactions of
-  ``--loader-tx-keys``, folded by 4 workers (``key_codec="bytes"``,
-  ``value_codec="int64"``), timed until folded (every folded value checked),
-  against py-lmdb putting as many 8-byte values in transactions of
-  ``--loader-lmdb-batch`` with ``sync=True`` (``bench_storage``'s run).
+  (``queue.add`` to a combine queue with the native ``"sum"``, HOT_BUCKETS
+  buckets, folded by WORKER_THREADS worker threads), and SQLite (WAL,
+  ``synchronous=FULL``, ``BEGIN IMMEDIATE`` + one UPSERT per key,
+  ``bench_hotkeys``' own run) at each of ``--loader-sqlite-threads``.
+  Updates/s end to end: until every value is final and durable (for the
+  combine queue: folded, ``env.wait()``); the load rate (until every future
+  resolved) is reported beside it. All the KEYS final values are checked
+  against the submitted updates (``exact``).
+* **Bulk combine-queue updates**: ``--loader-updates`` updates (random
+  KEY_BYTES-byte key, +1) submitted through the loader in transactions of
+  ``--loader-tx-keys``, folded by WORKER_THREADS workers
+  (``key_codec="bytes"``, ``value_codec="int64"``), timed until folded
+  (every folded value checked), against py-lmdb putting as many values in
+  transactions of ``--loader-lmdb-batch`` with ``sync=True``
+  (``bench_storage``'s run).
 * **Latency**: p50/p99 from the ``submit`` call to the future resolving
   (durable) in every loader run.
 
-Targets: combine queue through the loader >= 20x naive through the loader
-and >= 5x SQLite's best (of its thread counts), end to end; bulk updates end
-to end >= 0.3x py-lmdb's puts. Run it alone (``python bench/bench_loader.py``,
+Targets: combine queue through the loader at least CQ_VS_NAIVE_TARGET times
+naive through the loader and CQ_VS_SQLITE_TARGET times SQLite's best (of its
+thread counts), end to end; bulk updates end to end at least BULK_TARGET
+times py-lmdb's puts. Run it alone (``python bench/bench_loader.py``,
 report in ``bench/results/loader.json``) or through ``bench/run.py``.
 """
 
@@ -69,10 +72,15 @@ from common import (
     log,
     machine_info,
     median,
+    median_or_none,
+    pair_ratios,
+    percentile,
     ratio,
+    run_order,
     run_standalone,
     same_filesystem,
     scratch_dir,
+    spread,
 )
 
 NAME = "loader"
@@ -154,12 +162,6 @@ class _Submissions:
             "submit_wait_p50_ms": round(percentile(waited, 0.5), 3),
             "submit_wait_p99_ms": round(percentile(waited, 0.99), 3),
         }
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (``q`` in [0, 1])."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _thread_cpu_seconds(name: str) -> float | None:
@@ -246,9 +248,13 @@ def _load_and_drain(
     return _Run(submissions, began, loaded, finished, load_cpu, before, load_stats, env.stats())
 
 
-def _measure_loader_hotkeys(
-    approach: str, store: Path, seconds: float, seed: int, in_flight: int, inline_draws: bool
+def measure_loader_hotkeys(
+    approach: str, store: Path | str, seconds: float, seed: int, in_flight: int, inline_draws: bool
 ) -> dict[str, Any]:
+    """One hot-keys run through a loader (``approach``: one of
+    LOADER_APPROACHES) on the store at ``store`` (a path, or a URI such as a
+    PostgreSQL one): ``seconds`` of submissions, then until every value is
+    final; what it did, its latency and whether the final values are exact."""
     app = percolite.App()
     queue = app.combine_queue("hot", buckets=HOT_BUCKETS, combiner="sum")
     env = percolite.open(store, app=app, sync="full")
@@ -481,16 +487,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         on_repo_filesystem = same_filesystem(scratch, REPO_ROOT)
         for repetition in range(args.repeat):
-            # Rotate the order so that no system always runs first or last.
-            shift = repetition % len(approaches)
             seed = 1000 * repetition + 17
-            for approach in approaches[shift:] + approaches[:shift]:
+            for approach in run_order(approaches, repetition):
                 store = scratch / f"{approach}-{repetition}"
                 if approach.startswith("sqlite-"):
                     threads = int(approach.removeprefix("sqlite-").removesuffix("t"))
                     measured = _measure_sqlite(threads, store, args.seconds, seed)
                 else:
-                    measured = _measure_loader_hotkeys(
+                    measured = measure_loader_hotkeys(
                         approach, store, args.seconds, seed, in_flight, args.loader_inline_draws
                     )
                 shutil.rmtree(store, ignore_errors=True)
@@ -501,8 +505,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"exact={measured['exact']}"
                 )
             keys = _keys(updates, seed=repetition)
-            order = BULK_SYSTEMS if repetition % 2 == 0 else tuple(reversed(BULK_SYSTEMS))
-            for system in order:
+            for system in run_order(BULK_SYSTEMS, repetition):
                 store = scratch / f"{system}-{repetition}"
                 if system == "loader_cq":
                     measured = _measure_loader_bulk(store, keys, tx_keys, in_flight)
@@ -578,15 +581,15 @@ def _summarise_hotkeys(
     results: dict[str, Any] = {}
     for approach in approaches:
         measured = runs[approach]
-        per_batch = [r.get("transactions_per_batch") for r in measured]
-        per_batch = [v for v in per_batch if v is not None]
         results[approach] = {
             "median_updates_per_s": median([r["updates_per_s"] for r in measured]),
             "median_load_updates_per_s": median([r["load_updates_per_s"] for r in measured]),
             "median_conflicts_per_transaction": median(
                 [r["conflicts_per_transaction"] for r in measured]
             ),
-            "median_transactions_per_batch": median(per_batch) if per_batch else None,
+            "median_transactions_per_batch": median_or_none(
+                r.get("transactions_per_batch") for r in measured
+            ),
             "latency": _latency_summary(measured),
             "exact": all(r["exact"] for r in measured),
             "runs": measured,
@@ -614,7 +617,7 @@ def _summarise_bulk(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     results = {
         system: {
             "median_per_s": median([r["per_s"] for r in measured]),
-            "spread": _spread([r["per_s"] for r in measured]),
+            "spread": spread([r["per_s"] for r in measured]),
             "runs": measured,
         }
         for system, measured in runs.items()
@@ -627,15 +630,12 @@ def _summarise_bulk(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "results": results,
         "ratio": round(ours["median_per_s"] / baseline, 4),
         "load_ratio": round(ours["median_load_per_s"] / baseline, 4),
-        "ratio_per_repetition": [
-            round(a["per_s"] / b["per_s"], 4)
-            for a, b in zip(ours["runs"], results["lmdb_put"]["runs"], strict=True)
-        ],
+        "ratio_per_repetition": pair_ratios(
+            [run["per_s"] for run in ours["runs"]],
+            [run["per_s"] for run in results["lmdb_put"]["runs"]],
+            4,
+        ),
     }
-
-
-def _spread(rates: list[float]) -> float | None:
-    return round(max(rates) / min(rates), 3) if min(rates) > 0 else None
 
 
 # -- output -----------------------------------------------------------------------
@@ -764,18 +764,14 @@ def tables(report: dict[str, Any]) -> list[Table]:
 
 
 def _cpu_row(name: str, runs: list[dict[str, Any]]) -> list[str]:
-    def med(values: list[float | None]) -> float | None:
-        present = [v for v in values if v is not None]
-        return median(present) if present else None
-
     per_second = [r["batches"] / r["cpu"]["wall_seconds"] for r in runs]
     return [
         name,
-        _fraction(med([r["cpu"]["process_cores"] for r in runs])),
-        _fraction(med([r["cpu"]["loader_thread_busy"] for r in runs])),
-        _fraction(med([r["cpu"]["submitter_busy"] for r in runs])),
+        _fraction(median_or_none([r["cpu"]["process_cores"] for r in runs])),
+        _fraction(median_or_none([r["cpu"]["loader_thread_busy"] for r in runs])),
+        _fraction(median_or_none([r["cpu"]["submitter_busy"] for r in runs])),
         f"{median(per_second):,.0f}",
-        _fraction(med([r["transactions_per_batch"] for r in runs])),
+        _fraction(median_or_none([r["transactions_per_batch"] for r in runs])),
     ]
 
 

@@ -5,10 +5,11 @@ Measures, with sync="full":
   committing process (local hand-off) and in another process (found through
   the notify table after an inotify wake-up). Latency is counted from the
   moment commit() is called, so it includes the durable commit itself; the
-  commit's own duration is reported beside it. Commits are spaced out (5-15 ms
-  apart) so this is the latency of an idle system, not of a queue.
-- CPU used by an idle worker pool (4 threads, nothing to do) over a few
-  seconds, as a percentage of one core.
+  commit's own duration is reported beside it. Commits are spaced out
+  (``common.COMMIT_GAP_S``) so this is the latency of an idle system, not of
+  a queue.
+- CPU used by an idle worker pool (IDLE_THREADS threads, nothing to do) over
+  a few seconds, as a percentage of one core.
 - Observer throughput: runs/s of the same observer (one cell written per
   run) over a backlog of notifications committed before the workers start,
   timed from ``start_workers(T)`` until idle, for several T. A worker hands
@@ -30,24 +31,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from statistics import median
 
 import notify_app
 import percolite
 from common import (
+    COMMIT_GAP_S,
     Table,
     format_tables,
     machine_info,
+    median,
+    percentile,
     run_standalone,
     scratch_dir,
 )
 
 HERE = Path(__file__).resolve().parent
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+IDLE_THREADS = 4  # the idle worker pool whose CPU use is measured
+DEFAULT_RUN_THREADS = (1, 4, 16)
 
 
 def measure_latency(db: str, commits: int, remote: bool) -> dict:
@@ -80,7 +80,7 @@ def measure_latency(db: str, commits: int, remote: bool) -> dict:
                 tx.commit()
                 durations.append(time.monotonic() - t0)
             called.append(t0)
-            time.sleep(random.uniform(0.005, 0.015))
+            time.sleep(random.uniform(*COMMIT_GAP_S))
         if not env.wait(timeout=60):
             raise RuntimeError("observers did not finish")
         with env.transaction() as tx:
@@ -104,7 +104,7 @@ def measure_latency(db: str, commits: int, remote: bool) -> dict:
 def measure_idle_cpu(db: str, seconds: float) -> dict:
     env = percolite.open(db, app=notify_app.app, sync="full")
     try:
-        env.start_workers(4)
+        env.start_workers(IDLE_THREADS)
         time.sleep(0.5)
         cpu0, wall0 = time.process_time(), time.monotonic()
         time.sleep(seconds)
@@ -181,8 +181,9 @@ def add_arguments(parser) -> None:
         "--run-threads",
         type=int,
         nargs="+",
-        default=[1, 4, 16],
-        help="worker threads for the observer throughput (default: 1 4 16)",
+        default=list(DEFAULT_RUN_THREADS),
+        help="worker threads for the observer throughput "
+        f"(default: {' '.join(map(str, DEFAULT_RUN_THREADS))})",
     )
 
 
@@ -230,7 +231,8 @@ def tables(report: dict) -> list[Table]:
             ["workers in", "p50", "p99", "max", "commit p50"],
             rows,
             [
-                f"idle worker pool (4 threads): {idle['cpu_percent_of_one_core']}% of one core"
+                f"idle worker pool ({IDLE_THREADS} threads): "
+                f"{idle['cpu_percent_of_one_core']}% of one core"
                 f" ({idle['cpu_seconds']} s CPU in {idle['seconds']} s)"
             ],
         )

@@ -5,28 +5,30 @@ Every system runs on one temporary PostgreSQL server started for the run
 ``synchronous_commit`` on: every commit durable), each store in a schema of
 its own, in one run with the systems interleaved:
 
-* **Hot keys through the loader** (``bench_loader``'s workload and code: 20
-  keys per transaction drawn from Zipf(1.1) over 10,000 keys, one submitting
-  thread, ``--loader-in-flight`` 256 in flight, ``--seconds`` of submissions):
-  naive read-modify-write (conflicts re-run with back-off) against the combine
-  queue with the native ``sum`` folded by 4 worker threads, end to end (until
-  every value is final) and checked exact.
+* **Hot keys through the loader** (``bench_loader``'s workload and code:
+  ``bench_hotkeys``' PER_TRANSACTION keys per transaction drawn from
+  Zipf(ZIPF_S) over KEYS keys, one submitting thread, ``bench_loader``'s
+  IN_FLIGHT in flight, ``--seconds`` of submissions): naive read-modify-write
+  (conflicts re-run with back-off) against the combine queue with the native
+  ``sum`` folded by ``bench_loader``'s WORKER_THREADS worker threads, end to
+  end (until every value is final) and checked exact.
 * **Hand-written SQL**: ``INSERT ... ON CONFLICT (k) DO UPDATE SET v = v +
   excluded.v`` of the same draws, one transaction per draw (keys sorted, so
   transactions never deadlock), psycopg with its pipelined ``executemany``,
   from each of ``--postgresql-sql-threads`` client threads.
 * **Worker groups**: a backlog of ``--postgresql-backlog`` transactions of combine
-  queue updates, loaded with no workers running, then folded by 1, 2 and 3
-  worker groups (``percolite worker pg_app:app --processes 1 --threads 4
-  --until-idle``, started together, as on separate machines); timed until
-  the last exits, values checked.
-* **Wake-ups**: ``--postgresql-pings`` commits, 10 ms apart, on one handle to a
-  column an observer watches through another handle (its workers learn of
-  them by LISTEN/NOTIFY): time from the committing call to the observer's
-  start, p50 and p99.
+  queue updates, loaded with no workers running, then folded by each of
+  GROUPS worker groups (``percolite worker pg_app:app --processes 1
+  --threads GROUP_THREADS --until-idle``, started together, as on separate
+  machines); timed until the last exits, values checked.
+* **Wake-ups**: ``--postgresql-pings`` commits, PING_INTERVAL_S seconds
+  apart, on one handle to a column an observer watches through another
+  handle (its workers learn of them by LISTEN/NOTIFY): time from the
+  committing call to the observer's start, p50 and p99.
 
-Target: combine queue >= 5x naive read-modify-write on PostgreSQL, end to
-end. The SQL figures are reported beside it for comparison, with no target.
+Target: combine queue at least CQ_VS_NAIVE_TARGET times naive
+read-modify-write on PostgreSQL, end to end. The SQL figures are reported
+beside it for comparison, with no target.
 Run it alone (``python bench/bench_postgresql.py``, report in
 ``bench/results/postgresql.json``) or through ``bench/run.py``.
 """
@@ -58,7 +60,9 @@ from common import (
     log,
     machine_info,
     median,
+    percentile,
     ratio,
+    run_order,
     run_standalone,
     scratch_dir,
 )
@@ -69,6 +73,9 @@ DEFAULT_SQL_THREADS = (1, 4)
 DEFAULT_BACKLOG, QUICK_BACKLOG = 2_000, 200
 DEFAULT_PINGS, QUICK_PINGS = 200, 30
 GROUPS = (1, 2, 3)
+GROUP_THREADS = 4  # worker threads of each worker group
+PING_INTERVAL_S = 0.01
+CQ_VS_NAIVE_TARGET = 5.0
 BENCH_DIR = Path(__file__).resolve().parent
 
 
@@ -85,7 +92,8 @@ def add_arguments(parser: OptionGroup) -> None:
         "--postgresql-backlog",
         type=int,
         metavar="N",
-        help=f"transactions of 20 updates the worker groups fold (default: {DEFAULT_BACKLOG:,})",
+        help=f"transactions of {bench_hotkeys.PER_TRANSACTION} updates the worker groups fold "
+        f"(default: {DEFAULT_BACKLOG:,})",
     )
     parser.add_argument(
         "--postgresql-pings",
@@ -166,7 +174,7 @@ def _measure_groups(uri: str, groups: int, backlog: int, seed: int) -> dict[str,
         for draw in draws:
             loader.submit(pg_app.hot.add, draw)
     command = [sys.executable, "-m", "percolite", "worker", "pg_app:app"]
-    command += ["--processes", "1", "--threads", "4", "--until-idle"]
+    command += ["--processes", "1", "--threads", str(GROUP_THREADS), "--until-idle"]
     child_env = {**os.environ, "PERCOLITE_DB": uri}
     began = time.perf_counter()
     children = [
@@ -201,7 +209,7 @@ def _measure_pings(uri: str, pings: int) -> dict[str, Any]:
         time.sleep(0.5)  # the scanner listens
         for i in range(pings):
             writer.run(lambda tx, i=i: tx.set(f"p{i:05}", column, repr(time.time())))
-            time.sleep(0.01)
+            time.sleep(PING_INTERVAL_S)
         deadline = time.monotonic() + 60
         while len(waited) < pings and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -210,8 +218,8 @@ def _measure_pings(uri: str, pings: int) -> dict[str, Any]:
     return {
         "pings": pings,
         "observed": len(waited),
-        "p50_ms": round(1000 * bench_loader.percentile(waited, 0.50), 2),
-        "p99_ms": round(1000 * bench_loader.percentile(waited, 0.99), 2),
+        "p50_ms": round(1000 * percentile(waited, 0.50), 2),
+        "p99_ms": round(1000 * percentile(waited, 0.99), 2),
     }
 
 
@@ -228,10 +236,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch_dir(args.dir, f"{NAME}-") as scratch, _server(scratch) as server:
         for repetition in range(args.repeat):
             seed = repetition + 1
-            order = APPROACHES if repetition % 2 == 0 else tuple(reversed(APPROACHES))
-            for approach in order:
+            for approach in run_order(APPROACHES, repetition):
                 uri = f"{server.uri}&schema=hot_{approach.split('-')[-1]}_{repetition}"
-                result = bench_loader._measure_loader_hotkeys(
+                result = bench_loader.measure_loader_hotkeys(
                     approach, uri, args.seconds, seed, in_flight, False
                 )
                 if not result["exact"]:
@@ -342,7 +349,7 @@ def targets(report: dict[str, Any]) -> list[Target]:
         Target(
             "postgresql: hot keys, combine queue / naive read-modify-write, end to end",
             report["summary"]["cq_vs_naive"],
-            5.0,
+            CQ_VS_NAIVE_TARGET,
         )
     ]
 

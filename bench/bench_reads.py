@@ -43,6 +43,7 @@ from common import (
     log,
     machine_info,
     median,
+    run_order,
     run_standalone,
     scratch_dir,
 )
@@ -162,8 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         measure = {"percolite": _measure_percolite, "lmdb": _measure_lmdb}
         try:
             for repetition in range(args.repeat):
-                order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
-                for system in order:
+                for system in run_order(SYSTEMS, repetition):
                     measured = measure[system](stores[system], keys)
                     runs[system].append({k: round(v, 1) for k, v in measured.items()})
                     log(

@@ -7,9 +7,9 @@ runs here take the same app and the same ``--sim-loads`` load transactions
 (one document each): words counted by a combine queue (native sum) whose
 changes an export queue sends to a sink keeping totals behind a seq guard.
 
-* ``simulation``: ``simulate(app, loads, seed=1)`` on the memory backend, 4
-  virtual workers, no faults;
-* ``lmdb``: the same app on LMDB (``sync="full"``) with 4 real worker
+* ``simulation``: ``simulate(app, loads, seed=1)`` on the memory backend,
+  WORKERS virtual workers, no faults;
+* ``lmdb``: the same app on LMDB (``sync="full"``) with WORKERS real worker
   threads, the loads submitted through ``env.loader()`` from one thread,
   until ``env.wait()`` returns.
 
@@ -40,6 +40,7 @@ from common import (
     machine_info,
     median,
     ratio,
+    run_order,
     run_standalone,
     scratch_dir,
 )
@@ -49,6 +50,7 @@ NAME = "simulation"
 TEXT = ("doc", "text")
 DEFAULT_LOADS, QUICK_LOADS = 10_000, 500
 SYSTEMS = ("simulation", "lmdb")
+WORKERS = 4  # virtual workers of the simulation, worker threads on LMDB
 
 
 def add_arguments(parser: OptionGroup) -> None:
@@ -105,7 +107,7 @@ def _load(tx: Any, i: int, document: str) -> None:
 def _simulation(documents: list[str], _store: Path) -> dict[str, int]:
     totals: dict[str, int] = {}
     loads = [lambda tx, i=i, d=d: _load(tx, i, d) for i, d in enumerate(documents)]
-    with simulate(_app(totals), loads, seed=1, workers=4):
+    with simulate(_app(totals), loads, seed=1, workers=WORKERS):
         pass
     return totals
 
@@ -113,7 +115,7 @@ def _simulation(documents: list[str], _store: Path) -> dict[str, int]:
 def _lmdb(documents: list[str], store: Path) -> dict[str, int]:
     totals: dict[str, int] = {}
     with percolite.open(store, app=_app(totals)) as env:
-        env.start_workers(4)
+        env.start_workers(WORKERS)
         with env.loader(max_in_flight=256) as loader:
             for i, document in enumerate(documents):
                 loader.submit(_load, i, document)
@@ -132,8 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seconds: dict[str, list[float]] = {system: [] for system in SYSTEMS}
     with scratch_dir(args.dir, f"{NAME}-") as scratch:
         for repetition in range(args.repeat):
-            order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
-            for system in order:
+            for system in run_order(SYSTEMS, repetition):
                 start = time.perf_counter()
                 totals = runners[system](documents, scratch / f"{system}-{repetition}")
                 elapsed = time.perf_counter() - start

@@ -4,27 +4,28 @@ Issue 7, workload 3: py-lmdb batched random puts and one durable commit per
 transaction, measured in the same run as percolite, so that percolite's
 overhead reads as a fraction of what LMDB itself can do.
 
-* **py-lmdb batched random puts**, puts/s: ``--storage-updates`` puts of
-  random 8-byte keys with 8-byte values, ``--storage-batch`` puts per write
+* **py-lmdb batched random puts**, puts/s: ``--storage-updates`` puts of random
+  KEY_BYTES-byte keys with the value VALUE, ``--storage-batch`` puts per write
   transaction (``txn.put`` in a loop), each transaction durable (``sync=True,
-  metasync=True``). ``putmulti`` (the same puts through
-  ``Cursor.putmulti``) is reported beside it, for information.
+  metasync=True``). ``putmulti`` (the same puts through ``Cursor.putmulti``) is
+  reported beside it, for information.
 * **Combine-queue throughput**, updates/s end to end: the same number of
-  updates ``(random 8-byte key, +1)`` to a combine queue with the native
-  ``"sum"`` (``key_codec="bytes"``, ``value_codec="int64"``, default buckets),
-  queued by ``--storage-adders`` threads in transactions of
+  updates ``(random KEY_BYTES-byte key, +1)`` to a combine queue with the
+  native ``"sum"`` (``key_codec="bytes"``, ``value_codec="int64"``, default
+  buckets), queued by ``--storage-adders`` threads in transactions of
   ``--storage-batch`` updates (``cq.add(tx, pairs)``, ``sync="full"``) while
-  ``--storage-workers`` worker threads fold them. The time runs from the
-  first add until every update is folded (``env.wait()`` idle); the folded
-  values are then read back and must sum to the number of updates, one key per
-  distinct key. The time at which the last add committed is reported too (add
-  rate).
-* **Durable single-cell commits**, 1 and 16 threads: ``bench_commit.py``'s
-  measurement, called from here (same code, same settings).
+  ``--storage-workers`` worker threads fold them. The time runs from the first
+  add until every update is folded (``env.wait()`` idle); the folded values are
+  then read back and must sum to the number of updates, one key per distinct
+  key. The time at which the last add committed is reported too (add rate).
+* **Durable single-cell commits**, at each of COMMIT_THREADS threads:
+  ``bench_commit.py``'s measurement, called from here (same code, same
+  settings).
 
-Targets: combine-queue updates/s at least 0.2x py-lmdb batched random puts;
-percolite's durable commits at 16 threads at least 4x py-lmdb's one commit per
-transaction (the target of ``bench_commit.py``, measured again here).
+Targets: combine-queue updates/s at least COMBINE_TARGET times py-lmdb
+batched random puts; percolite's durable commits at least ``bench_commit``'s
+TARGET_RATIO times py-lmdb's one commit per transaction at its TARGET_THREADS
+threads (the target of ``bench_commit.py``, measured again here).
 Run it alone (``python bench/bench_storage.py``, report in
 ``bench/results/storage.json``) or through ``bench/run.py``.
 """
@@ -55,9 +56,12 @@ from common import (
     log,
     machine_info,
     median,
+    pair_ratios,
+    run_order,
     run_standalone,
     same_filesystem,
     scratch_dir,
+    spread,
 )
 
 NAME = "storage"
@@ -230,8 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         on_repo_filesystem = same_filesystem(scratch, REPO_ROOT)
         for repetition in range(args.repeat):
             batches = _batches(updates, batch, seed=repetition)
-            order = SYSTEMS if repetition % 2 == 0 else tuple(reversed(SYSTEMS))
-            for system in order:
+            for system in run_order(SYSTEMS, repetition, mirror=True):
                 store = scratch / f"{system}-{repetition}"
                 measured = MEASURE[system](store, batches, adders=adders, workers=workers)
                 shutil.rmtree(store, ignore_errors=True)
@@ -254,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results = {
         system: {
             "median_per_s": median([run["per_s"] for run in measured]),
-            "spread": _spread([run["per_s"] for run in measured]),
+            "spread": spread([run["per_s"] for run in measured]),
             "runs": measured,
         }
         for system, measured in runs.items()
@@ -288,16 +291,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine_info(),
         "results": results,
         "combine_ratio": round(ratio, 4),
-        "combine_ratio_per_repetition": [
-            round(ours["per_s"] / theirs["per_s"], 4)
-            for ours, theirs in zip(runs["combine_queue"], runs["lmdb_put"], strict=True)
-        ],
+        "combine_ratio_per_repetition": pair_ratios(
+            [run["per_s"] for run in runs["combine_queue"]],
+            [run["per_s"] for run in runs["lmdb_put"]],
+            4,
+        ),
         "durable_commits": commits,
     }
-
-
-def _spread(rates: list[float]) -> float | None:
-    return round(max(rates) / min(rates), 3) if min(rates) > 0 else None
 
 
 # -- output --------------------------------------------------------------------------

@@ -21,8 +21,9 @@ alone with ``run.py --report-only``):
 
 This module holds what they share: a multi-threaded timing loop
 (:func:`run_threads`), scratch store directories on the repository's filesystem
-(:func:`scratch_dir`), medians, tables, JSON output and a description of the
-machine the numbers come from.
+(:func:`scratch_dir`), the order of interleaved runs (:func:`run_order`),
+medians, percentiles and ratios of repeated runs, tables, JSON output and a
+description of the machine the numbers come from.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -55,6 +56,10 @@ DEFAULT_SECONDS = 2.0
 DEFAULT_REPEAT = 3
 QUICK_SECONDS = 0.2
 QUICK_REPEAT = 1
+# Latency benchmarks pause between their commits for a time drawn uniformly
+# from this range (seconds): spaced out, the latency measured is that of an
+# idle system, not of a queue.
+COMMIT_GAP_S = (0.005, 0.015)
 
 
 class OptionGroup(Protocol):
@@ -223,9 +228,73 @@ def run_threads(
     )
 
 
-def median(values: Sequence[float]) -> float:
+# -- repetitions and statistics --------------------------------------------
+_Item = TypeVar("_Item")
+
+
+def run_order(items: Sequence[_Item], turn: int, *, mirror: bool = False) -> list[_Item]:
+    """The order in which to measure ``items`` (systems, approaches, builds)
+    side by side in repetition ``turn`` (0, 1, 2, ...).
+
+    They take turns going first, so that drift on a busy machine (a cache
+    warming up, another process starting) does not always favour the same
+    one: ``items`` rotated left by ``turn``, so that each goes first once
+    every ``len(items)`` turns; or, with ``mirror``, alternately as given and
+    reversed. For two items both are the same alternation."""
+    if mirror:
+        return list(items) if turn % 2 == 0 else list(reversed(items))
+    shift = turn % len(items) if items else 0
+    return [*items[shift:], *items[:shift]]
+
+
+def median(values: Iterable[float]) -> float:
     """The median; benchmarks report it because it ignores a stray slow run."""
     return float(statistics.median(values))
+
+
+def median_or_none(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are not ``None`` (a figure some runs
+    could not measure), or ``None`` when no run measured it."""
+    present = [value for value in values if value is not None]
+    return median(present) if present else None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of ``values`` (``q`` in [0, 1]): a value that
+    was measured, not one interpolated between two."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 1:
+        raise ValueError(f"percentile: q must be in [0, 1], not {q!r}")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def spread(rates: Sequence[float]) -> float | None:
+    """How far the repetitions of one configuration disagree: the fastest
+    over the slowest (three decimals; 1.0: all alike), ``None`` when the
+    slowest is 0."""
+    return round(max(rates) / min(rates), 3) if min(rates) > 0 else None
+
+
+def pair_ratios(
+    numerators: Sequence[float], denominators: Sequence[float], digits: int
+) -> list[float | None]:
+    """The ratio of each pair of runs made back to back (the n-th numerator
+    over the n-th denominator), rounded to ``digits``; ``None`` where the
+    denominator is 0. Drift hits both runs of a pair alike, so these show
+    the noise of the ratio of the medians."""
+    return [
+        None if (value := ratio(ours, theirs)) is None else round(value, digits)
+        for ours, theirs in zip(numerators, denominators, strict=True)
+    ]
+
+
+def format_range(ratios: Sequence[float | None]) -> str:
+    """The lowest and highest of ``ratios`` (those of single repetitions) as
+    ``LO-HIx``, ``-`` when none was measured."""
+    known = [value for value in ratios if value is not None]
+    return f"{min(known):.2f}-{max(known):.2f}x" if known else "-"
 
 
 # -- scratch stores --------------------------------------------------------

@@ -3,30 +3,31 @@
 Both builds are measured in one run, interleaved: the same benchmark command
 runs once on the current build (A: the ``percolite`` installed in the Python
 running this script, normally ``.venv``) and once on the baseline (B: the same
-command with ``PYTHONPATH`` pointing at a build of the baseline revision),
-A B then B A and so on, ``--repeat`` pairs (default 5), so that drift on a busy
-machine hits both alike. Every command is a fresh process of one of the
+command with ``PYTHONPATH`` pointing at a build of the baseline revision), A B
+then B A and so on, ``--repeat`` pairs (DEFAULT_REPEAT), so that drift on a
+busy machine hits both alike. Every command is a fresh process of one of the
 benchmark modules in ``bench/`` (their own code, one repetition each), and the
 percolite each one imported is checked against the build it was meant to
 measure.
 
 Figures (percolite's only; the modules' py-lmdb and SQLite runs are ignored):
 
-* ``bench_commit.py``: durable single-cell commits/s at 1 and 16 threads
-  (``sync="full"``);
+* ``bench_commit.py``: durable single-cell commits/s at each of
+  COMMIT_THREADS threads (``sync="full"``);
 * ``bench_storage.py``: combine-queue updates/s, end to end (its own commit
-  runs are cut to 0.1 s: the commit figures come from ``bench_commit.py``);
+  runs are cut to STORAGE_COMMIT_SECONDS: the commit figures come from
+  ``bench_commit.py``);
 * ``bench_reads.py``: random look-ups/s and scanned cells/s in one
   transaction (the read path every checksum and fault guard sits on);
-* ``bench_hotkeys.py``: combine queue with the native sum, 4 threads,
-  updates/s;
+* ``bench_hotkeys.py``: combine queue with the native sum, HOTKEYS_THREADS
+  threads, updates/s;
 * ``bench_phrasecount.py``: the phrase count of the built-in corpus, seconds
   (lower is better, so its ratio is baseline seconds / current seconds).
 
 Each figure gets the medians of A and B, the ratio of the medians as current
-speed / baseline speed, the ratios of the single pairs (min / median / max)
-and whether the ratio reaches ``--threshold`` (0.95). Beside them, the current
-build's commits/s on the in-memory backend (``bench_commit.py --backend
+speed / baseline speed, the ratios of the single pairs (min / median / max) and
+whether the ratio reaches ``--threshold`` (DEFAULT_THRESHOLD). Beside them, the
+current build's commits/s on the in-memory backend (``bench_commit.py --backend
 memory``, current build only: older builds have no memory backend).
 
 The baseline is named by ``--baseline REV`` (built once with pip into
@@ -60,6 +61,8 @@ from common import (
     log,
     machine_info,
     median,
+    pair_ratios,
+    run_order,
     scratch_dir,
     write_json,
 )
@@ -387,7 +390,7 @@ def plan(args: argparse.Namespace, has_baseline: bool) -> list[tuple[int, Measur
             if not (measurement.baseline and has_baseline):
                 steps.append((repetition, measurement, "current"))
                 continue
-            order = ("current", "baseline") if pairs % 2 == 0 else ("baseline", "current")
+            order = run_order(("current", "baseline"), pairs)
             steps.extend((repetition, measurement, side) for side in order)
             pairs += 1
     return steps
@@ -475,10 +478,11 @@ def summarise(
     baseline = _values(runs, figure, "baseline")
     if not baseline:
         return summary
-    pairs = [
-        round(_speed(figure, ours) / _speed(figure, theirs), 4)
-        for ours, theirs in zip(current, baseline, strict=True)
-    ]
+    pairs = pair_ratios(
+        [_speed(figure, value) for value in current],
+        [_speed(figure, value) for value in baseline],
+        4,
+    )
     ratio = _speed(figure, median(current)) / _speed(figure, median(baseline))
     summary.update(
         baseline={"median": median(baseline), "runs": baseline},
@@ -584,8 +588,8 @@ def format_report(report: dict[str, Any]) -> str:
         )
     if settings["quick"]:
         lines.append(
-            "--quick: the modules' small sizes (phrase count of the first 25 standard-library "
-            "modules, 20,000 storage updates); a smoke run, not a measurement"
+            "--quick: the modules' small sizes (phrase count of the first standard-library "
+            "modules, few storage updates); a smoke run, not a measurement"
         )
     start, end = report["machine"]["load_average"], report["load_average_end"]
     cpus = report["machine"]["cpus"] or 1
@@ -644,7 +648,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: the modules' --quick sizes (small corpus, 20,000 storage updates), "
+        help="smoke run: the modules' --quick sizes (small corpus, few storage updates), "
         f"{QUICK_SECONDS:g} s runs, {QUICK_REPEAT} pairs",
     )
     parser.add_argument(

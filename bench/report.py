@@ -18,7 +18,7 @@ from common import Plot, Target, format_ratio, format_table
 
 REPORT_NAME = "REPORT.md"
 SUMMARY_NAME = "summary.json"
-# Small PNGs: 6.4 x 3.6 inches at 80 dpi is 512 x 288 pixels, a few tens of KB.
+# Small PNGs: PLOT_SIZE_INCHES at PLOT_DPI makes 512 x 288 pixels, a few tens of KB.
 PLOT_SIZE_INCHES = (6.4, 3.6)
 PLOT_DPI = 80
 

@@ -317,7 +317,8 @@ def _scan(args: argparse.Namespace) -> int:
 
 def _wait(args: argparse.Namespace) -> int:
     with _open_existing(args.db) as env:
-        # Parked work raises WorkParked (or SinkBlocked): exit 3 (or 4), see _cli.
+        # Parked work raises WorkParked (or SinkBlocked): exit EXIT_PARKED (or
+        # EXIT_BLOCKED), see _cli.
         idle = env.wait(timeout=args.timeout, progress="auto" if not args.quiet else False)
     if not idle:
         raise CommandError(NOT_DONE, f"still busy after {args.timeout} s")

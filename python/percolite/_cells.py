@@ -81,8 +81,9 @@ class SequencedExport(NamedTuple):
     """One exported entry. ``value`` is ``None`` when the key was deleted.
 
     ``seq`` is an int that fits in a signed 64-bit column: the committing
-    transaction's commit timestamp shifted left by 20 bits, plus the entry's
-    index in that transaction. For one key, a later commit has a larger seq.
+    transaction's commit timestamp shifted left by SEQ_INDEX_BITS bits, plus
+    the entry's index in that transaction. For one key, a later commit has a
+    larger seq.
     """
 
     key: Any

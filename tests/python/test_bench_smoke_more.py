@@ -8,6 +8,7 @@ reports already in ``bench/results/`` still make tables, plots and targets.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import subprocess
@@ -213,3 +214,56 @@ def test_reports_in_results_still_readable(bench: ModuleType, name: str) -> None
     for target in module.targets(report):
         assert target.measured is None or target.measured > 0, target
     assert module.format_report(report)
+
+
+def test_repetition_helpers(bench: ModuleType) -> None:
+    """The order of interleaved runs and the statistics of repeated runs,
+    which every benchmark takes from ``common.py``."""
+    common = sys.modules["common"]
+    # Rotated: each item goes first once every len(items) turns.
+    orders = [common.run_order("abc", turn) for turn in range(4)]
+    assert orders == [list("abc"), list("bca"), list("cab"), list("abc")]
+    assert common.run_order("abc", 1, mirror=True) == list("cba")
+    assert common.run_order("abc", 2, mirror=True) == list("abc")
+    # With two items both schemes are one alternation.
+    assert common.run_order("AB", 3) == common.run_order("AB", 3, mirror=True) == ["B", "A"]
+    assert common.run_order((), 1) == []
+
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert common.median(values) == 3.0
+    # Nearest rank: always one of the values measured.
+    assert [common.percentile(values, q) for q in (0, 0.5, 0.99, 1)] == [1.0, 3.0, 5.0, 5.0]
+    with pytest.raises(ValueError, match="no values"):
+        common.percentile([], 0.5)
+    with pytest.raises(ValueError, match=r"q must be in \[0, 1\], not 1.5"):
+        common.percentile(values, 1.5)
+    assert common.median_or_none([None, 3.0, 1.0, None, 2.0]) == 2.0
+    assert common.median_or_none(iter([None, None])) is None
+
+    assert common.spread([2.0, 6.0, 3.0]) == 3.0
+    assert common.spread([0.0, 1.0]) is None
+    assert common.pair_ratios([1.0, 2.0, 3.0], [3.0, 0.0, 1.0], 3) == [0.333, None, 3.0]
+    with pytest.raises(ValueError):  # every run has its pair
+        common.pair_ratios([1.0], [1.0, 2.0], 3)
+    assert common.format_range([None, 1.234, 0.5]) == "0.50-1.23x"
+    assert common.format_range([None]) == "-"
+
+
+def test_no_benchmark_uses_another_ones_private_names() -> None:
+    """What two benchmarks share is in ``common.py`` or public: no module of
+    ``bench/`` reaches for another one's ``_name``."""
+    modules = {path.stem for path in BENCH_DIR.glob("*.py")}
+    borrowed = []
+    for path in sorted(BENCH_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules - {path.stem}
+                and node.attr.startswith("_")
+            ):
+                borrowed.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                names = [alias.name for alias in node.names if alias.name.startswith("_")]
+                borrowed += [f"{path.name}:{node.lineno}: {node.module}.{n}" for n in names]
+    assert not borrowed, borrowed

@@ -138,7 +138,8 @@ class Postgres(_SQLExporter):
         self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
 
     def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
-        # Waits up to 2 s for the owner row, which every call holds FOR SHARE.
+        # Waits a bounded time (lock_timeout) for the owner row, which every
+        # call holds FOR SHARE.
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             cursor.execute("SET LOCAL lock_timeout = '2s'")
             try:

@@ -204,11 +204,12 @@ class _Layout:
         width = len(self.value_columns)
         plain, plain_or_none = _PLAIN_TYPES, _PLAIN_OR_NONE
         # Rows are made only for the keys that stay, without _Row's
-        # Python-level __new__ (a batch of 60,000 entries with distinct keys:
-        # 120 ms instead of 170). An export queue calls with its entries in
-        # key order, then seq: while keys keep coming in order (and of one
-        # type), the newest of each key is the list's last entry, and neither
-        # a dict nor a sort is needed. Out of order, a dict takes over.
+        # Python-level __new__, which would cost a batch of distinct keys a
+        # good part of its time (bench/results/notes.md). An export queue
+        # calls with its entries in key order, then seq: while keys keep
+        # coming in order (and of one type), the newest of each key is the
+        # list's last entry, and neither a dict nor a sort is needed. Out of
+        # order, a dict takes over.
         floats = False  # NaN and infinities are refused (by the general path)
         ordered: list[Any] = []
         newest: dict[str, Any] | None = None
@@ -275,8 +276,9 @@ class _Layout:
         plain cells, no deletions. ``None`` for any other batch (then
         :meth:`collapse` checks it, names what is wrong, and handles
         deletions). Every check is a loop in C (``map``, ``compress``,
-        ``zip``) instead of one Python loop over the entries: 65,536 phrase
-        count entries in 41 ms instead of 110 (collapse, then the rows)."""
+        ``zip``) instead of one Python loop over the entries, which takes a
+        fraction of the time of :meth:`collapse` then the rows
+        (``bench/results/notes.md``)."""
         # A list: what an export queue sends (percolite.ExportBatch) or a plain one.
         if not isinstance(self.key, str) or not isinstance(entries, list) or not entries:
             return None

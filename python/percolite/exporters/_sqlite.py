@@ -202,17 +202,15 @@ class SQLite(_SQLExporter):
         ``_CHUNK`` rows at a time: SQLite keeps a copy of every page a
         statement changes until the statement ends (its statement journal,
         in memory here), so one statement over the whole batch would hold
-        about two pages per row of a large table (45 MiB for 16,384 rows of a
-        1.5 million row table), and chunks hold at most ``_CHUNK`` rows' worth
-        (7 MiB), in the same time."""
+        about two pages per row of a large table, and chunks hold at most
+        ``_CHUNK`` rows' worth, in the same time (``bench/results/notes.md``)."""
         sql = self._batch_sql()
         # The usual batch has no deletions and the guard table is empty (this
         # transaction holds the write lock, so no guard row appears
         # meanwhile): then only the seq guard of each key's row matters, and
         # the rows go straight to the table in one executemany (each row its
-        # own statement, so the statement journal stays small). Sink alone,
-        # with the in-order collapse, new phrase rows in batches of 65,536:
-        # 240,000 in 0.95 s instead of 1.09, 840,000 in 4.6 s instead of 5.1.
+        # own statement, so the statement journal stays small): a faster sink
+        # than the general path below (bench/results/notes.md).
         deletions = any(row.value_cells is None for row in rows)
         guarded = conn.execute(sql["any_guard"]).fetchone() is not None
         if has_main and not deletions and not guarded:

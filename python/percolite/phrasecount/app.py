@@ -69,17 +69,15 @@ app: percolite.App = percolite.App("phrasecount")
 # the value pages of its bucket that hold its phrases, and phrases are spread
 # evenly, so its cost is about the bucket's pages, whatever it folds: the
 # value pages are rewritten about once per linger, however many buckets there
-# are. Lingering 2.5 s with a large buffer makes runs few and full (a hot
-# phrase is written once per run, not once per document). On 10,000 synthetic
-# documents, together with the export settings below, the job took 22-24 s
-# and wrote about 4 GB to disk, against 33 s and 7 GB with linger=1.0 (and
-# 4 export buckets of 16,384; measured at 607796b, the job now takes 9-10 s);
-# the built-in corpus takes the same time. The
-# lingers cost no time at the end: cli.run waits with env.wait once the
-# documents are loaded, and a linger never idles a waiter. Nor at the
-# start: a young bucket goes at its second look (combine_queue.md), so on the
-# built-in corpus most counts are folded and exported while the documents
-# are still read.
+# are. A long linger with a large buffer makes runs few and full (a hot
+# phrase is written once per run, not once per document): with the export
+# settings below, a large corpus takes less time and writes less to disk than
+# with a shorter linger, the built-in corpus the same time (figures in
+# bench/results/notes.md). The lingers cost no time at the end: cli.run
+# waits with env.wait once the documents are loaded, and a linger never
+# idles a waiter. Nor at the start: a young bucket goes at its second look
+# (combine_queue.md), so on the built-in corpus most counts are folded and
+# exported while the documents are still read.
 phrase_counts: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
     "phrases", buckets=16, value_codec="int64s:2", buffer_size=65536, linger=2.5
 )
@@ -132,12 +130,10 @@ def _current_sink() -> Any:
 # transaction, and phrases are spread over the whole sink table, so a call of
 # thousands of rows rewrites most of its pages (SQLite: into the WAL, then
 # again at the checkpoint). Its cost is per call as much as per row, and one
-# bucket lingering 2.5 s makes the fewest calls. Batches of 131,072 rather
-# than 65,536: on 20,000 synthetic documents (2.0 million exported changes
-# into a table of 1.46 million rows) the job took 24.6 s instead of 28.4 s
-# (median of 3 alternating runs; 262,144: 24.4 s), and the same time on the
-# built-in corpus. The sink alone, 1.57 million rows in sorted batches of
-# 65,536: 6.1 s; of 262,144: 3.3 s.
+# bucket lingering as long as the counts makes the fewest calls. Batches this
+# large took a large corpus less time than half as large, and the built-in
+# corpus the same; twice as large gained little more (figures in
+# bench/results/notes.md).
 class _Forward:
     """The export queue's exporter: sends changed counts to the sink this
     process chose (a deletion when a phrase reaches 0), and takes it over

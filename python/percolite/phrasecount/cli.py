@@ -60,41 +60,29 @@ class Summary(NamedTuple):
     peak_rss_mib: float
 
 
-# Worker threads (in each worker process). Most of them wait for a group
-# commit most of the time, so more threads than cores make fuller batches.
-# Measured when the same number of loader threads ran beside them (20,000
-# synthetic documents on 2 cores, alternating runs: 4 threads 23.9-25.6 s, 8
-# threads 19.9-20.7 s, 12 threads 20.0 s, 16 threads 21.0 s; built-in corpus:
-# the same time). With the loader, on a busy 2-core machine, 8, 12 and 16
-# worker threads were within the runs' noise of each other (19.6-24.9 s).
-# Since the export batches grew (app.py) the indexing observer sets the
-# pace, each run waiting for its group commit: 3 alternating pairs (export
-# batches of 262,144), 16 threads 22.7-24.7 s, 8 threads 24.9-26.4 s (16/8:
-# 0.93 by the pairs' median); 32 threads 1.07x the time of 16. Since the
-# workers hand their commits to the writer and go on, runs no longer wait,
-# and fewer threads leave the export more of the interpreter: 8 threads
-# 22.0-23.2 s, 4 threads 22.3 s, against 25.5 s with 16 (and 26.0-26.8 s
-# before the change, with 16); the built-in corpus: the same time.
+# Worker threads (in each worker process). The workers hand their commits to
+# the writer and go on, so runs do not wait for their group commit, and
+# threads beyond a few only take the interpreter from the export (fewer were
+# no faster either). Measured by bench/bench_phrasecount.py --pc-threads; the
+# figures that chose it are in bench/results/notes.md.
 DEFAULT_THREADS = 8
 
 # Worker processes beside the one that reads and loads the documents (0: the
 # workers run in that process). Reading is Python work that holds the
 # interpreter's lock, and so is the observers' and the exporter's: in one
 # process they take turns on one core. In a worker process of their own they
-# use the other. Built-in corpus, alternating runs on 2 cores (workers
-# stopping at once on SIGTERM): in the reading process 3.85-4.22 s, in one
-# worker process 3.49-3.61 s, the documents loaded after 1.8-1.9 s instead of
-# 2.2-2.5 s; the synthetic corpus: the same time either way (19.2-20.8 s).
+# use another: the documents load sooner and a small corpus takes less time,
+# a large one the same (bench/results/notes.md).
 DEFAULT_PROCESSES = 1
 
 # The documents are loaded from one thread through a loader. It has at most
 # LOADER_IN_FLIGHT transactions in flight, and at most LOADER_IN_FLIGHT_CHARS
 # characters of document text (a larger document waits until it is alone):
-# memory stays bounded whatever the files' sizes. Loading 20,000 synthetic
-# documents with no workers running took 0.9 s at 256 or 512 in flight, 1.1 s
-# at 32 (8 threads calling env.run: 2.7 s). The whole job still ends when the
-# workers have indexed, folded and exported the last document: loading faster
-# leaves them a larger backlog, not less work.
+# memory stays bounded whatever the files' sizes. More in flight loads no
+# faster, far fewer loads slower, and either way one loader thread beats
+# threads calling env.run (bench/results/notes.md). The whole job still ends
+# when the workers have indexed, folded and exported the last document:
+# loading faster leaves them a larger backlog, not less work.
 LOADER_IN_FLIGHT = 256
 LOADER_IN_FLIGHT_CHARS = 32 * 1024 * 1024
 

@@ -92,8 +92,8 @@ def synthetic_corpus(
 
     A ``duplicates`` fraction of the documents (after the first) are exact
     copies of an earlier document's content under their own location. The
-    same arguments always give the same documents; 20,000 documents take
-    about a second.
+    same arguments always give the same documents, quickly enough to make
+    a benchmark's corpus on the spot.
     """
     if not 0.0 <= duplicates <= 1.0:
         raise ValueError(f"duplicates must be a fraction in [0, 1], got {duplicates!r}")

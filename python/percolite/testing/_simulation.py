@@ -361,7 +361,7 @@ def simulate(
     observer or exporter raising on its own (not by an injected fault)
     stops the simulation with its exception, as ``run_until_idle`` does;
     with ``raise_errors=False`` it is retried and parked as workers do, and
-    the trace and ``stats`` count it. ``workers`` is at most 256.
+    the trace and ``stats`` count it. ``workers`` is at most MAX_WORKERS.
 
     Returns a :class:`Simulation` (close it, or use it in a ``with``
     block). A load function that raises stops the simulation with its
