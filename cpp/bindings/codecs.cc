@@ -131,9 +131,9 @@ py::object DecodeFast(std::string_view data, const FastCodec& codec) {
 // Made as tuple.__new__ makes one (tp_alloc, then the items), not through the
 // class's Python-level __new__. When every item is atomic (str, bytes, int,
 // float, None) or an untracked tuple, it is left untracked by the garbage
-// collector, as in DecodeFast. A batch of 65,536 export entries otherwise
-// sets off collections that walk every one of them (13% of the export
-// queue's time in the 10,000 document phrase count).
+// collector, as in DecodeFast. A large batch of export entries otherwise
+// sets off collections that walk every one of them (bench/bench_export.py
+// measures the cost; bench/results/notes.md keeps the figure).
 py::object MakeTupleOf(PyTypeObject* type, std::initializer_list<py::object> items) {
   PyObject* made = type->tp_alloc(type, static_cast<Py_ssize_t>(items.size()));
   if (made == nullptr) throw py::error_already_set();
