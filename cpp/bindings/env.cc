@@ -131,7 +131,9 @@ void BindEnv(py::module_& m) {
       .def("set_observers",
            [](PyEnv& self, py::list specs) {
              // specs: [(family, qualifier, kind, name, runner[, max_attempts]), ...];
-             // a queue's processor (runner a CombineQueue or ExportQueue) retries forever.
+             // a queue (runner a CombineQueue or ExportQueue) runs as the queue
+             // says (AsObserver: its own column and name, retried forever); the
+             // package's spec of a queue names that same column and name.
              std::vector<percolite::Observer> observers;
              for (py::handle spec : specs) {
                auto t = spec.cast<py::tuple>();
@@ -142,13 +144,9 @@ void BindEnv(py::module_& m) {
                o.column.kind = static_cast<percolite::NotifyKind>(t[2].cast<int>());
                o.column.observer = t[3].cast<std::string>();
                if (py::isinstance<percolite::CombineQueue>(t[4])) {
-                 o.fn = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->Processor();
-                 o.max_attempts = 0;
-                 o.wait_for_commit = true;
+                 o = t[4].cast<std::shared_ptr<percolite::CombineQueue>>()->AsObserver();
                } else if (py::isinstance<percolite::ExportQueue>(t[4])) {
-                 o.fn = t[4].cast<std::shared_ptr<percolite::ExportQueue>>()->Processor();
-                 o.max_attempts = 0;
-                 o.wait_for_commit = true;
+                 o = t[4].cast<std::shared_ptr<percolite::ExportQueue>>()->AsObserver();
                } else {
                  o.fn = MakeObserverFn(py::reinterpret_borrow<py::object>(t[4]));
                }
