@@ -144,6 +144,11 @@ class CombineQueue : public std::enable_shared_from_this<CombineQueue> {
   // The observer processing one bucket; register it WEAK for NotifyColumn().
   ObservedColumn NotifyColumn() const;
   ObserverFn Processor() const;
+  // Processor() as the workers run it, to register: on NotifyColumn(),
+  // named "combine queue <id>", retried without limit (the queue parks its
+  // poison keys itself, after options().max_attempts; parking the bucket's
+  // notification would stop all its keys), waiting for each commit.
+  Observer AsObserver() const;
 
   // Rows holding queued updates start with this prefix (for depth reports).
   std::string EntryRowPrefix() const;

@@ -173,6 +173,12 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
   // The observer exporting one bucket; register it WEAK for NotifyColumn().
   ObservedColumn NotifyColumn() const;
   ObserverFn Processor() const;
+  // Processor() as the workers run it, to register: on NotifyColumn(),
+  // named "export queue <id>", retried without limit (the queue parks its
+  // poison keys itself, after options().max_attempts, and an outage is
+  // retried until the sink is back; parking the bucket's notification would
+  // stop all its keys), waiting for each commit.
+  Observer AsObserver() const;
 
   // Rows holding queued entries start with this prefix (for depth reports).
   std::string EntryRowPrefix() const { return options_.id + ":e:"; }

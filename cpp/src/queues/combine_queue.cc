@@ -15,7 +15,7 @@ namespace percolite {
 namespace {
 
 constexpr std::string_view kUpdateFamily = "u";
-using queue_rows::kNotifyQualifier;
+constexpr std::string_view kKind = "combine queue";  // in messages and the processor's name
 
 int64_t ReadInt64(const char* p) {
   uint64_t u = ReadUint64BE(std::string_view(p, 8));
@@ -118,8 +118,7 @@ Status CombineNative(NativeCombiner combiner, ValueType type, size_t tuple_lengt
 }
 
 std::shared_ptr<CombineQueue> CombineQueue::Create(CombineQueueOptions options) {
-  queue_rows::CheckOptions("combine queue", options.id, options.buckets, "buffer_size",
-                           options.buffer_size);
+  queue_rows::CheckOptions(kKind, options.id, options.buckets, "buffer_size", options.buffer_size);
   if (options.native == NativeCombiner::kNone && !options.combiner) {
     throw Error(ErrorCode::kInvalidArgument, "a combine queue needs a combiner");
   }
@@ -137,8 +136,7 @@ std::shared_ptr<CombineQueue> CombineQueue::Create(CombineQueueOptions options) 
 CombineQueue::CombineQueue(CombineQueueOptions options)
     : options_(std::move(options)),
       family_("cq:" + options_.id),
-      linger_(std::make_shared<queue_rows::Linger>("combine queue", options_.id,
-                                                   options_.linger_seconds)) {}
+      linger_(std::make_shared<queue_rows::Linger>(kKind, options_.id, options_.linger_seconds)) {}
 
 uint32_t CombineQueue::BucketOf(std::string_view key) const {
   return static_cast<uint32_t>(StableHash64(key, 11) % options_.buckets);
@@ -198,12 +196,11 @@ std::optional<std::string> CombineQueue::Get(Transaction& transaction, std::stri
 }
 
 ObservedColumn CombineQueue::NotifyColumn() const {
-  ObservedColumn column;
-  column.family = family_;
-  column.qualifier = std::string(kNotifyQualifier);
-  column.kind = NotifyKind::kWeak;
-  column.observer = "combine queue " + options_.id;
-  return column;
+  return queue_rows::ProcessorColumn(kKind, options_.id, family_);
+}
+
+Observer CombineQueue::AsObserver() const {
+  return queue_rows::ProcessorObserver(kKind, options_.id, family_, Processor());
 }
 
 ObserverFn CombineQueue::Processor() const {

@@ -10,13 +10,12 @@ namespace percolite {
 namespace {
 
 constexpr std::string_view kEntryFamily = "e";
-using queue_rows::kNotifyQualifier;
+constexpr std::string_view kKind = "export queue";  // in messages and the processor's name
 
 }  // namespace
 
 std::shared_ptr<ExportQueue> ExportQueue::Create(ExportQueueOptions options) {
-  queue_rows::CheckOptions("export queue", options.id, options.buckets, "batch_size",
-                           options.batch_size);
+  queue_rows::CheckOptions(kKind, options.id, options.buckets, "batch_size", options.batch_size);
   if (!options.exporter)
     throw Error(ErrorCode::kInvalidArgument, "an export queue needs an exporter");
   return std::shared_ptr<ExportQueue>(new ExportQueue(std::move(options)));
@@ -25,8 +24,7 @@ std::shared_ptr<ExportQueue> ExportQueue::Create(ExportQueueOptions options) {
 ExportQueue::ExportQueue(ExportQueueOptions options)
     : options_(std::move(options)),
       family_("eq:" + options_.id),
-      linger_(std::make_shared<queue_rows::Linger>("export queue", options_.id,
-                                                   options_.linger_seconds)) {}
+      linger_(std::make_shared<queue_rows::Linger>(kKind, options_.id, options_.linger_seconds)) {}
 
 uint32_t ExportQueue::BucketOf(std::string_view key) const {
   return static_cast<uint32_t>(StableHash64(key, 13) % options_.buckets);
@@ -51,12 +49,11 @@ void ExportQueue::Add(Transaction& transaction,
 }
 
 ObservedColumn ExportQueue::NotifyColumn() const {
-  ObservedColumn column;
-  column.family = family_;
-  column.qualifier = std::string(kNotifyQualifier);
-  column.kind = NotifyKind::kWeak;
-  column.observer = "export queue " + options_.id;
-  return column;
+  return queue_rows::ProcessorColumn(kKind, options_.id, family_);
+}
+
+Observer ExportQueue::AsObserver() const {
+  return queue_rows::ProcessorObserver(kKind, options_.id, family_, Processor());
 }
 
 ObserverFn ExportQueue::Processor() const {

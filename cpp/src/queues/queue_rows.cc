@@ -40,6 +40,32 @@ std::string BucketName(uint32_t bucket) {
   return digits;
 }
 
+std::string ProcessorName(std::string_view kind, std::string_view id) {
+  std::string name(kind);
+  name.append(" ").append(id);
+  return name;
+}
+
+ObservedColumn ProcessorColumn(std::string_view kind, const std::string& id,
+                               const std::string& notify_family) {
+  ObservedColumn column;
+  column.family = notify_family;
+  column.qualifier = std::string(kNotifyQualifier);
+  column.kind = NotifyKind::kWeak;
+  column.observer = ProcessorName(kind, id);
+  return column;
+}
+
+Observer ProcessorObserver(std::string_view kind, const std::string& id,
+                           const std::string& notify_family, ObserverFn processor) {
+  Observer observer;
+  observer.column = ProcessorColumn(kind, id, notify_family);
+  observer.fn = std::move(processor);
+  observer.max_attempts = 0;
+  observer.wait_for_commit = true;
+  return observer;
+}
+
 void Write(Transaction& transaction, const std::string& id, std::string_view kind,
            std::string_view family, const std::string& notify_family, uint32_t buckets,
            const std::function<uint32_t(std::string_view)>& bucket_of,

@@ -22,6 +22,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/notifications.h"
 #include "percolite/queue_limits.h"
 #include "percolite/status.h"
 
@@ -41,6 +42,26 @@ void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets
                   std::string_view batch_name, size_t batch);
 
 std::string BucketName(uint32_t bucket);  // 6 decimal digits
+
+// The observer name of a queue's processor: "<kind> <id>" ("combine queue
+// totals"). Failure records keep it and operators name the processor by it,
+// so it must not change; the Python package builds and splits these names
+// too (at " queue ").
+std::string ProcessorName(std::string_view kind, std::string_view id);
+
+// The column a queue's processor observes, WEAK: the "notify" cells of its
+// bucket rows (family `notify_family`), under ProcessorName(kind, id).
+ObservedColumn ProcessorColumn(std::string_view kind, const std::string& id,
+                               const std::string& notify_family);
+
+// `processor` as the workers run it, on ProcessorColumn. Its runs are
+// retried without limit (max_attempts 0): the queue parks failing keys
+// itself (BucketStrategy::max_attempts), and parking the bucket's
+// notification instead would stop every other key of the bucket with them.
+// It waits for each commit (Observer::wait_for_commit): a bucket cannot run
+// again before then anyway.
+Observer ProcessorObserver(std::string_view kind, const std::string& id,
+                           const std::string& notify_family, ObserverFn processor);
 
 // Queues each (key, value) of `entries` as a stamped write in row
 // "<id>:<kind>:<bucket>" (bucket = bucket_of(key)), family `family`, and sets
