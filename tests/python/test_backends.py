@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import children.backends
 import percolite
 import pytest
 from _isolated import run_child
@@ -162,7 +163,7 @@ def test_a_memory_store_used_in_a_forked_child_raises_error():
     """The child gets percolite.Error naming fork from the parent's memory
     store (handle, open transaction, commit, stats), never a crash, and can
     open a memory store of its own; the parent's store still works."""
-    out = run_child("children.backends:fork_with_a_memory_store", timeout=30)
+    out = run_child(children.backends.fork_with_a_memory_store, timeout=30)
     lines = out.split()
     assert "child-exit" in lines and lines[lines.index("child-exit") + 1] == "0", out
     assert "parent-ok" in lines

@@ -8,6 +8,7 @@ import shutil
 import stat
 import tempfile
 
+import children.bad_input
 import percolite
 import pytest
 from _isolated import run_child
@@ -448,7 +449,7 @@ def read_only_dir():
 def test_open_inside_a_read_only_directory_raises_storage_error(read_only_dir):
     target = os.path.join(read_only_dir, "store")
     out = run_child(
-        "children.bad_input:open_in_read_only_directory", read_only_dir, target, timeout=30
+        children.bad_input.open_in_read_only_directory, read_only_dir, target, timeout=30
     )
     assert "StorageError:" in out
     assert target in out and "permission denied" in out.lower()
@@ -457,7 +458,7 @@ def test_open_inside_a_read_only_directory_raises_storage_error(read_only_dir):
 
 def test_open_of_a_read_only_directory_raises_storage_error(read_only_dir):
     out = run_child(
-        "children.bad_input:open_in_read_only_directory", read_only_dir, read_only_dir, timeout=30
+        children.bad_input.open_in_read_only_directory, read_only_dir, read_only_dir, timeout=30
     )
     assert "StorageError:" in out
     assert read_only_dir in out and "permission denied" in out.lower()

@@ -28,6 +28,7 @@ import itertools
 import math
 from collections import Counter, defaultdict
 
+import children.combine_queue
 import percolite
 import pytest
 from _isolated import run_child_json
@@ -37,10 +38,10 @@ from conftest import BACKENDS, open_store
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def child(name: str, backend: str, timeout: float = 60, **params):
-    """Runs ``children.combine_queue:<name>`` on a store of ``backend`` with
-    ``params``; returns its JSON."""
-    return run_child_json(f"children.combine_queue:{name}", backend, timeout=timeout, **params)
+def child(scenario, backend: str, timeout: float = 60, **params):
+    """Runs ``scenario`` (of children/combine_queue.py) on a store of ``backend``
+    with ``params``; returns its JSON."""
+    return run_child_json(scenario, backend, timeout=timeout, **params)
 
 
 # -- checks of the two guarantees ------------------------------------------------
@@ -127,7 +128,15 @@ def concurrent_run(request, tmp_path_factory):
     backend = request.param
     db = tmp_path_factory.mktemp("concurrent") / "db"
     return child(
-        "concurrent", backend, db=db, buckets=3, buffer=4, nkeys=40, txs=400, adders=3, preload=True
+        children.combine_queue.concurrent,
+        backend,
+        db=db,
+        buckets=3,
+        buffer=4,
+        nkeys=40,
+        txs=400,
+        adders=3,
+        preload=True,
     )
 
 
@@ -165,7 +174,9 @@ def test_hammer_zipf_adders_with_workers_running(backend, tmp_path):
     3000 keys while two worker threads process: no adder ever conflicts, and
     at the end every value equals a Counter of the updates (zero sums absent),
     every report satisfies guarantee 1, and every key's chain holds."""
-    r = child("hammer", backend, db=tmp_path / "db", nkeys=3000, txs=1000, timeout=90)
+    r = child(
+        children.combine_queue.hammer, backend, db=tmp_path / "db", nkeys=3000, txs=1000, timeout=90
+    )
     assert r["errors"] == []
     assert r["conflicts"] == 0, "adders collided"
     assert len(r["adds"]) == 4 * 1000 * 20
@@ -187,7 +198,7 @@ def test_hammer_zipf_adders_with_workers_running(backend, tmp_path):
 @pytest.mark.parametrize("buffer_size", [1, 3])
 def test_tiny_buffer_continues_over_many_runs_and_stays_exact(backend, tmp_path, buffer_size):
     r = child(
-        "concurrent",
+        children.combine_queue.concurrent,
         backend,
         db=tmp_path / "db",
         buckets=2,
@@ -211,7 +222,7 @@ def test_a_keys_updates_are_never_split_across_runs(backend, tmp_path):
     workers start, the key is reported once, with the full sum; later, with
     adds racing the workers, every report of it includes every update
     committed before its run started (guarantee 1)."""
-    r = child("never_split", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.never_split, backend, db=tmp_path / "db")
     p1 = r["phase1"]
     assert p1["result"]["idle"] and p1["result"]["failures"] == 0
     assert p1["reports"]['"hot"'][0][1:] == [None, sum(range(1, 51))]
@@ -233,7 +244,7 @@ def test_updates_behind_a_resumed_cursor_are_not_lost(backend, tmp_path):
     """One bucket, buffer_size=2, 200 keys: processing walks the bucket with
     its cursor over ~100 runs. Meanwhile updates of the first keys (behind
     the cursor) keep arriving; they must be picked up by a later pass."""
-    r = child("resumed_cursor", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.resumed_cursor, backend, db=tmp_path / "db")
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     assert r["behind"] >= 20, "the scenario must add behind a resumed cursor"
     assert r["final"] == reference_sums(r["adds"])
@@ -244,7 +255,7 @@ def test_updates_behind_a_resumed_cursor_are_not_lost(backend, tmp_path):
 def test_bytes_keys_that_prefix_each_other_with_a_one_update_buffer(backend, tmp_path):
     """Keys with NUL bytes, 0xff and prefixes of each other (the escaping of
     the update qualifier must keep each key's updates together and apart)."""
-    r = child("tricky_keys", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.tricky_keys, backend, db=tmp_path / "db")
     assert r["result"]["idle"] and r["result"]["failures"] == 0
     assert r["final"] == r["expected"]
     assert r["got"] == r["expected"]
@@ -259,7 +270,7 @@ def test_change_observer_feeding_a_second_queue_ends_exact(backend, tmp_path):
     """Word counts -> histogram of counts (the Fluo Recipes count -> index example):
     the first queue's change observer adds -1 for the old count and +1 for the
     new count to the second queue, in the processing transaction."""
-    r = child("two_level", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.two_level, backend, db=tmp_path / "db")
     assert r["idle"] and r["failures"] == {"w": 0, "hist": 0}, r["errors"]
     assert r["words"] == reference_sums(r["adds"])
     histogram = Counter(r["words"].values())
@@ -326,7 +337,7 @@ def test_native_combiners_combine_exactly(backend, tmp_path):
     min (signed, elementwise for tuples), last (commit order), in two phases
     so that the current value takes part; and changes are reported only when
     the value changed."""
-    r = child("native", backend, db=tmp_path / "db", phases=NATIVE_PHASES)
+    r = child(children.combine_queue.native, backend, db=tmp_path / "db", phases=NATIVE_PHASES)
     p1, p2 = r["phase0"], r["phase1"]
     for p in (p1, p2):
         assert p["result"]["idle"] and p["result"]["failures"] == 0, p["result"]
@@ -378,7 +389,7 @@ def test_native_combiners_combine_exactly(backend, tmp_path):
 
 
 def test_int64_overflow_in_sum_is_a_visible_failure_not_a_wraparound(backend, tmp_path):
-    r = child("overflow", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.overflow, backend, db=tmp_path / "db")
     assert r["before"]["idle"] and r["before"]["failures"] == 0
     assert r["idle"] is False, "the overflowing buckets stay pending"
     assert r["failures"]["ov"] >= 4 and r["failures"]["ovt"] >= 2
@@ -396,7 +407,7 @@ def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(backend, tmp
     raising, values are exact. The combiner returns None for a zero sum,
     which deletes the key; a combiner returning a value the codec cannot
     encode is a failure too."""
-    r = child("python_combiner", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.python_combiner, backend, db=tmp_path / "db")
     assert r["failures"] >= 5
     assert "Traceback" in r["last_error"]
     assert "RuntimeError: combiner exploded on p" in r["last_error"]
@@ -417,7 +428,7 @@ def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(backend, tmp
 def test_python_combiner_gets_current_value_then_updates_in_commit_order(backend, tmp_path):
     """A combiner that concatenates lists: the final list of each key is its
     updates in commit_ts order, across threads, runs and continuations."""
-    r = child("commit_order", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.commit_order, backend, db=tmp_path / "db")
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     expected = defaultdict(list)
     for _, key, item in sorted(r["adds"]):
@@ -429,7 +440,7 @@ def test_python_combiner_gets_current_value_then_updates_in_commit_order(backend
 def test_a_failing_change_observer_commits_nothing_and_is_retried(backend, tmp_path):
     """The change observer runs inside the processing transaction: when it
     raises, neither the new values nor its own writes commit."""
-    r = child("on_change_fails", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.on_change_fails, backend, db=tmp_path / "db")
     assert r["failures"] >= 4
     assert "ValueError: observer says no" in r["last_error"]
     assert r["during"] == {"values": {}, "reports": {}, "queued": 3}
@@ -444,7 +455,7 @@ def test_get_scan_and_layout(backend, tmp_path):
     """Before processing nothing is visible; updates sit in the documented
     rows of their key's bucket, one notification per bucket; after, get and
     scan (with a prefix) return the values."""
-    r = child("get_scan_and_layout", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.get_scan_and_layout, backend, db=tmp_path / "db")
     assert r["before"] == {"get": None, "default": -1, "scan": []}
     assert r["rows"] == r["buckets"]
     assert r["pending"] == len(r["buckets"])
@@ -464,7 +475,7 @@ def test_get_scan_and_layout(backend, tmp_path):
 
 
 def test_registering_while_workers_run_is_an_error(backend, tmp_path):
-    r = child("register_while_workers_run", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.register_while_workers_run, backend, db=tmp_path / "db")
     assert set(r["errors"]) == {"queue", "on_change"}
     for message in r["errors"].values():
         assert "workers are running" in message, message
@@ -638,8 +649,15 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp
     not by the clock: the 19 take a small part of the 2 s (this test once sent
     all 20 10 ms apart against looks every 0.25 s, so how many runs each side
     made depended on how fast the machine ran)."""
-    eager = child("stream_with_linger", backend, path=str(tmp_path / "eager"), linger=0)
-    lingering = child("stream_with_linger", backend, path=str(tmp_path / "lingering"), linger=8.0)
+    eager = child(
+        children.combine_queue.stream_with_linger, backend, path=str(tmp_path / "eager"), linger=0
+    )
+    lingering = child(
+        children.combine_queue.stream_with_linger,
+        backend,
+        path=str(tmp_path / "lingering"),
+        linger=8.0,
+    )
     for out in (eager, lingering):
         assert out["values"] == {'"k"': 20}
         chain = out["reports"]['"k"']
@@ -672,7 +690,7 @@ def test_the_scanner_backs_off_while_it_finds_only_known_work(backend, tmp_path,
     and it failed with 109 scans for 147 commits.) Before the pause there was
     a scan after every commit (6,397 a second)."""
     out = child(
-        "scans_while_lingering",
+        children.combine_queue.scans_while_lingering,
         backend,
         path=str(tmp_path / "store"),
         observed=observed,
@@ -688,7 +706,7 @@ def test_the_scanner_backs_off_while_it_finds_only_known_work(backend, tmp_path,
 def test_wait_does_not_linger(backend, tmp_path):
     """A bucket lingering 60 s (a look every 15 s) defers its run; env.wait
     brings it forward and the update is folded at once, without another look."""
-    out = child("wait_does_not_linger", backend, path=str(tmp_path / "store"))
+    out = child(children.combine_queue.wait_does_not_linger, backend, path=str(tmp_path / "store"))
     assert out["idle"] is True and out["seconds"] < 5.0
     assert out["values"] == {'"k"': 5} and out["queued"] == 0
     assert out["deferrals"] == out["before"]  # the run brought forward did not linger
@@ -698,7 +716,7 @@ def test_waiters_and_adders_together_lose_nothing(backend, tmp_path):
     """Real threads: 4 adders commit to a lingering queue while 3 threads keep
     calling env.wait (each call hurries the pool, then lets it linger again).
     Every update is folded once, and each wait returns."""
-    out = child("waiters_and_adders", backend, path=str(tmp_path / "store"))
+    out = child(children.combine_queue.waiters_and_adders, backend, path=str(tmp_path / "store"))
     assert out["idle"] is True and out["all_idle"] is True and out["waits"] >= 3
     assert out["last_wait"] < 5.0  # not a linger's wait
     expected = {f'"k{i}"': sum(1 for j in range(150) if j % 7 == i) * 4 for i in range(7)}

@@ -19,6 +19,7 @@ import threading
 import time
 from contextlib import closing
 
+import children.exporters
 import percolite.exporters
 import pytest
 from _isolated import finish_child, run_child, start_child
@@ -526,7 +527,7 @@ def export_from_processes(tmp_path, kind, location, table, shares):
         ready.append(tmp_path / f"ready{index}")
         procs.append(
             start_child(
-                "children.exporters:export_batches",
+                children.exporters.export_batches,
                 kind,
                 location,
                 table,
@@ -571,7 +572,7 @@ def test_forked_child_and_parent_export_at_once_on_their_own_connections(target,
     batches_file = tmp_path / "batches.json"
     batches_file.write_text(json.dumps(shares))
     run_child(
-        "children.exporters:export_across_fork",
+        children.exporters.export_across_fork,
         target.kind,
         target.location,
         exporter.table,
@@ -675,7 +676,7 @@ def test_postgres_refuses_to_guess_the_type_of_a_column_without_values(postgres_
 
 
 def test_postgres_without_psycopg_says_how_to_install_it():
-    out = run_child("children.exporters:postgres_without_psycopg", timeout=30)
+    out = run_child(children.exporters.postgres_without_psycopg, timeout=30)
     assert 'pip install "psycopg[binary]"' in out
 
 
@@ -792,7 +793,7 @@ def test_jsonlines_two_processes_end_at_the_reference_state(tmp_path):
 def test_sqlite_processes_switching_a_new_file_to_wal_at_once(tmp_path):
     # Regression: "PRAGMA journal_mode=WAL" does not wait for the busy timeout;
     # processes opening a new file at the same time got "database is locked".
-    run_child("children.exporters:new_sqlite_file_race", tmp_path, 8, 4, timeout=60)
+    run_child(children.exporters.new_sqlite_file_race, tmp_path, 8, 4, timeout=60)
 
 
 def test_sqlite_guard_rows_for_every_key_still_guard(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import children.loader
 import percolite
 import pytest
 from _isolated import run_child
@@ -230,7 +231,7 @@ def test_back_pressure_keeps_memory_steady_over_many_submissions():
     # 1,000,000 submissions from one thread: the loader holds at most 256 at
     # a time, so memory after 200,000 and after 1,000,000 is the same.
     out = run_child(
-        "children.loader:rss_over_submissions", 1_000_000, [200_000, 1_000_000], timeout=240
+        children.loader.rss_over_submissions, 1_000_000, [200_000, 1_000_000], timeout=240
     )
     lines = out.splitlines()
     (_, early), (_, late) = (map(int, line.split()) for line in lines[:2])

@@ -3,6 +3,7 @@ nothing is lost or left broken after them."""
 
 from __future__ import annotations
 
+import children.observer_bad_input
 import percolite
 import pytest
 from _isolated import run_child_json
@@ -20,7 +21,7 @@ def _noop(tx, row, column):  # pragma: no cover - never run
 
 def test_registering_an_observer_while_workers_run_raises(backend, tmp_path):
     result = run_child_json(
-        "children.observer_bad_input:register_while_workers_run", backend, db=tmp_path / "db"
+        children.observer_bad_input.register_while_workers_run, backend, db=tmp_path / "db"
     )
     assert result["refused"] is not None, "registering while workers run must raise"
     name, is_percolite_error, message = result["refused"]
@@ -169,7 +170,7 @@ def test_start_workers_with_bad_arguments_raises(backend, tmp_path, kwargs, erro
 
 def test_starting_workers_twice_raises(backend, tmp_path):
     result = run_child_json(
-        "children.observer_bad_input:start_workers_twice", backend, db=tmp_path / "db"
+        children.observer_bad_input.start_workers_twice, backend, db=tmp_path / "db"
     )
     assert result["second"] is not None, "a second start_workers must raise"
     assert result["running"] is True, "the first workers keep running"
@@ -185,7 +186,7 @@ def test_an_observer_that_commits_its_own_transaction_is_a_counted_failure(
     backend, tmp_path, misuse
 ):
     result = run_child_json(
-        "children.observer_bad_input:misusing_observer", backend, db=tmp_path / "db", misuse=misuse
+        children.observer_bad_input.misusing_observer, backend, db=tmp_path / "db", misuse=misuse
     )
     assert result["failures"] >= 3
     assert "Traceback" in result["last_error"]
