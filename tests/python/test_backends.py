@@ -13,6 +13,7 @@ import sys
 import children.backends
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import run_child
 from conftest import BACKENDS, COL, committed_cells, open_store
 
@@ -242,6 +243,30 @@ def test_waiting_on_a_memory_store_without_workers_raises_at_once():
             env.wait()  # would never end: no other process can run the work
         env.process()
         assert env.wait(timeout=5)
+
+
+# -- bad backend names, in the table of entry points ---------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "open-backend-int",
+        lambda env, d, q: percolite.open(d / "c", backend=5),
+        TypeError,
+        r"backend must be a str or None, not int",
+    ),
+    (
+        "open-backend-unknown",
+        lambda env, d, q: percolite.open(d / "c", backend="sqlite"),
+        ValueError,
+        r"unknown backend 'sqlite'",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
 
 
 # -- the command line needs a store other processes can open --------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from conftest import open_store
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -165,3 +166,94 @@ def test_bad_declaration_is_a_clear_error_and_leaves_nothing(
         assert env.status()["observers"] == []
         app.combine_queue("q")
         assert [o["name"] for o in env.status()["observers"]] == ["combine queue q"]
+
+
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "cq-add-no-tx",
+        lambda env, d, q: q["cq"].add(None, {"a": 1}),
+        TypeError,
+        r"combine queue 'cq': add needs a percolite.Transaction",
+    ),
+    (
+        "cq-get-no-tx",
+        lambda env, d, q: q["cq"].get("tx", "a"),
+        TypeError,
+        r"combine queue 'cq': get needs a percolite.Transaction",
+    ),
+    (
+        "cq-add-key-type",
+        lambda env, d, q: q["cq"].add(env.transaction(), {5: 1}),
+        TypeError,
+        r"combine queue 'cq': key 5: expected str, not int",
+    ),
+    (
+        "cq-add-value-too-big",
+        lambda env, d, q: q["cq"].add(env.transaction(), {"a": 2**70}),
+        ValueError,
+        r"combine queue 'cq': value 1180591620717411303424 for key 'a'.*signed 64-bit",
+    ),
+    (
+        "cq-add-value-none",
+        lambda env, d, q: q["cq"].add(env.transaction(), {"a": None}),
+        TypeError,
+        r"combine queue 'cq': value None for key 'a': expected int",
+    ),
+    (
+        "cq-get-key-type",
+        lambda env, d, q: q["cq"].get(env.transaction(), 5),
+        TypeError,
+        r"combine queue 'cq': key 5: expected str, not int",
+    ),
+    (
+        "cq-add-ended-tx",
+        lambda env, d, q: q["cq"].add(q["ended"](env), {"a": 1}),
+        percolite.Error,
+        r"the transaction was already committed",
+    ),
+    (
+        "cq-of-another-app",
+        lambda env, d, q: q["other_cq"].add(env.transaction(), {"a": 1}),
+        ValueError,
+        r"combine queue 'ocq': add: the store is bound to app 'bad', which has no queue named "
+        r"'ocq': what you add would never be processed there",
+    ),
+    (
+        "cq-declared-otherwise",
+        lambda env, d, q: q["cq_elsewhere"].add(env.transaction(), {"a": 1}),
+        ValueError,
+        r"which declares another queue named 'cq'",
+    ),
+    (
+        "cq-buckets-zero",
+        lambda env, d, q: percolite.App().combine_queue("q", buckets=0),
+        ValueError,
+        r"buckets must be between 1 and 999999, not 0",
+    ),
+    (
+        "cq-unknown-combiner",
+        lambda env, d, q: percolite.App().combine_queue("q", combiner="avg"),
+        ValueError,
+        r"combiner must be one of 'sum', 'max', 'min', 'last' or a callable, not 'avg'",
+    ),
+    (
+        "cq-unknown-codec",
+        lambda env, d, q: percolite.App().combine_queue("q", value_codec="int128"),
+        ValueError,
+        r"value_codec must be one of .* not 'int128'",
+    ),
+    (
+        "cq-id-reserved-character",
+        lambda env, d, q: percolite.App().combine_queue("a:b"),
+        ValueError,
+        r"combine queue id 'a:b' contains a character the layout reserves",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)

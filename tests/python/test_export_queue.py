@@ -22,6 +22,7 @@ from contextlib import closing
 import children.export_queue
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import run_child_json
 from conftest import open_store
 
@@ -295,6 +296,42 @@ def test_unencodable_entries_are_refused_and_nothing_is_queued(env, key, value, 
     with env.transaction() as tx:
         assert eq.depth(tx) == 0
         assert tx.get("other", ("f", "q")) == b"x"
+
+
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "eq-add-no-tx",
+        lambda env, d, q: q["eq"].add(None, "a", 1),
+        TypeError,
+        r"export queue 'eq': add needs a percolite.Transaction",
+    ),
+    (
+        "eq-add-nan",
+        lambda env, d, q: q["eq"].add(env.transaction(), "a", float("nan")),
+        TypeError,
+        r"export queue 'eq': value nan for key 'a': expected int, not float",
+    ),
+    (
+        "eq-of-another-app",
+        lambda env, d, q: q["other_eq"].add(env.transaction(), "a", 1),
+        ValueError,
+        r"export queue 'oeq': add: the store is bound to app 'bad', which has no queue",
+    ),
+    (
+        "eq-exporter-not-callable",
+        lambda env, d, q: percolite.App().export_queue("e", 5),
+        TypeError,
+        r"export queue 'e': the exporter must be callable, not int",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
 
 
 # -- CombineQueue.export_to: native forwarding of every change --------------------

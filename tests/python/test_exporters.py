@@ -440,6 +440,20 @@ def test_column_names_like_the_exporters_own_are_usable(target):
     assert exporter.rows() == {(1, "x"): (1, 2)}
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), (1, float("-inf"))])
+def test_sql_exporters_refuse_nan_and_infinity_before_writing(tmp_path, value):
+    from percolite.exporters import SQLite
+
+    columns = ("a", "b") if isinstance(value, tuple) else "value"
+    sink = SQLite(tmp_path / "out.sqlite", "t", columns=columns)
+    good = (1, 2) if isinstance(value, tuple) else 1.5
+    sink([E("ok", good, 1)])
+    with pytest.raises(ValueError, match="is not storable"):
+        sink([E("a", good, 2), E("k", value, 3)])
+    with sqlite3.connect(tmp_path / "out.sqlite") as db:
+        assert [r[0] for r in db.execute("SELECT key FROM t ORDER BY key")] == ["ok"]
+
+
 def test_closed_exporter_refuses_calls(target):
     exporter = target.exporter()
     exporter([E("a", 1, 1)])

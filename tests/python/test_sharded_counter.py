@@ -23,6 +23,7 @@ import time
 import children.sharded_counter
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import finish_child, run_child, run_child_json, start_child
 from conftest import committed_cells, open_store
 
@@ -383,3 +384,39 @@ def test_repr():
         repr(percolite.ShardedCounter("hits", 4, chance_to_write=0.25))
         == "<percolite.ShardedCounter 'hits' shards=4 chance_to_write=0.25>"
     )
+
+
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "counter-add-str",
+        lambda env, d, q: q["counter"].add(env.transaction(), "x"),
+        TypeError,
+        r"sharded counter 'hits': amount must be an int, not str",
+    ),
+    (
+        "counter-add-too-big",
+        lambda env, d, q: q["counter"].add(env.transaction(), 2**64),
+        ValueError,
+        r"sharded counter 'hits': amount 18446744073709551616 does not fit",
+    ),
+    (
+        "counter-add-no-tx",
+        lambda env, d, q: q["counter"].add(None, 1),
+        TypeError,
+        r"sharded counter 'hits': add needs a percolite.Transaction, not NoneType",
+    ),
+    (
+        "counter-shards-zero",
+        lambda env, d, q: percolite.ShardedCounter("c", shards=0),
+        ValueError,
+        r"sharded counter 'c': shards must be between 1 and 65536, not 0",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
