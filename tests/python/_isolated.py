@@ -2,7 +2,8 @@
 
 Tests of workers, threads and close-while-running can hang the interpreter
 that runs them. ``run_child`` runs a function of a module of the ``children``
-package (see its docstring) in a fresh ``python -c`` with a timeout: a
+package (see its docstring), given as the function itself, in a fresh
+``python -c`` with a timeout: a
 nonzero exit or a timeout fails the calling test with the child's output.
 Shortly before the timeout the child dumps the stacks of all its Python
 threads (faulthandler) to stderr, which names the place it hangs.
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,20 +93,41 @@ def _call_literal(args: tuple, kwargs: dict) -> tuple:
     return call, literal
 
 
+def _target(scenario: Any) -> str:
+    """The ``"module:function"`` path the child imports to call ``scenario``,
+    which must be a function defined at the top level of a module of the
+    ``children`` package (only that can be imported anew in the child)."""
+    module = getattr(scenario, "__module__", None)
+    qualname = getattr(scenario, "__qualname__", None)
+    if (
+        inspect.isfunction(scenario)
+        and isinstance(module, str)
+        and module.startswith("children.")
+        and getattr(sys.modules.get(module), qualname, None) is scenario
+    ):
+        return f"{module}:{qualname}"
+    raise TypeError(
+        "a child runs a function defined at the top level of a module of the "
+        f"children package (such as children.processes.write_x), not {scenario!r}"
+    )
+
+
 def start_child(
-    target: str,
+    scenario: Callable[..., Any],
     *args: Any,
     timeout: float = 60,
     cwd: Any = None,
     environment: dict | None = None,
     **kwargs: Any,
 ) -> subprocess.Popen:
-    """Start ``target`` (``"children.<module>:<function>"``) in a fresh
+    """Start ``scenario`` (a function of a module of the ``children``
+    package, such as ``children.processes.write_x``) in a fresh
     interpreter, in its own process group, called with ``args`` and
     ``kwargs`` (Python literals; paths become ``str``); pass the result to
     :func:`finish_child`. ``environment`` adds variables to the child's
     environment. Shortly before ``timeout`` the child dumps every thread's
     stack, so a hang shows where it is stuck."""
+    target = _target(scenario)
     call, literal = _call_literal(args, kwargs)
     launcher = _LAUNCHER.format(dump_after=_dump_after(timeout), tests_dir=str(TESTS_DIR))
     proc = subprocess.Popen(
@@ -140,10 +164,12 @@ def finish_child(proc: subprocess.Popen, timeout: float = 60) -> str:
     return out
 
 
-def run_child(target: str, *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any) -> str:
-    """Run ``target`` in a fresh interpreter (see :func:`start_child`) and
+def run_child(
+    scenario: Callable[..., Any], *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any
+) -> str:
+    """Run ``scenario`` in a fresh interpreter (see :func:`start_child`) and
     return its stdout; fails the test on a nonzero exit or a timeout."""
-    return finish_child(start_child(target, *args, timeout=timeout, cwd=cwd, **kwargs), timeout)
+    return finish_child(start_child(scenario, *args, timeout=timeout, cwd=cwd, **kwargs), timeout)
 
 
 def _last_line_json(out: str) -> Any:
@@ -157,11 +183,11 @@ def _last_line_json(out: str) -> Any:
 
 
 def run_child_json(
-    target: str, *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any
+    scenario: Callable[..., Any], *args: Any, timeout: float = 60, cwd: Any = None, **kwargs: Any
 ) -> Any:
     """Like :func:`run_child`, returning the JSON the child printed on its
     last line."""
-    return _last_line_json(run_child(target, *args, timeout=timeout, cwd=cwd, **kwargs))
+    return _last_line_json(run_child(scenario, *args, timeout=timeout, cwd=cwd, **kwargs))
 
 
 _FRESH_NAMES = itertools.count()

@@ -8,6 +8,7 @@ import sys
 
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import TESTS_DIR, run_command
 from conftest import open_store
 
@@ -177,3 +178,23 @@ def test_bind_refuses_while_a_loader_is_open(tmp_path):
                 env.bind(app_a())
             loader.submit(lambda tx: tx.set("r", ("f", "q"), "v")).result()
         env.bind(app_a())  # closed: fine
+
+
+# -- bad input: what is not an app ---------------------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    ("bind-str", lambda env, d, q: env.bind("app"), TypeError, r"app must be a percolite.App"),
+    (
+        "open-app-int",
+        lambda env, d, q: percolite.open(d / "c", app=5),
+        TypeError,
+        r"app must be a percolite.App, not int",
+    ),
+    ("app-name-int", lambda env, d, q: percolite.App(5), TypeError, r"app's name must be a str"),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)

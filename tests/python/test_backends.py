@@ -10,8 +10,10 @@ import os
 import subprocess
 import sys
 
+import children.backends
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import run_child
 from conftest import BACKENDS, COL, committed_cells, open_store
 
@@ -162,7 +164,7 @@ def test_a_memory_store_used_in_a_forked_child_raises_error():
     """The child gets percolite.Error naming fork from the parent's memory
     store (handle, open transaction, commit, stats), never a crash, and can
     open a memory store of its own; the parent's store still works."""
-    out = run_child("children.backends:fork_with_a_memory_store", timeout=30)
+    out = run_child(children.backends.fork_with_a_memory_store, timeout=30)
     lines = out.split()
     assert "child-exit" in lines and lines[lines.index("child-exit") + 1] == "0", out
     assert "parent-ok" in lines
@@ -241,6 +243,30 @@ def test_waiting_on_a_memory_store_without_workers_raises_at_once():
             env.wait()  # would never end: no other process can run the work
         env.process()
         assert env.wait(timeout=5)
+
+
+# -- bad backend names, in the table of entry points ---------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "open-backend-int",
+        lambda env, d, q: percolite.open(d / "c", backend=5),
+        TypeError,
+        r"backend must be a str or None, not int",
+    ),
+    (
+        "open-backend-unknown",
+        lambda env, d, q: percolite.open(d / "c", backend="sqlite"),
+        ValueError,
+        r"unknown backend 'sqlite'",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
 
 
 # -- the command line needs a store other processes can open --------------------

@@ -511,3 +511,26 @@ def test_a_bug_keeps_its_traceback():
     from percolite._cli import explain
 
     assert explain(RuntimeError("a bug"), "/some/store") is None
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["scan", "{db}", "--limit", "-1"], "--limit must be an int >= 0, not '-1'"),
+        (["wait", "{db}", "--timeout", "nan"], "--timeout must be a number of seconds >= 0"),
+        (["phrasecount", "--threads", "0", "--db", "{db}"], "--threads must be an int >= 1"),
+        (["phrasecount", "--processes", "-1", "--db", "{db}"], "--processes must be an int >= 0"),
+        (["worker", "badmod:app", "--db", "{db}"], "importing 'badmod' raised RuntimeError: boom"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, argv, message):
+    db = tmp_path / "db"
+    with percolite.open(db, sync="none"):
+        pass
+    (tmp_path / "badmod.py").write_text("raise RuntimeError('boom')\n")
+    args = [a.format(db=db) for a in argv]
+    result = run_command([sys.executable, "-m", "percolite", *args], cwd=tmp_path, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"percolite: {message}"] or (
+        len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    )

@@ -18,6 +18,7 @@ import struct
 
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from percolite.codecs import Codec, get_codec, int64s
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -270,6 +271,51 @@ def test_str_decode_of_invalid_utf8_fails():
 def test_pickle_of_an_unpicklable_value_fails():
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         get_codec("pickle").encode(lambda: None)
+
+
+@pytest.mark.parametrize(
+    "codec, data",
+    [
+        ("int64", b"abc"),
+        ("float64", b""),
+        ("int64s:2", b"\x00" * 9),
+        ("json", b"{"),
+        ("str", b"\xff"),
+    ],
+)
+def test_codecs_refuse_bytes_they_did_not_write(codec, data):
+    with pytest.raises(ValueError):
+        percolite.codecs.get_codec(codec).decode(data)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), [1.0, float("nan")]])
+def test_json_codec_refuses_nan_and_infinity(value):
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        percolite.codecs.get_codec("json").encode(value)
+
+
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "codec-unknown",
+        lambda env, d, q: percolite.codecs.get_codec("int65"),
+        ValueError,
+        r"codec must be one of .* not 'int65'",
+    ),
+    (
+        "codec-int64-too-big",
+        lambda env, d, q: percolite.codecs.get_codec("int64").encode(2**64),
+        ValueError,
+        r"18446744073709551616 does not fit in a signed 64-bit integer",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
 
 
 # -- get_codec --------------------------------------------------------------------

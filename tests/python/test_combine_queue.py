@@ -1,274 +1,36 @@
 """The combine queue (Fluo Recipes' Combine Queue; contract in
-cpp/include/percolite/combine_queue.h).
+cpp/include/percolite/combine_queue.h): combiners, get and scan, declarations,
+and the bytes cq.add stores.
 
 Anything that runs workers runs in a child interpreter with a timeout
 (``_isolated.run_child_json``; the code is in children/combine_queue.py): a
 hang fails one test instead of the suite. The children print JSON; the checks
-run here, in the test process.
-
-How the guarantees are observed. Every change observer in these tests records
-each reported ``Change`` as a cell written *inside the processing transaction*
-(row ``log:<tag>:<json key>``, qualifier = the processing transaction's
-``start_ts``, value = ``[old, new]``). So exactly the reports of committed
-processing runs are kept (a run that conflicts or fails leaves no record), and
-the reports of one key sort by the start of the run that made them. Committed
-runs of one bucket never overlap (each writes the bucket's cursor cell, so of
-two overlapping runs at most one commits), hence sorting by ``start_ts`` is
-sorting by commit order. Adders record the ``commit_ts`` of each transaction
-with its updates. A snapshot that starts at ``start_ts`` S sees exactly the
-transactions with ``commit_ts <= S`` (backend.h: start_ts is the timestamp
-counter of the snapshot).
+run here, in the test process (_combine_checks.py says how the change
+observers record committed reports). The two guarantees under concurrency
+are tested in test_combine_queue_changes.py, bad input in
+test_combine_queue_bad_input.py, linger in test_combine_queue_linger.py.
 """
 
 from __future__ import annotations
 
-import bisect
 import enum
-import itertools
 import math
 from collections import Counter, defaultdict
 
+import children.combine_queue
 import percolite
 import pytest
+from _combine_checks import assert_both_guarantees, chain_violations, reference_sums
 from _isolated import run_child_json
-from children.combine_queue import most_scans
-from conftest import BACKENDS, open_store
+from conftest import open_store
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def child(name: str, backend: str, timeout: float = 60, **params):
-    """Runs ``children.combine_queue:<name>`` on a store of ``backend`` with
-    ``params``; returns its JSON."""
-    return run_child_json(f"children.combine_queue:{name}", backend, timeout=timeout, **params)
-
-
-# -- checks of the two guarantees ------------------------------------------------
-
-
-def guarantee_1_violations(adds, reports, zero_deletes=True):
-    """Reports whose new value is not the combination (here: the sum) of every
-    update of that key committed before the processing transaction started.
-
-    ``adds`` is ``[[commit_ts, key, delta], ...]`` from the adders,
-    ``reports`` is ``{key: [[start_ts, old, new], ...]}``. A run that started
-    at S sees the transactions with ``commit_ts <= S``, so the reported new
-    value must be exactly the sum of the deltas with ``commit_ts <= S`` (and
-    ``None`` when that sum is 0: the native sum deletes zero). Missing an
-    update committed before S (a key's updates split across runs, an update
-    skipped behind a cursor, a lost update) or counting one twice shows up as
-    a difference. Keys are only checked when reported: the guarantee is about
-    reported values."""
-    by_key = defaultdict(list)
-    for commit_ts, key, delta in adds:
-        by_key[key].append((commit_ts, delta))
-    violations = []
-    for key, key_reports in reports.items():
-        entries = sorted(by_key.get(key, []))
-        stamps = [ts for ts, _ in entries]
-        sums = list(itertools.accumulate(d for _, d in entries))
-        for start_ts, _old, new in key_reports:
-            n = bisect.bisect_right(stamps, start_ts)
-            expected = sums[n - 1] if n else 0
-            if zero_deletes and expected == 0:
-                expected = None
-            if new != expected:
-                violations.append(
-                    f"{key}: run at start_ts {start_ts} reported new={new!r}, but the "
-                    f"{n} updates committed before it sum to {expected!r}"
-                )
-    return violations
-
-
-def chain_violations(reports, final):
-    """Guarantee 2: per key, in run order, each reported ``old`` is the ``new``
-    of the previous report (``None`` before the first report), each report is
-    a change (old != new), and the last ``new`` is the key's final value
-    (``None`` when absent). A key with a final value but no report is a change
-    that was never reported."""
-    violations = []
-    for key in sorted(set(reports) | set(final)):
-        previous = None
-        for start_ts, old, new in reports.get(key, []):
-            if old != previous:
-                violations.append(
-                    f"{key}: run at {start_ts} reported old={old!r}, previous new={previous!r}"
-                )
-            if old == new:
-                violations.append(f"{key}: run at {start_ts} reported a non-change {old!r}")
-            previous = new
-        if previous != final.get(key):
-            violations.append(
-                f"{key}: last reported new={previous!r} but final value={final.get(key)!r}"
-            )
-    return violations
-
-
-def assert_both_guarantees(r):
-    """Guarantee 1 and the old/new chain (guarantee 2) over a run's reports."""
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
-    assert chain_violations(r["reports"], r["final"]) == []
-
-
-def reference_sums(adds):
-    totals = Counter()
-    for _, key, delta in adds:
-        totals[key] += delta
-    return {key: total for key, total in totals.items() if total != 0}
-
-
-# -- guarantees under concurrent adders and workers -------------------------------
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def concurrent_run(request, tmp_path_factory):
-    """One run of 3 adder threads (plus a preload) against 2 worker threads on
-    a queue with a small buffer, shared by the guarantee tests; one per backend."""
-    backend = request.param
-    db = tmp_path_factory.mktemp("concurrent") / "db"
-    return child(
-        "concurrent", backend, db=db, buckets=3, buffer=4, nkeys=40, txs=400, adders=3, preload=True
-    )
-
-
-def test_guarantee_1_new_value_combines_every_update_committed_before_the_run(concurrent_run):
-    """For every reported change, the new value equals the sum of that key's
-    updates with commit_ts <= the processing transaction's start_ts (see
-    ``guarantee_1_violations``)."""
-    r = concurrent_run
-    assert r["idle"] and r["failures"] == 0, r["last_error"]
-    n_reports = sum(len(v) for v in r["reports"].values())
-    runs = {ts for v in r["reports"].values() for ts, _, _ in v}
-    assert n_reports > 200 and len(runs) > 50, "the check must cover many runs"
-    assert guarantee_1_violations(r["adds"], r["reports"]) == []
-
-
-def test_guarantee_2_old_value_is_the_previous_new_value(concurrent_run):
-    r = concurrent_run
-    assert r["idle"] and r["failures"] == 0, r["last_error"]
-    # Sums go through zero (deleted) and back: the chain passes through None.
-    assert any(
-        old is None and i > 0 for v in r["reports"].values() for i, (_, old, _) in enumerate(v)
-    ), "some key must be deleted and come back"
-    assert chain_violations(r["reports"], r["final"]) == []
-
-
-def test_concurrent_run_ends_exact_with_nothing_left(concurrent_run):
-    r = concurrent_run
-    assert r["conflicts"] == 0, "adders never collide"
-    assert r["final"] == reference_sums(r["adds"])
-    assert r["queued"] == 0 and r["pending"] == 0
-
-
-def test_hammer_zipf_adders_with_workers_running(backend, tmp_path):
-    """4 adder threads x 1000 transactions x 20 Zipf-chosen +1/-1 updates over
-    3000 keys while two worker threads process: no adder ever conflicts, and
-    at the end every value equals a Counter of the updates (zero sums absent),
-    every report satisfies guarantee 1, and every key's chain holds."""
-    r = child("hammer", backend, db=tmp_path / "db", nkeys=3000, txs=1000, timeout=90)
-    assert r["errors"] == []
-    assert r["conflicts"] == 0, "adders collided"
-    assert len(r["adds"]) == 4 * 1000 * 20
-    assert r["idle"] and r["failures"] == 0, r["last_error"]
-    reference = Counter()
-    for _, key, delta in r["adds"]:
-        reference[key] += delta
-    expected = {key: n for key, n in reference.items() if n != 0}
-    assert r["final"] == expected
-    assert len(expected) > 500 and any(n == 0 for n in reference.values())
-    assert r["queued"] == 0 and r["pending"] == 0
-    assert_both_guarantees(r)
-    assert r["commits_while_adding"] > 10, "processing ran while the adders added"
-
-
-# -- buffer size, continuation and the cursor -----------------------------------
-
-
-@pytest.mark.parametrize("buffer_size", [1, 3])
-def test_tiny_buffer_continues_over_many_runs_and_stays_exact(backend, tmp_path, buffer_size):
-    r = child(
-        "concurrent",
-        backend,
-        db=tmp_path / "db",
-        buckets=2,
-        buffer=buffer_size,
-        nkeys=60,
-        txs=250,
-        adders=2,
-        preload=True,
-    )
-    assert r["idle"] and r["failures"] == 0, r["last_error"]
-    assert r["final"] == reference_sums(r["adds"])
-    assert r["queued"] == 0 and r["pending"] == 0
-    runs = {ts for v in r["reports"].values() for ts, _, _ in v}
-    assert len(runs) >= 60 // 2, "a tiny buffer makes many runs"
-    assert_both_guarantees(r)
-
-
-def test_a_keys_updates_are_never_split_across_runs(backend, tmp_path):
-    """buffer_size=5 and one key with 50 updates: the run that takes the key
-    takes all its queued updates. With everything committed before the
-    workers start, the key is reported once, with the full sum; later, with
-    adds racing the workers, every report of it includes every update
-    committed before its run started (guarantee 1)."""
-    r = child("never_split", backend, db=tmp_path / "db")
-    p1 = r["phase1"]
-    assert p1["result"]["idle"] and p1["result"]["failures"] == 0
-    assert p1["reports"]['"hot"'][0][1:] == [None, sum(range(1, 51))]
-    assert len(p1["reports"]['"hot"']) == 1, p1["reports"]['"hot"']
-    assert p1["final"]['"hot"'] == 1275
-    for i in range(20):
-        assert p1["reports"][f'"o{i:02}"'] == [[p1["reports"][f'"o{i:02}"'][0][0], None, 7]]
-    runs = {ts for v in p1["reports"].values() for ts, _, _ in v}
-    assert len(runs) >= 5, "buffer_size=5 continued over several runs"
-    assert p1["result"]["commits"] >= 5
-
-    assert r["idle"] and r["failures"] == 0, r["last_error"]
-    assert r["final"] == reference_sums(r["adds"])
-    assert r["queued"] == 0
-    assert_both_guarantees(r)
-
-
-def test_updates_behind_a_resumed_cursor_are_not_lost(backend, tmp_path):
-    """One bucket, buffer_size=2, 200 keys: processing walks the bucket with
-    its cursor over ~100 runs. Meanwhile updates of the first keys (behind
-    the cursor) keep arriving; they must be picked up by a later pass."""
-    r = child("resumed_cursor", backend, db=tmp_path / "db")
-    assert r["idle"] and r["failures"] == 0, r["last_error"]
-    assert r["behind"] >= 20, "the scenario must add behind a resumed cursor"
-    assert r["final"] == reference_sums(r["adds"])
-    assert r["queued"] == 0
-    assert_both_guarantees(r)
-
-
-def test_bytes_keys_that_prefix_each_other_with_a_one_update_buffer(backend, tmp_path):
-    """Keys with NUL bytes, 0xff and prefixes of each other (the escaping of
-    the update qualifier must keep each key's updates together and apart)."""
-    r = child("tricky_keys", backend, db=tmp_path / "db")
-    assert r["result"]["idle"] and r["result"]["failures"] == 0
-    assert r["final"] == r["expected"]
-    assert r["got"] == r["expected"]
-    assert r["queued"] == 0
-    assert max(r["batches"]) == 1, "buffer_size=1: each run takes one key"
-
-
-# -- two-level aggregation ------------------------------------------------------
-
-
-def test_change_observer_feeding_a_second_queue_ends_exact(backend, tmp_path):
-    """Word counts -> histogram of counts (the Fluo Recipes count -> index example):
-    the first queue's change observer adds -1 for the old count and +1 for the
-    new count to the second queue, in the processing transaction."""
-    r = child("two_level", backend, db=tmp_path / "db")
-    assert r["idle"] and r["failures"] == {"w": 0, "hist": 0}, r["errors"]
-    assert r["words"] == reference_sums(r["adds"])
-    histogram = Counter(r["words"].values())
-    assert r["hist"] == {str(count): n for count, n in histogram.items()}
-    assert sum(r["hist"].values()) == len(r["words"])
-    assert r["queued"] == 0
-    assert chain_violations(r["word_reports"], r["words"]) == []
-    assert chain_violations(r["hist_reports"], r["hist"]) == []
-    assert guarantee_1_violations(r["adds"], r["word_reports"]) == []
+def child(scenario, backend: str, timeout: float = 60, **params):
+    """Runs ``scenario`` (of children/combine_queue.py) on a store of ``backend``
+    with ``params``; returns its JSON."""
+    return run_child_json(scenario, backend, timeout=timeout, **params)
 
 
 # -- combiners ---------------------------------------------------------------------
@@ -326,7 +88,7 @@ def test_native_combiners_combine_exactly(backend, tmp_path):
     min (signed, elementwise for tuples), last (commit order), in two phases
     so that the current value takes part; and changes are reported only when
     the value changed."""
-    r = child("native", backend, db=tmp_path / "db", phases=NATIVE_PHASES)
+    r = child(children.combine_queue.native, backend, db=tmp_path / "db", phases=NATIVE_PHASES)
     p1, p2 = r["phase0"], r["phase1"]
     for p in (p1, p2):
         assert p["result"]["idle"] and p["result"]["failures"] == 0, p["result"]
@@ -378,7 +140,7 @@ def test_native_combiners_combine_exactly(backend, tmp_path):
 
 
 def test_int64_overflow_in_sum_is_a_visible_failure_not_a_wraparound(backend, tmp_path):
-    r = child("overflow", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.overflow, backend, db=tmp_path / "db")
     assert r["before"]["idle"] and r["before"]["failures"] == 0
     assert r["idle"] is False, "the overflowing buckets stay pending"
     assert r["failures"]["ov"] >= 4 and r["failures"]["ovt"] >= 2
@@ -396,7 +158,7 @@ def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(backend, tmp
     raising, values are exact. The combiner returns None for a zero sum,
     which deletes the key; a combiner returning a value the codec cannot
     encode is a failure too."""
-    r = child("python_combiner", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.python_combiner, backend, db=tmp_path / "db")
     assert r["failures"] >= 5
     assert "Traceback" in r["last_error"]
     assert "RuntimeError: combiner exploded on p" in r["last_error"]
@@ -417,7 +179,7 @@ def test_python_combiner_that_raises_is_retried_and_nothing_is_lost(backend, tmp
 def test_python_combiner_gets_current_value_then_updates_in_commit_order(backend, tmp_path):
     """A combiner that concatenates lists: the final list of each key is its
     updates in commit_ts order, across threads, runs and continuations."""
-    r = child("commit_order", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.commit_order, backend, db=tmp_path / "db")
     assert r["idle"] and r["failures"] == 0, r["last_error"]
     expected = defaultdict(list)
     for _, key, item in sorted(r["adds"]):
@@ -429,7 +191,7 @@ def test_python_combiner_gets_current_value_then_updates_in_commit_order(backend
 def test_a_failing_change_observer_commits_nothing_and_is_retried(backend, tmp_path):
     """The change observer runs inside the processing transaction: when it
     raises, neither the new values nor its own writes commit."""
-    r = child("on_change_fails", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.on_change_fails, backend, db=tmp_path / "db")
     assert r["failures"] >= 4
     assert "ValueError: observer says no" in r["last_error"]
     assert r["during"] == {"values": {}, "reports": {}, "queued": 3}
@@ -444,7 +206,7 @@ def test_get_scan_and_layout(backend, tmp_path):
     """Before processing nothing is visible; updates sit in the documented
     rows of their key's bucket, one notification per bucket; after, get and
     scan (with a prefix) return the values."""
-    r = child("get_scan_and_layout", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.get_scan_and_layout, backend, db=tmp_path / "db")
     assert r["before"] == {"get": None, "default": -1, "scan": []}
     assert r["rows"] == r["buckets"]
     assert r["pending"] == len(r["buckets"])
@@ -464,246 +226,12 @@ def test_get_scan_and_layout(backend, tmp_path):
 
 
 def test_registering_while_workers_run_is_an_error(backend, tmp_path):
-    r = child("register_while_workers_run", backend, db=tmp_path / "db")
+    r = child(children.combine_queue.register_while_workers_run, backend, db=tmp_path / "db")
     assert set(r["errors"]) == {"queue", "on_change"}
     for message in r["errors"].values():
         assert "workers are running" in message, message
     assert sorted(r["names"]) == ["combine queue r1", "combine queue r2"]
     assert r["idle"]
-
-
-# -- bad input (no workers) ---------------------------------------------------------
-
-
-def update_rows(env, queue_id):
-    tx = env.transaction()
-    try:
-        return [c.row for c in tx.scan(prefix=f"{queue_id}:u:")]
-    finally:
-        tx.abort()
-
-
-class FourByteInt(percolite.codecs.Codec):
-    """Claims the int64 layout but writes 4 bytes: the core must refuse it."""
-
-    name = "four"
-    native = "int64"
-
-    def encode(self, value):
-        return int(value).to_bytes(4, "big", signed=True)
-
-    def decode(self, data):
-        return int.from_bytes(data, "big", signed=True)
-
-
-BAD_UPDATES = [
-    # (queue options, a good pair, the bad pair, error, words in the message)
-    ({}, ("ok", 1), (5, 1), TypeError, ["key 5", "'q'", "str"]),
-    ({}, ("ok", 1), (None, 1), TypeError, ["key None"]),
-    ({}, ("ok", 1), (b"k", 1), TypeError, ["key b'k'"]),
-    ({}, ("ok", 1), ("k", "x"), TypeError, ["'x'", "key 'k'", "int"]),
-    ({}, ("ok", 1), ("k", 1.5), TypeError, ["1.5", "key 'k'"]),
-    ({}, ("ok", 1), ("k", True), TypeError, ["True", "key 'k'", "bool"]),
-    ({}, ("ok", 1), ("k", None), TypeError, ["None", "key 'k'"]),
-    ({}, ("ok", 1), ("k", INT64_MAX + 1), ValueError, [str(INT64_MAX + 1), "key 'k'"]),
-    ({}, ("ok", 1), ("k", INT64_MIN - 1), ValueError, [str(INT64_MIN - 1), "key 'k'"]),
-    ({}, ("ok", 1), ("\ud800", 1), ValueError, ["key '\\ud800'", "'q'"]),
-    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", (1, 2, 3)), ValueError, ["2", "key 'k'"]),
-    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", (1,)), ValueError, ["2", "key 'k'"]),
-    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", 3), TypeError, ["key 'k'"]),
-    ({"value_codec": "int64s:2"}, ("ok", (1, 2)), ("k", (1, 1 << 64)), ValueError, ["key 'k'"]),
-    ({"value_codec": "float64"}, ("ok", 1.5), ("k", "1.5"), TypeError, ["key 'k'"]),
-    ({"key_codec": "bytes"}, (b"ok", 1), ("k", 1), TypeError, ["key 'k'", "bytes"]),
-    ({"key_codec": "int64"}, (1, 1), (1 << 64, 1), ValueError, [f"key {1 << 64}"]),
-    ({"combiner": "last", "value_codec": "json"}, ("ok", [1]), ("k", {1}), TypeError, ["key 'k'"]),
-    ({"value_codec": FourByteInt()}, ("ok", 1), None, ValueError, ["4", "8"]),
-]
-
-
-@pytest.mark.parametrize(
-    ("options", "good", "bad", "error", "words"), BAD_UPDATES, ids=lambda v: repr(v)[:30]
-)
-def test_bad_update_is_a_clear_error_and_queues_nothing(
-    backend, store_path, options, good, bad, error, words
-):
-    app = percolite.App()
-    queue = app.combine_queue("q", **options)
-    with open_store(backend, store_path, app=app, sync="none") as env:
-        if bad is None:  # the codec itself is broken: every value is bad
-            good, bad = None, good
-        # A valid add, then a bad one in the same transaction; the
-        # transaction is aborted: nothing of it is applied.
-        tx = env.transaction()
-        if good is not None:
-            queue.add(tx, dict([good]))
-        with pytest.raises(error) as info:
-            queue.add(tx, [bad])
-        tx.abort()
-        message = str(info.value)
-        for word in words:
-            assert word in message, (word, message)
-        assert update_rows(env, "q") == []
-        # Good and bad pairs in one call: the call queues nothing, while the
-        # rest of the transaction still commits.
-        tx = env.transaction()
-        tx.set("other", ("f", "q"), "kept")
-        with pytest.raises(error):
-            queue.add(tx, [p for p in (good, bad) if p is not None])
-        tx.commit()
-        assert update_rows(env, "q") == []
-        assert env.status()["pending"] == 0, "no bucket was notified"
-        with env.transaction() as tx:
-            assert tx.get("other", ("f", "q")) == b"kept"
-        if good is not None:
-            with env.transaction() as tx:
-                queue.add(tx, [good])
-            assert len(update_rows(env, "q")) == 1, "the queue still works"
-
-
-BAD_DECLARATIONS = [
-    ({"queue_id": "a:b"}, ValueError, ["a:b", "':'"]),
-    ({"queue_id": ":"}, ValueError, ["':'"]),
-    ({"queue_id": "a\nb"}, ValueError, ["control"]),
-    ({"queue_id": "a\x00b"}, ValueError, ["control"]),
-    ({"queue_id": "del\x7f"}, ValueError, ["control"]),
-    ({"queue_id": "tab\t"}, ValueError, ["control"]),
-    ({"queue_id": ""}, ValueError, ["empty"]),
-    ({"queue_id": 5}, TypeError, ["str"]),
-    ({"queue_id": b"q"}, TypeError, ["str"]),
-    ({"buckets": 0}, ValueError, ["buckets", "0"]),
-    ({"buckets": -3}, ValueError, ["buckets", "-3"]),
-    ({"buckets": 1_000_000}, ValueError, ["buckets", "1000000"]),
-    ({"buckets": 1 << 32}, ValueError, ["buckets", str(1 << 32)]),
-    ({"buckets": "4"}, TypeError, ["buckets", "str"]),
-    ({"buckets": 2.0}, TypeError, ["buckets", "float"]),
-    ({"buckets": True}, TypeError, ["buckets", "bool"]),
-    ({"buffer_size": 0}, ValueError, ["buffer_size", "0"]),
-    ({"buffer_size": -1}, ValueError, ["buffer_size", "-1"]),
-    ({"buffer_size": "8"}, TypeError, ["buffer_size", "str"]),
-    ({"linger": -1}, ValueError, ["'q'", "linger", "between 0 and 3600", "-1"]),
-    ({"linger": float("nan")}, ValueError, ["linger", "nan"]),
-    ({"linger": 3601}, ValueError, ["linger", "3601"]),
-    ({"linger": "0.5"}, TypeError, ["linger", "str"]),
-    ({"linger": False}, TypeError, ["linger", "bool"]),
-    ({"combiner": "avg"}, ValueError, ["'avg'", "'sum'", "'max'", "'min'", "'last'"]),
-    ({"combiner": "SUM"}, ValueError, ["'SUM'"]),
-    ({"combiner": ""}, ValueError, ["combiner"]),
-    ({"combiner": 5}, TypeError, ["combiner", "int"]),
-    ({"combiner": [sum]}, TypeError, ["combiner", "list"]),
-    ({"combiner": lambda key: 0}, TypeError, ["(key, values)"]),
-    ({"combiner": lambda: 0}, TypeError, ["(key, values)"]),
-    ({"combiner": lambda key, values, extra: 0}, TypeError, ["(key, values)"]),
-    ({"combiner": lambda *, key, values: 0}, TypeError, ["(key, values)"]),
-    ({"value_codec": "int64s"}, ValueError, ["int64s:2"]),
-    ({"value_codec": "int64s:0"}, ValueError, ["length"]),
-    ({"value_codec": "int32"}, ValueError, ["value_codec", "'int32'"]),
-    ({"key_codec": "nope"}, ValueError, ["key_codec", "'nope'"]),
-    ({"key_codec": None}, TypeError, ["key_codec"]),
-    ({"value_codec": 8}, TypeError, ["value_codec"]),
-    ({"combiner": "sum", "value_codec": "json"}, ValueError, ["int64"]),
-    ({"combiner": "sum", "value_codec": "str"}, ValueError, ["int64"]),
-    ({"combiner": "sum", "value_codec": "bytes"}, ValueError, ["int64"]),
-    ({"combiner": "sum", "value_codec": "pickle"}, ValueError, ["int64"]),
-    ({"combiner": "max", "value_codec": "json"}, ValueError, ["int64"]),
-    ({"combiner": "min", "value_codec": "str"}, ValueError, ["int64"]),
-]
-
-
-@pytest.mark.parametrize(("options", "error", "words"), BAD_DECLARATIONS, ids=repr)
-def test_bad_declaration_is_a_clear_error_and_leaves_nothing(
-    backend, store_path, options, error, words
-):
-    app = percolite.App()
-    options = dict(options)
-    queue_id = options.pop("queue_id", "q")
-    with pytest.raises(error) as info:
-        app.combine_queue(queue_id, **options)
-    message = str(info.value)
-    for word in words:
-        assert word in message, (word, message)
-    # Nothing was registered: the name is free and the store has no observer.
-    with open_store(backend, store_path, app=app, sync="none") as env:
-        assert env.status()["observers"] == []
-        app.combine_queue("q")
-        assert [o["name"] for o in env.status()["observers"]] == ["combine queue q"]
-
-
-def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp_path):
-    """20 commits adding 1 to one key. Without linger, an update that arrives
-    after the one before was folded gets a run of its own, at once. With
-    linger=8.0 the bucket's first run defers itself (a look, 2 s), the other
-    19 updates arrive meanwhile, 10 ms apart, and its second look folds them
-    in one run (a young bucket goes at its second look, test_export_queue.py);
-    the reports still chain old to new and end at 20. Paced by folds and looks,
-    not by the clock: the 19 take a small part of the 2 s (this test once sent
-    all 20 10 ms apart against looks every 0.25 s, so how many runs each side
-    made depended on how fast the machine ran)."""
-    eager = child("stream_with_linger", backend, path=str(tmp_path / "eager"), linger=0)
-    lingering = child("stream_with_linger", backend, path=str(tmp_path / "lingering"), linger=8.0)
-    for out in (eager, lingering):
-        assert out["values"] == {'"k"': 20}
-        chain = out["reports"]['"k"']
-        assert [old for _ts, old, _new in chain] == [None] + [new for _ts, _old, new in chain][:-1]
-        assert chain[-1][2] == 20
-    assert eager["deferrals"] == 0 and len(eager["reports"]['"k"']) == 20
-    assert lingering["linger"] == 8.0 and lingering["deferrals"] >= 1
-    # One run; a few only if the stream outlasted looks (a look that finds no
-    # update arrived since the one before ends the linger too).
-    assert len(lingering["reports"]['"k"']) <= 3
-    assert len(lingering["reports"]['"k"']) < len(eager["reports"]['"k"'])
-
-
-@pytest.mark.parametrize("observed", [False, True])
-def test_the_scanner_backs_off_while_it_finds_only_known_work(backend, tmp_path, observed):
-    """Commits elsewhere wake the scanner; while its scans find only the
-    lingering bucket the workers already hold, it waits longer between them
-    (20 ms doubling to 0.1 s) instead of scanning after every commit, also
-    after commits that start runs (``observed``: a stream follows each run).
-
-    Counted against the pauses, not timed: a pause is a sleep, so in a stream
-    of T seconds the scanner begins at most ``most_scans(T)`` scans however
-    slow the machine (load only makes them fewer), and each stream goes on
-    until it made more than twice as many commits, so a scanner that rescanned
-    after every commit would begin many more. Scans while a run goes are left
-    out: such a scan rescans on the next wake (its run's commit may come with
-    another process's work), so how many there are depends on how fast runs
-    go. (This test once streamed a second of commits that each started a run
-    and asserted fewer scans than half the commits; under load, runs were slow
-    and it failed with 109 scans for 147 commits.) Before the pause there was
-    a scan after every commit (6,397 a second)."""
-    out = child(
-        "scans_while_lingering",
-        backend,
-        path=str(tmp_path / "store"),
-        observed=observed,
-        timeout=120,
-    )
-    assert out["queued"] == 1  # still lingering: nothing folded it
-    assert len(out["streams"]) == (4 if observed else 1), out
-    for stream in out["streams"]:
-        assert stream["scans"] <= most_scans(stream["seconds"]), out
-        assert stream["scans"] * 2 < stream["commits"], out
-
-
-def test_wait_does_not_linger(backend, tmp_path):
-    """A bucket lingering 60 s (a look every 15 s) defers its run; env.wait
-    brings it forward and the update is folded at once, without another look."""
-    out = child("wait_does_not_linger", backend, path=str(tmp_path / "store"))
-    assert out["idle"] is True and out["seconds"] < 5.0
-    assert out["values"] == {'"k"': 5} and out["queued"] == 0
-    assert out["deferrals"] == out["before"]  # the run brought forward did not linger
-
-
-def test_waiters_and_adders_together_lose_nothing(backend, tmp_path):
-    """Real threads: 4 adders commit to a lingering queue while 3 threads keep
-    calling env.wait (each call hurries the pool, then lets it linger again).
-    Every update is folded once, and each wait returns."""
-    out = child("waiters_and_adders", backend, path=str(tmp_path / "store"))
-    assert out["idle"] is True and out["all_idle"] is True and out["waits"] >= 3
-    assert out["last_wait"] < 5.0  # not a linger's wait
-    expected = {f'"k{i}"': sum(1 for j in range(150) if j % 7 == i) * 4 for i in range(7)}
-    expected.update({f'"t{n}"': 150 for n in range(4)})
-    assert out["values"] == expected and out["queued"] == 0
 
 
 def test_accepted_declarations():

@@ -4,7 +4,7 @@ another process while they run.
 
 The workers run children/combine_app.py (and children/linger_app.py). The
 checks (guarantee 1, the old/new chain of guarantee 2, exact final values)
-are those of ``test_combine_queue``; see its module docstring for how the
+are those of ``_combine_checks``; see its module docstring for how the
 change observers record committed reports. lmdb only: processes share the
 store.
 """
@@ -23,8 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 import percolite
+from _combine_checks import chain_violations, guarantee_1_violations, reference_sums
 from _isolated import TESTS_DIR, load_fresh, run_command
-from test_combine_queue import chain_violations, guarantee_1_violations, reference_sums
 
 VOCABULARY = [f"word{i:02}" for i in range(60)]
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
+import children.concurrency
 from _isolated import run_child
 
 
 def test_no_lost_updates_8_threads_x_500_increments(backend, store_path):
-    out = run_child("children.concurrency:no_lost_updates", backend, store_path, timeout=90)
+    out = run_child(children.concurrency.no_lost_updates, backend, store_path, timeout=90)
     report = json.loads(out)
     assert report["errors"] == []
     assert report["final"] == "4000"
@@ -26,12 +27,12 @@ def test_no_lost_updates_8_threads_x_500_increments(backend, store_path):
 
 
 def test_snapshot_is_stable_while_other_threads_commit(backend, store_path):
-    out = run_child("children.concurrency:stable_snapshot", backend, store_path, timeout=60)
+    out = run_child(children.concurrency.stable_snapshot, backend, store_path, timeout=60)
     assert out.startswith("ok")
 
 
 def test_one_transaction_shared_by_threads(backend, store_path):
-    out = run_child("children.concurrency:shared_transaction", backend, store_path, timeout=60)
+    out = run_child(children.concurrency.shared_transaction, backend, store_path, timeout=60)
     assert out.strip() == "ok"
 
 
@@ -39,7 +40,7 @@ def test_close_while_other_threads_run(backend, tmp_path):
     """Close drains in-flight commits; other threads then get ClosedError,
     never a crash or a hang, and no commit reported as done is lost (checked
     by reopening, on the backends whose store outlives its handle)."""
-    out = run_child("children.concurrency:close_while_threads_run", backend, tmp_path, timeout=60)
+    out = run_child(children.concurrency.close_while_threads_run, backend, tmp_path, timeout=60)
     assert out.strip() == "ok"
 
 
@@ -47,5 +48,5 @@ def test_begin_and_close_race_does_not_crash(backend, tmp_path):
     """Threads that keep beginning transactions while another thread closes the
     store get ClosedError; none may touch the storage after the store closed.
     The race window is small, so this repeats open/race/close for a few seconds."""
-    out = run_child("children.concurrency:begin_and_close_race", backend, tmp_path, timeout=60)
+    out = run_child(children.concurrency.begin_and_close_race, backend, tmp_path, timeout=60)
     assert out.startswith("ok")

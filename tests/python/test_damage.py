@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import children.damage
 import percolite
 import pytest
 from _isolated import run_child_json, run_command, start_child
@@ -94,7 +95,7 @@ def _find_all(raw: bytearray, needle: bytes) -> list[int]:
 def _read(copy, write: bool = True) -> dict:
     """Reads (then, with ``write``, writes) ``copy`` in a child; the outcome,
     or how the child died."""
-    proc = start_child("children.damage:read", copy, write=write, timeout=READ_TIMEOUT)
+    proc = start_child(children.damage.read, copy, write=write, timeout=READ_TIMEOUT)
     try:
         out, err = proc.communicate(timeout=READ_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -172,7 +173,7 @@ def test_a_read_that_faults_is_an_error_and_the_handle_refuses_until_reopened(po
     for at in nodes:
         raw[at - 8 : at - 4] = b"\xff\xff\xff\xff"  # mn_lo, mn_hi: the value's size
     (copy / "data.mdb").write_bytes(raw)
-    out = run_child_json("children.damage:fault_then_reuse", copy, b"big000", b"doc00001")
+    out = run_child_json(children.damage.fault_then_reuse, copy, b"big000", b"doc00001")
     assert out["read"].startswith("CorruptionError"), out
     assert "pages are damaged" in out["read"] and (
         "SIGBUS" in out["read"] or "SIGSEGV" in out["read"]
@@ -316,7 +317,7 @@ def test_a_damaged_free_list_stops_the_first_commit_unchecked(populated, tmp_pat
     raw = (original / "data.mdb").read_bytes()
     at = _first_free_page_at(bytearray(raw))
     named = _u64(bytearray(raw), at)
-    out = run_child_json("children.damage:free_list_sweep", original, tmp_path, at, timeout=300)
+    out = run_child_json(children.damage.free_list_sweep, original, tmp_path, at, timeout=300)
     assert len(out) == len(raw) // PAGE - 2, "one variant per page but the meta pages"
     for page, (write, read) in out.items():
         if int(page) == named:

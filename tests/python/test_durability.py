@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import children.durability
 import percolite
 import pytest
 from _isolated import finish_child, start_child
@@ -52,7 +53,9 @@ def read_cell(env):
         tx.abort()
 
 
-def start_committer(tmp_path, sync_gate, function="commit_when_told", extra=(), **gates):
+def start_committer(
+    tmp_path, sync_gate, scenario=children.durability.commit_when_told, extra=(), **gates
+):
     db = tmp_path / "db"
     percolite.open(db, sync="full").close()  # created before any write is gated
     environment = {"LD_PRELOAD": str(sync_gate)}
@@ -60,7 +63,7 @@ def start_committer(tmp_path, sync_gate, function="commit_when_told", extra=(), 
         environment[f"PERCOLITE_TEST_{name.upper()}"] = str(value)
     opened, go = tmp_path / "opened", tmp_path / "go"
     child = start_child(
-        f"children.durability:{function}",
+        scenario,
         db,
         opened,
         go,
@@ -120,7 +123,7 @@ def test_a_loader_future_resolves_only_after_its_sync(tmp_path, sync_gate):
     db, go, child = start_committer(
         tmp_path,
         sync_gate,
-        function="load_when_told",
+        scenario=children.durability.load_when_told,
         extra=(held, checked),
         hold_sync=hold,
         sync_held=held,
@@ -144,7 +147,11 @@ def test_a_worker_goes_on_while_its_commit_waits_for_the_sync(tmp_path, sync_gat
     until the syncs pass."""
     hold, checked = tmp_path / "hold", tmp_path / "checked"
     db, go, child = start_committer(
-        tmp_path, sync_gate, function="observe_when_told", extra=(checked, 20), hold_sync=hold
+        tmp_path,
+        sync_gate,
+        scenario=children.durability.observe_when_told,
+        extra=(checked, 20),
+        hold_sync=hold,
     )
     reader = percolite.open(db, sync="full")
     hold.touch()

@@ -19,16 +19,18 @@ import sqlite3
 from collections import defaultdict
 from contextlib import closing
 
+import children.export_queue
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import run_child_json
 from conftest import open_store
 
 
-def child(name: str, backend: str, timeout: float = 60, **params):
-    """Runs ``children.export_queue:<name>`` on a store of ``backend`` with
-    ``params``; returns its JSON."""
-    return run_child_json(f"children.export_queue:{name}", backend, timeout=timeout, **params)
+def child(scenario, backend: str, timeout: float = 60, **params):
+    """Runs ``scenario`` (of children/export_queue.py) on a store of ``backend``
+    with ``params``; returns its JSON."""
+    return run_child_json(scenario, backend, timeout=timeout, **params)
 
 
 def per_call_order_ok(calls):
@@ -38,14 +40,14 @@ def per_call_order_ok(calls):
 
 
 def test_only_committed_entries_are_exported(backend, tmp_path):
-    out = child("only_committed_entries", backend, path=str(tmp_path / "db"))
+    out = child(children.export_queue.only_committed_entries, backend, path=str(tmp_path / "db"))
     assert out["attempts"] == 2
     assert out["keys"] == ["committed", "retried-2", "winner"]
     assert out["depth"] == 0
 
 
 def test_seq_follows_commit_order_and_calls_are_ordered(backend, tmp_path):
-    out = child("seq_follows_commit_order", backend, path=str(tmp_path / "db"))
+    out = child(children.export_queue.seq_follows_commit_order, backend, path=str(tmp_path / "db"))
     calls, committed = out["calls"], out["committed"]
     assert out["depth"] == 0
     assert per_call_order_ok(calls)
@@ -74,7 +76,7 @@ def test_seq_follows_commit_order_and_calls_are_ordered(backend, tmp_path):
 
 
 def test_failing_exporter_is_retried_and_visible_in_status(backend, tmp_path):
-    out = child("failing_exporter", backend, path=str(tmp_path / "db"))
+    out = child(children.export_queue.failing_exporter, backend, path=str(tmp_path / "db"))
     assert out["failures"] >= 2
     assert "ConnectionError: sink is down" in out["error"]
     assert "Traceback" in out["error"]
@@ -85,7 +87,9 @@ def test_failing_exporter_is_retried_and_visible_in_status(backend, tmp_path):
 
 
 def test_random_failures_and_redelivery_end_equal_to_the_reference(backend, tmp_path):
-    out = child("random_failures", backend, path=str(tmp_path / "db"), timeout=120)
+    out = child(
+        children.export_queue.random_failures, backend, path=str(tmp_path / "db"), timeout=120
+    )
     assert out["failed"] > 5 and out["failures"] == out["failed"]
     assert out["delivered"] > 800  # every failed call is delivered again
     assert out["sink"] == out["reference"]
@@ -100,7 +104,12 @@ def test_sqlite_exporter_end_to_end_ends_equal_to_the_committed_entries(backend,
     of an aborted or conflicting transaction arrives, and nothing stays
     queued."""
     sink_file = tmp_path / "sink.sqlite"
-    out = child("sqlite_sink", backend, path=str(tmp_path / "db"), sink_file=str(sink_file))
+    out = child(
+        children.export_queue.sqlite_sink,
+        backend,
+        path=str(tmp_path / "db"),
+        sink_file=str(sink_file),
+    )
     assert out["errors"] == []
     assert out["idle"] and out["depth"] == 0 and out["pending"] == 0
     assert out["failed"] >= 3 and out["failures"] == out["failed"]
@@ -119,7 +128,7 @@ def test_sqlite_exporter_end_to_end_ends_equal_to_the_committed_entries(backend,
 
 
 def test_deletions_export_none(backend, tmp_path):
-    out = child("deletions", backend, path=str(tmp_path / "db"))
+    out = child(children.export_queue.deletions, backend, path=str(tmp_path / "db"))
     flat = [[k, v] for call in out["calls"] for k, v, _s in call]
     assert flat == [["a", {"x": 1}], ["a", None], ["b", [1, 2]]] or flat == [
         ["a", {"x": 1}],
@@ -131,7 +140,12 @@ def test_deletions_export_none(backend, tmp_path):
 
 def test_change_observer_exports_atomically_with_the_new_values(backend, tmp_path):
     """The pipeline phrasecount uses: combine queue -> on_change -> export queue."""
-    out = child("change_observer_exports", backend, path=str(tmp_path / "db"), timeout=120)
+    out = child(
+        children.export_queue.change_observer_exports,
+        backend,
+        path=str(tmp_path / "db"),
+        timeout=120,
+    )
     assert out["final"]
     assert out["sink"] == out["final"]
 
@@ -189,8 +203,15 @@ def test_linger_gathers_a_stream_of_small_commits_into_few_calls(backend, tmp_pa
     what it finds; with linger=1.0 the bucket waits while entries arrive and
     exports them in a few calls (a young bucket goes once as many wait as it
     took before: see the next test)."""
-    eager = child("stream_with_linger", backend, path=str(tmp_path / "eager"), linger=0)
-    lingering = child("stream_with_linger", backend, path=str(tmp_path / "lingering"), linger=1.0)
+    eager = child(
+        children.export_queue.stream_with_linger, backend, path=str(tmp_path / "eager"), linger=0
+    )
+    lingering = child(
+        children.export_queue.stream_with_linger,
+        backend,
+        path=str(tmp_path / "lingering"),
+        linger=1.0,
+    )
     expected = [f"k{i:02d}" for i in range(20)]
     for out in (eager, lingering):
         assert out["keys"] == expected and out["depth"] == 0 and out["failures"] == 0
@@ -212,7 +233,7 @@ def test_a_young_bucket_exports_while_entries_arrive_an_older_one_lingers(backen
     stream is still arriving (lingering alone would hold all of it for 3 s,
     past its end). Then the bucket has taken the whole first stream, and the
     second, shorter one is gathered: one call, after it ends."""
-    out = child("young_and_older_bucket", backend, path=str(tmp_path / "store"))
+    out = child(children.export_queue.young_and_older_bucket, backend, path=str(tmp_path / "store"))
     calls, began_at, (first, second) = out["calls"], out["began_at"], out["streams"]
     assert sum(calls) == first + second and first > 100 and second > 20, out
     assert began_at[0] < first, "the young bucket waited for the end of the first stream"
@@ -226,7 +247,9 @@ def test_a_linger_never_idles_a_waiter(backend, tmp_path):
     ends at once. While other work is ready (20 observer runs, each adding an
     entry, on one worker thread) the bucket keeps gathering: one call of 20
     entries when they are done. With no one waiting, it lingers again."""
-    out = child("linger_never_idles_a_waiter", backend, path=str(tmp_path / "store"))
+    out = child(
+        children.export_queue.linger_never_idles_a_waiter, backend, path=str(tmp_path / "store")
+    )
     assert out["before"] >= 1  # it was lingering
     assert out["idle"] is True and out["first"] < 5.0
     assert out["idle_jobs"] is True and out["jobs"] < 5.0
@@ -275,6 +298,42 @@ def test_unencodable_entries_are_refused_and_nothing_is_queued(env, key, value, 
         assert tx.get("other", ("f", "q")) == b"x"
 
 
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "eq-add-no-tx",
+        lambda env, d, q: q["eq"].add(None, "a", 1),
+        TypeError,
+        r"export queue 'eq': add needs a percolite.Transaction",
+    ),
+    (
+        "eq-add-nan",
+        lambda env, d, q: q["eq"].add(env.transaction(), "a", float("nan")),
+        TypeError,
+        r"export queue 'eq': value nan for key 'a': expected int, not float",
+    ),
+    (
+        "eq-of-another-app",
+        lambda env, d, q: q["other_eq"].add(env.transaction(), "a", 1),
+        ValueError,
+        r"export queue 'oeq': add: the store is bound to app 'bad', which has no queue",
+    ),
+    (
+        "eq-exporter-not-callable",
+        lambda env, d, q: percolite.App().export_queue("e", 5),
+        TypeError,
+        r"export queue 'e': the exporter must be callable, not int",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
+
+
 # -- CombineQueue.export_to: native forwarding of every change --------------------
 
 
@@ -283,7 +342,12 @@ def test_export_to_sink_ends_equal_to_the_combine_queue_under_concurrent_adds(ba
     every change to the export queue in C++ (no on_change). The seq-guarded
     sink ends equal to the queue's final values; then keys brought to zero
     leave as deletions (value None, with a larger seq than their last value)."""
-    out = child("export_to_under_concurrent_adds", backend, path=str(tmp_path / "db"), timeout=120)
+    out = child(
+        children.export_queue.export_to_under_concurrent_adds,
+        backend,
+        path=str(tmp_path / "db"),
+        timeout=120,
+    )
     assert out["returned_same"]
     assert out["failures"] == [0, 0]
     assert len(out["final"]) > 30
@@ -400,7 +464,9 @@ def test_export_to_refuses_what_cannot_work():
 
 
 def test_export_to_while_workers_run_is_an_error_and_keeps_nothing(backend, tmp_path):
-    out = child("export_to_while_workers_run", backend, path=str(tmp_path / "db"))
+    out = child(
+        children.export_queue.export_to_while_workers_run, backend, path=str(tmp_path / "db")
+    )
     assert "cannot register an export from combine queue 'counts'" in out["error"]
     assert "workers are running" in out["error"]
     assert out["nothing"] == [], "the refused export_to forwarded changes"
@@ -413,7 +479,9 @@ def test_export_to_sends_nothing_from_an_aborted_processing_transaction(backend,
     raises (so the transaction aborts and is retried), nothing reaches the
     export queue or the exporter, and the failure shows in env.status(). Once
     on_change passes, each key leaves exactly once, with its value."""
-    out = child("export_to_from_aborted_runs", backend, path=str(tmp_path / "db"))
+    out = child(
+        children.export_queue.export_to_from_aborted_runs, backend, path=str(tmp_path / "db")
+    )
     assert out["failures"] >= 6
     assert "ValueError: observer says no" in out["error"]
     assert out["during"] == {"depth": 0, "queued": 3, "values": {}, "calls": []}

@@ -1,4 +1,5 @@
-"""The built-in exporters (percolite.exporters): SQLite, PostgreSQL, JSON Lines.
+"""The built-in SQL exporters (percolite.exporters): SQLite and PostgreSQL
+(JSON Lines: test_exporters_jsonlines.py).
 
 The export queue delivers at least once, possibly out of order and from
 several threads and processes at once; every exporter
@@ -19,9 +20,11 @@ import threading
 import time
 from contextlib import closing
 
+import children.exporters
 import percolite.exporters
 import pytest
-from _isolated import finish_child, run_child, start_child
+from _export_histories import batches_of, export_from_processes, highest_seqs, history, reference
+from _isolated import run_child
 from percolite._export import SequencedExport as E
 from percolite.errors import ClosedError
 
@@ -115,48 +118,6 @@ def applied_seqs(target, exporter):
         for key, seq in target.sql(f'SELECT "{exporter.key}", seq FROM "{exporter.table}"'):
             applied[key] = max(seq, applied.get(key, seq))
     return applied
-
-
-# --- Random histories, their batches, and the state they must end in -------
-
-
-def history(rng, keys=20, commits=150):
-    """Commits in seq order: each changes one key, deleting it one time in five.
-    A value names its seq, so a stale value cannot pass for the right one."""
-    seq, entries = 0, []
-    for _ in range(commits):
-        seq += rng.randint(1, 3)
-        key = f"k{rng.randrange(keys):02}"
-        entries.append(E(key, None if rng.random() < 0.2 else f"v{seq}", seq))
-    return entries
-
-
-def batches_of(rng, entries, count):
-    """``count`` batches (ordered by key, then seq, like the queue's) covering
-    every entry at least once, with redeliveries and supersets, shuffled."""
-    shuffled = rng.sample(entries, len(entries))
-    half = count // 2
-    chunks = [shuffled[i::half] for i in range(half)]
-    chunks += [rng.sample(entries, rng.randint(1, 12)) for _ in range(count - len(chunks))]
-    chunks += [rng.choice(chunks) for _ in range(count // 4)]  # the same batch again
-    rng.shuffle(chunks)
-    return [sorted(chunk, key=lambda e: (e.key, e.seq)) for chunk in chunks]
-
-
-def reference(entries):
-    """Per key, the value of the entry with the highest seq; deleted keys absent."""
-    newest = {}
-    for entry in entries:
-        if entry.key not in newest or entry.seq > newest[entry.key].seq:
-            newest[entry.key] = entry
-    return {key: e.value for key, e in newest.items() if e.value is not None}
-
-
-def highest_seqs(entries):
-    seqs = {}
-    for entry in entries:
-        seqs[entry.key] = max(entry.seq, seqs.get(entry.key, -1))
-    return seqs
 
 
 # --- SQLite and PostgreSQL: one behaviour, two databases ---------------------
@@ -479,6 +440,20 @@ def test_column_names_like_the_exporters_own_are_usable(target):
     assert exporter.rows() == {(1, "x"): (1, 2)}
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), (1, float("-inf"))])
+def test_sql_exporters_refuse_nan_and_infinity_before_writing(tmp_path, value):
+    from percolite.exporters import SQLite
+
+    columns = ("a", "b") if isinstance(value, tuple) else "value"
+    sink = SQLite(tmp_path / "out.sqlite", "t", columns=columns)
+    good = (1, 2) if isinstance(value, tuple) else 1.5
+    sink([E("ok", good, 1)])
+    with pytest.raises(ValueError, match="is not storable"):
+        sink([E("a", good, 2), E("k", value, 3)])
+    with sqlite3.connect(tmp_path / "out.sqlite") as db:
+        assert [r[0] for r in db.execute("SELECT key FROM t ORDER BY key")] == ["ok"]
+
+
 def test_closed_exporter_refuses_calls(target):
     exporter = target.exporter()
     exporter([E("a", 1, 1)])
@@ -516,41 +491,6 @@ def test_four_threads_end_at_the_reference_state(target):
     assert applied_seqs(target, exporter) == highest_seqs(entries)
 
 
-def export_from_processes(tmp_path, kind, location, table, shares):
-    """Runs one child interpreter per share of batches, all at once."""
-    go_file = tmp_path / "go"
-    procs, ready = [], []
-    for index, share in enumerate(shares):
-        batches_file = tmp_path / f"batches{index}.json"
-        batches_file.write_text(json.dumps(share))
-        ready.append(tmp_path / f"ready{index}")
-        procs.append(
-            start_child(
-                "children.exporters:export_batches",
-                kind,
-                location,
-                table,
-                batches_file,
-                ready[-1],
-                go_file,
-            )
-        )
-    deadline = time.monotonic() + 30
-    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
-        if any(proc.poll() is not None for proc in procs):
-            break  # a child died early: finish_child reports it
-        time.sleep(0.005)
-    go_file.touch()
-    failures = []
-    for proc in procs:  # wait for every child, even when one failed
-        try:
-            finish_child(proc, timeout=60)
-        except pytest.fail.Exception as failure:
-            failures.append(str(failure))
-    if failures:
-        pytest.fail("\n".join(failures), pytrace=False)
-
-
 def test_two_processes_end_at_the_reference_state(target, tmp_path):
     rng = random.Random(2)
     entries = history(rng)
@@ -571,7 +511,7 @@ def test_forked_child_and_parent_export_at_once_on_their_own_connections(target,
     batches_file = tmp_path / "batches.json"
     batches_file.write_text(json.dumps(shares))
     run_child(
-        "children.exporters:export_across_fork",
+        children.exporters.export_across_fork,
         target.kind,
         target.location,
         exporter.table,
@@ -675,124 +615,14 @@ def test_postgres_refuses_to_guess_the_type_of_a_column_without_values(postgres_
 
 
 def test_postgres_without_psycopg_says_how_to_install_it():
-    out = run_child("children.exporters:postgres_without_psycopg", timeout=30)
+    out = run_child(children.exporters.postgres_without_psycopg, timeout=30)
     assert 'pip install "psycopg[binary]"' in out
-
-
-# --- JSON Lines --------------------------------------------------------------
-
-
-def lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_jsonlines_appends_entries_and_loads_the_state(tmp_path):
-    path = tmp_path / "out.jsonl"
-    exporter = percolite.exporters.JSONLines(path)
-    assert exporter.rows() == {}
-    exporter([E("a", {"n": 1}, 1), E(("b", 2), [1, 2], 2)])
-    exporter([E("a", None, 3), E("c", "x", 4)])
-    assert lines(path) == [
-        {"key": "a", "value": {"n": 1}, "seq": 1},
-        {"key": ["b", 2], "value": [1, 2], "seq": 2},
-        {"key": "a", "value": None, "seq": 3},
-        {"key": "c", "value": "x", "seq": 4},
-    ]
-    state = percolite.exporters.JSONLines.load(path)
-    assert state == {("b", 2): [1, 2], "c": "x"}, "tuple keys come back as tuples"
-    assert exporter.rows() == state
-    assert repr(exporter) == f"<percolite.exporters.JSONLines {str(path)!r}>"
-
-
-def test_jsonlines_skips_redelivered_older_and_collapsed_entries(tmp_path):
-    path = tmp_path / "out.jsonl"
-    exporter = percolite.exporters.JSONLines(path)
-    batch = [E("a", 1, 1), E("a", 2, 2), E("b", 1, 3)]
-    exporter(batch)
-    assert [line["seq"] for line in lines(path)] == [2, 3], "one line per key: the newest"
-    exporter(batch)
-    exporter([E("b", None, 9)])
-    exporter([E("b", "old", 4), E("a", 2, 2)])  # older than what the file holds
-    assert [line["seq"] for line in lines(path)] == [2, 3, 9]
-    assert percolite.exporters.JSONLines.load(path) == {"a": 2}
-
-
-def test_jsonlines_objects_see_what_others_appended(tmp_path):
-    path = tmp_path / "out.jsonl"
-    first, second = percolite.exporters.JSONLines(path), percolite.exporters.JSONLines(path)
-    first([E("a", "new", 5)])
-    second([E("a", "old", 4)])  # second has never read the file: it must look first
-    assert percolite.exporters.JSONLines.load(path) == {"a": "new"}
-    assert len(lines(path)) == 1
-
-
-def test_jsonlines_ignores_a_torn_line_from_a_crashed_call(tmp_path):
-    path = tmp_path / "out.jsonl"
-    exporter = percolite.exporters.JSONLines(path)
-    exporter([E("a", 1, 1)])
-    with open(path, "ab") as file:
-        file.write(b'{"key": "a", "value": 99, "se')  # a call that died mid-write
-    exporter([E("b", 2, 2)])
-    assert percolite.exporters.JSONLines.load(path) == {"a": 1, "b": 2}
-    assert path.read_text().splitlines()[-1] == '{"key": "b", "value": 2, "seq": 2}'
-
-
-def test_jsonlines_bad_input(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere"):
-        percolite.exporters.JSONLines(tmp_path / "nowhere" / "out.jsonl")
-    exporter = percolite.exporters.JSONLines(tmp_path / "out.jsonl")
-    with pytest.raises(ValueError, match="entry of key 'a' is not JSON"):
-        exporter([E("a", b"bytes", 1)])
-    with pytest.raises(ValueError, match="seq must be an int"):
-        exporter([E("a", 1, "1")])
-    with pytest.raises(FileNotFoundError):
-        percolite.exporters.JSONLines.load(tmp_path / "absent.jsonl")
-    with exporter:
-        pass
-    with pytest.raises(ClosedError):
-        exporter([E("a", 1, 1)])
-    assert exporter.rows() == {}
-
-
-def test_jsonlines_four_threads_end_at_the_reference_state(tmp_path):
-    rng = random.Random(5)
-    entries = history(rng)
-    batches = batches_of(rng, entries, 80)
-    path = tmp_path / "out.jsonl"
-    exporters = [percolite.exporters.JSONLines(path) for _ in range(2)]
-    threads = [
-        threading.Thread(target=lambda i=i: [exporters[i % 2](b) for b in batches[i::4]])
-        for i in range(4)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads)
-    assert percolite.exporters.JSONLines.load(path) == reference(entries)
-    seqs = [line["seq"] for line in lines(path)]
-    assert len(seqs) == len(set(seqs)), "no entry was appended twice"
-
-
-def test_jsonlines_two_processes_end_at_the_reference_state(tmp_path):
-    rng = random.Random(3)
-    entries = history(rng)
-    batches = batches_of(rng, entries, 120)
-    path = tmp_path / "out.jsonl"
-    export_from_processes(tmp_path, "jsonl", str(path), "", [batches[0::2], batches[1::2]])
-    assert percolite.exporters.JSONLines.load(path) == reference(entries)
-    by_key = {}
-    for line in lines(path):
-        by_key.setdefault(line["key"], []).append(line["seq"])
-    assert all(seqs == sorted(set(seqs)) for seqs in by_key.values()), (
-        "per key, every appended line is newer than the ones before it"
-    )
 
 
 def test_sqlite_processes_switching_a_new_file_to_wal_at_once(tmp_path):
     # Regression: "PRAGMA journal_mode=WAL" does not wait for the busy timeout;
     # processes opening a new file at the same time got "database is locked".
-    run_child("children.exporters:new_sqlite_file_race", tmp_path, 8, 4, timeout=60)
+    run_child(children.exporters.new_sqlite_file_race, tmp_path, 8, 4, timeout=60)
 
 
 def test_sqlite_guard_rows_for_every_key_still_guard(tmp_path):

@@ -3,6 +3,7 @@ threads): no crash, no hang, and the store closes."""
 
 from __future__ import annotations
 
+import children.lifetime
 import percolite
 from _isolated import run_child
 from children.lifetime import DONE
@@ -14,7 +15,7 @@ from children.lifetime import DONE
 # and aborted the process.
 def test_an_env_freed_on_a_worker_thread_closes_without_aborting(backend, tmp_path):
     out = run_child(
-        "children.lifetime:drop_an_env_inside_an_observer",
+        children.lifetime.drop_an_env_inside_an_observer,
         backend,
         tmp_path / "db",
         tmp_path / "other",
@@ -32,7 +33,7 @@ def test_an_env_freed_on_a_worker_thread_closes_without_aborting(backend, tmp_pa
 def test_envs_freed_on_a_worker_thread_are_closed_before_the_interpreter_exits(tmp_path):
     count = 4
     out = run_child(
-        "children.lifetime:free_busy_envs_on_a_worker_thread_then_exit",
+        children.lifetime.free_busy_envs_on_a_worker_thread_then_exit,
         tmp_path / "db",
         tmp_path / "other",
         count,

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import children.loader
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import run_child
 from conftest import COL, open_store
 
@@ -226,11 +228,35 @@ def test_flush_from_inside_a_submitted_function_is_refused(env):
     loader.close()  # close() alone does not raise the failures; leaving a with block does
 
 
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "loader-zero",
+        lambda env, d, q: env.loader(max_in_flight=0),
+        ValueError,
+        r"max_in_flight must be >= 1, not 0",
+    ),
+    (
+        "loader-float",
+        lambda env, d, q: env.loader(max_in_flight=2.5),
+        TypeError,
+        r"max_in_flight must be an int, not float",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
+
+
 def test_back_pressure_keeps_memory_steady_over_many_submissions():
     # 1,000,000 submissions from one thread: the loader holds at most 256 at
     # a time, so memory after 200,000 and after 1,000,000 is the same.
     out = run_child(
-        "children.loader:rss_over_submissions", 1_000_000, [200_000, 1_000_000], timeout=240
+        children.loader.rss_over_submissions, 1_000_000, [200_000, 1_000_000], timeout=240
     )
     lines = out.splitlines()
     (_, early), (_, late) = (map(int, line.split()) for line in lines[:2])

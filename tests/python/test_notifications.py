@@ -12,15 +12,16 @@ the counter).
 
 from __future__ import annotations
 
+import children.notifications
 import percolite
 import pytest
 from _isolated import run_child_json
 
 
-def child(name: str, backend: str, timeout: float = 60, **params):
-    """Runs ``children.notifications:<name>`` on a store of ``backend`` with
-    ``params``; returns its JSON."""
-    return run_child_json(f"children.notifications:{name}", backend, timeout=timeout, **params)
+def child(scenario, backend: str, timeout: float = 60, **params):
+    """Runs ``scenario`` (of children/notifications.py) on a store of ``backend``
+    with ``params``; returns its JSON."""
+    return run_child_json(scenario, backend, timeout=timeout, **params)
 
 
 # -- strong notifications -----------------------------------------------------
@@ -28,7 +29,9 @@ def child(name: str, backend: str, timeout: float = 60, **params):
 
 @pytest.mark.parametrize("when", ["before_workers", "while_workers_run"])
 def test_strong_at_most_one_committed_run_per_notification_with_8_threads(backend, tmp_path, when):
-    result = child("strong_once", backend, db=tmp_path / "db", n=400, when=when)
+    result = child(
+        children.notifications.strong_once, backend, db=tmp_path / "db", n=400, when=when
+    )
     assert result["totals"]["idle"] is True
     assert result["pending"] == 0
     assert result["totals"]["failures"] == 0
@@ -40,7 +43,7 @@ def test_strong_at_most_one_committed_run_per_notification_with_8_threads(backen
 
 
 def test_strong_sets_before_a_run_collapse_into_one_run(backend, tmp_path):
-    result = child("strong_sets_collapse", backend, db=tmp_path / "db")
+    result = child(children.notifications.strong_sets_collapse, backend, db=tmp_path / "db")
     assert result["pending_before"] == 1, "five sets of one cell are one notification"
     assert result["runs"] == {"doc:1": [1, 1]}
     assert result["markers"] == [{"seen": "version 4"}], "the one run sees the newest value"
@@ -49,7 +52,7 @@ def test_strong_sets_before_a_run_collapse_into_one_run(backend, tmp_path):
 
 
 def test_strong_set_during_a_run_causes_exactly_one_more_run(backend, tmp_path):
-    result = child("strong_set_during_a_run", backend, db=tmp_path / "db")
+    result = child(children.notifications.strong_set_during_a_run, backend, db=tmp_path / "db")
     assert result["idle"] is True
     assert result["pending_during"] == 1
     assert result["runs"] == {"doc:1": [2, 2]}, "exactly one more run after a set during a run"
@@ -59,7 +62,7 @@ def test_strong_set_during_a_run_causes_exactly_one_more_run(backend, tmp_path):
 
 
 def test_deleting_an_observed_column_does_not_notify(backend, tmp_path):
-    result = child("delete_does_not_notify", backend, db=tmp_path / "db")
+    result = child(children.notifications.delete_does_not_notify, backend, db=tmp_path / "db")
     assert result["pending"] == [0, 1]
     assert result["commits"] == [1, 0, 1]
     assert result["runs"] == {"doc:1": [2, 2]}
@@ -86,14 +89,14 @@ def test_strong_notification_survives_reopen_without_workers(tmp_path):
         status = env.status()
     assert status["pending"] == 11
     assert [(o["name"], o["pending"]) for o in status["observers"]] == [("index", 11)]
-    result = run_child_json("children.notifications:run_stored_notifications", db=tmp_path / "db")
+    result = run_child_json(children.notifications.run_stored_notifications, db=tmp_path / "db")
     assert result["pending"] == 0
     assert sorted(result["runs"]) == sorted([f"doc:{i}" for i in range(10)] + ["doc:late"])
     assert all(counts == [1, 1] for counts in result["runs"].values())
 
 
 def test_rows_longer_than_the_lmdb_key_limit_are_notified(backend, tmp_path):
-    result = child("long_rows", backend, db=tmp_path / "db")
+    result = child(children.notifications.long_rows, backend, db=tmp_path / "db")
     assert result["pending_before"] == 3
     assert result["idle"] is True
     assert result["runs"] == {row: [1, 1] for row in result["rows"]}
@@ -104,7 +107,7 @@ def test_rows_longer_than_the_lmdb_key_limit_are_notified(backend, tmp_path):
 
 
 def test_weak_notifications_are_delivered_at_least_once(backend, tmp_path):
-    result = child("weak_at_least_once", backend, db=tmp_path / "db", n=200)
+    result = child(children.notifications.weak_at_least_once, backend, db=tmp_path / "db", n=200)
     assert result["idle"] is True
     assert result["pending"] == 0
     runs = result["runs"]
@@ -114,7 +117,7 @@ def test_weak_notifications_are_delivered_at_least_once(backend, tmp_path):
 
 
 def test_weak_notifications_of_one_cell_coalesce_before_a_run(backend, tmp_path):
-    result = child("weak_coalesce", backend, db=tmp_path / "db")
+    result = child(children.notifications.weak_coalesce, backend, db=tmp_path / "db")
     assert result["pending_before"] == 1
     assert result["runs"] == {"bucket:1": [1, 1]}
     assert result["totals"]["commits"] == 1
@@ -122,7 +125,7 @@ def test_weak_notifications_of_one_cell_coalesce_before_a_run(backend, tmp_path)
 
 
 def test_weak_notification_never_collides_with_the_running_observer(backend, tmp_path):
-    result = child("weak_never_collides", backend, db=tmp_path / "db")
+    result = child(children.notifications.weak_never_collides, backend, db=tmp_path / "db")
     assert result["conflicts"] == [], "setting a weak notification never collides"
     assert result["observer_conflicts"] == 0
     assert result["failures"] == 0
@@ -135,7 +138,7 @@ def test_weak_notification_never_collides_with_the_running_observer(backend, tmp
 def test_weak_observer_that_renotifies_itself_runs_again_until_done(backend, tmp_path):
     """The queue pattern: a run handles a batch and re-notifies its own cell
     while work remains; the re-notification survives the run's commit."""
-    result = child("weak_renotifies_itself", backend, db=tmp_path / "db")
+    result = child(children.notifications.weak_renotifies_itself, backend, db=tmp_path / "db")
     assert result["totals"]["idle"] is True
     assert result["totals"]["failures"] == 0
     assert result["left"] == 0
@@ -148,7 +151,7 @@ def test_weak_observer_that_renotifies_itself_runs_again_until_done(backend, tmp
 
 
 def test_wait_returns_only_after_the_downstream_observer_finished(backend, tmp_path):
-    result = child("chain_wait", backend, db=tmp_path / "db", n=100)
+    result = child(children.notifications.chain_wait, backend, db=tmp_path / "db", n=100)
     assert result["idle"] is True
     assert result["pending"] == 0
     assert result["wrong"] == {}, "wait() returned before the chain's last observer finished"
@@ -158,7 +161,7 @@ def test_wait_returns_only_after_the_downstream_observer_finished(backend, tmp_p
 
 
 def test_failing_observer_is_retried_with_backoff_and_reported(backend, tmp_path):
-    result = child("failing_observer", backend, db=tmp_path / "db")
+    result = child(children.notifications.failing_observer, backend, db=tmp_path / "db")
     failing = result["failing"]
     assert failing["pending"] == 2, "a failing observer's notifications stay pending"
     assert failing["commits"] == 0
@@ -187,7 +190,9 @@ def test_a_conflict_is_retried_though_its_commit_came_back_to_an_idle_pool(backe
     (workers.h "Committing"); when it comes back as a conflict, the retry is
     scheduled then, and the thread, already waiting for work, must wake for
     it: the wait ends within its timeout, after one conflict and one commit."""
-    result = child("conflict_retried_on_one_thread", backend, db=tmp_path / "db")
+    result = child(
+        children.notifications.conflict_retried_on_one_thread, backend, db=tmp_path / "db"
+    )
     assert result == {
         "idle": True,
         "attempts": 2,
@@ -216,7 +221,7 @@ def test_a_blocked_observer_does_not_starve_another_observer(backend, tmp_path):
     thread is in ``slow`` while ``quick`` has work, so ``quick`` commits at
     once, while ``slow``'s event is still unset. Then, alone with work,
     ``slow`` gets both threads; once released, all its runs commit."""
-    result = child("fair_scheduling", backend, db=tmp_path / "db", n=12)
+    result = child(children.notifications.fair_scheduling, backend, db=tmp_path / "db", n=12)
     assert result["quick_commits"] == 1, (
         f"quick did not commit within 10 s while slow was blocked: {result}"
     )

@@ -3,8 +3,10 @@ nothing is lost or left broken after them."""
 
 from __future__ import annotations
 
+import children.observer_bad_input
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import run_child_json
 from conftest import open_store
 
@@ -20,7 +22,7 @@ def _noop(tx, row, column):  # pragma: no cover - never run
 
 def test_registering_an_observer_while_workers_run_raises(backend, tmp_path):
     result = run_child_json(
-        "children.observer_bad_input:register_while_workers_run", backend, db=tmp_path / "db"
+        children.observer_bad_input.register_while_workers_run, backend, db=tmp_path / "db"
     )
     assert result["refused"] is not None, "registering while workers run must raise"
     name, is_percolite_error, message = result["refused"]
@@ -169,10 +171,71 @@ def test_start_workers_with_bad_arguments_raises(backend, tmp_path, kwargs, erro
 
 def test_starting_workers_twice_raises(backend, tmp_path):
     result = run_child_json(
-        "children.observer_bad_input:start_workers_twice", backend, db=tmp_path / "db"
+        children.observer_bad_input.start_workers_twice, backend, db=tmp_path / "db"
     )
     assert result["second"] is not None, "a second start_workers must raise"
     assert result["running"] is True, "the first workers keep running"
+
+
+# -- bad input to wait, process and start_workers ------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "wait-nan",
+        lambda env, d, q: env.wait(timeout=float("nan")),
+        ValueError,
+        r"timeout must be >= 0 or None, not nan",
+    ),
+    ("wait-negative", lambda env, d, q: env.wait(timeout=-1), ValueError, r"timeout must be >= 0"),
+    (
+        "wait-str",
+        lambda env, d, q: env.wait(timeout="1"),
+        TypeError,
+        r"timeout must be a number or None, not str",
+    ),
+    (
+        "start-workers-lease",
+        lambda env, d, q: env.start_workers(1, lease_seconds=0),
+        ValueError,
+        r"lease_seconds must be > 0",
+    ),
+    (
+        "start-workers-half-static",
+        lambda env, d, q: env.start_workers(1, worker_index=0),
+        ValueError,
+        r"give worker_index and worker_count together",
+    ),
+    (
+        "process-timeout-str",
+        lambda env, d, q: env.process(timeout="x"),
+        TypeError,
+        r"timeout must be a number or None, not str",
+    ),
+    (
+        "start-workers-zero",
+        lambda env, d, q: env.start_workers(0),
+        ValueError,
+        r"threads must be at least 1, not 0",
+    ),
+    (
+        "start-workers-str",
+        lambda env, d, q: env.start_workers("4"),
+        TypeError,
+        r"threads must be an int, not str",
+    ),
+    (
+        "start-workers-count-zero",
+        lambda env, d, q: env.start_workers(1, worker_index=0, worker_count=0),
+        ValueError,
+        r"worker_index must be in range\(worker_count\)",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
 
 
 # -- an observer that misuses its transaction ---------------------------------
@@ -185,7 +248,7 @@ def test_an_observer_that_commits_its_own_transaction_is_a_counted_failure(
     backend, tmp_path, misuse
 ):
     result = run_child_json(
-        "children.observer_bad_input:misusing_observer", backend, db=tmp_path / "db", misuse=misuse
+        children.observer_bad_input.misusing_observer, backend, db=tmp_path / "db", misuse=misuse
     )
     assert result["failures"] >= 3
     assert "Traceback" in result["last_error"]

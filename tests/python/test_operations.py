@@ -10,6 +10,7 @@ import sys
 
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import TESTS_DIR, load_fresh, run_command
 from conftest import open_store
 
@@ -300,6 +301,48 @@ def test_retry_parked_refuses_unknown_observers_and_bad_types(backend, tmp_path)
             env.retry_parked([1])
         assert env.retry_parked("toggle") == 0
         assert env.retry_parked() == 0
+
+
+# -- bad input to status, parked and retry_parked ------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "retry-parked-int",
+        lambda env, d, q: env.retry_parked(42),
+        TypeError,
+        r"retry_parked: observer must be a name",
+    ),
+    (
+        "status-queues-str",
+        lambda env, d, q: env.status(queues="yes"),
+        TypeError,
+        r"status: queues must be True or False, not str",
+    ),
+    (
+        "parked-int",
+        lambda env, d, q: env.parked(5),
+        TypeError,
+        r"parked: observer must be a name \(str\) or None, not int",
+    ),
+    (
+        "retry-parked-queue-int",
+        lambda env, d, q: env.retry_parked(queue=5),
+        TypeError,
+        r"retry_parked: queue must be a name",
+    ),
+    (
+        "retry-parked-unknown-queue",
+        lambda env, d, q: env.retry_parked(queue="nope"),
+        ValueError,
+        r"no queue named 'nope'",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)
 
 
 # -- poison keys in queues --------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 
+import children.processes
 import percolite
 from _isolated import finish_child, run_child, start_child
 from conftest import COL
@@ -17,7 +18,7 @@ def test_two_processes_increment_one_counter(store_path, tmp_path):
     percolite.open(store_path).close()  # create it before the race
     go_file = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
-    procs = [start_child("children.processes:incrementer", store_path, r, go_file) for r in ready]
+    procs = [start_child(children.processes.incrementer, store_path, r, go_file) for r in ready]
     deadline = time.monotonic() + 30
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
@@ -41,7 +42,7 @@ def test_conflict_detected_across_processes(store_path):
     with env.transaction() as tx:
         tx.set("x", COL, "orig")
     mine = env.transaction()
-    run_child("children.processes:write_x", store_path, timeout=30)
+    run_child(children.processes.write_x, store_path, timeout=30)
     assert mine.get("x", COL) == b"orig"  # still the snapshot
     mine.set("x", COL, "mine")
     mine.set("y", COL, "mine")
@@ -59,7 +60,7 @@ def test_conflict_detected_across_processes(store_path):
 
 
 def test_env_used_in_forked_child_raises_error(store_path):
-    out = run_child("children.processes:fork_and_use_the_store", store_path, timeout=30)
+    out = run_child(children.processes.fork_and_use_the_store, store_path, timeout=30)
     lines = out.split()
     # 0: the child got percolite.Error naming fork for env.transaction() and for
     # the inherited transaction, and could open the store again itself.

@@ -7,6 +7,7 @@ import time
 
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from percolite import _progress
 
 CONTENT = ("doc", "content")
@@ -81,3 +82,27 @@ def test_phrasecount_draws_loading_and_working_bars(tmp_path):
     assert summary.documents == 20
     text = stream.getvalue()
     assert "documents read" in text and "notifications done" in text
+
+
+# -- bad input: the progress option --------------------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "wait-progress-str",
+        lambda env, d, q: env.wait(timeout=0, progress="maybe"),
+        ValueError,
+        r"progress must be True, False or 'auto', not 'maybe'",
+    ),
+    (
+        "process-progress-int",
+        lambda env, d, q: env.process(progress=5),
+        ValueError,
+        r"progress must be True, False or 'auto', not 5",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)

@@ -20,8 +20,10 @@ import random
 import struct
 import time
 
+import children.sharded_counter
 import percolite
 import pytest
+from _bad_input import entry_point_params, refuses_bad_input
 from _isolated import finish_child, run_child, run_child_json, start_child
 from conftest import committed_cells, open_store
 
@@ -46,7 +48,7 @@ def test_exact_totals_8_threads_x_500_increments(backend, store_path):
     the interleaving: 8 threads, 500 transactions each, one in five of them
     aborted after its add."""
     report = run_child_json(
-        "children.sharded_counter:exact_totals_threads", backend, timeout=90, path=store_path
+        children.sharded_counter.exact_totals_threads, backend, timeout=90, path=store_path
     )
     assert report["errors"] == []
     assert report["aborted"] == [100] * 8
@@ -65,7 +67,7 @@ def test_exact_totals_two_processes(store_path, tmp_path):
     go_file = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
     procs = [
-        start_child("children.sharded_counter:process_incrementer", store_path, r, go_file, amount)
+        start_child(children.sharded_counter.process_incrementer, store_path, r, go_file, amount)
         for r, amount in zip(ready, (1, 3), strict=True)
     ]
     deadline = time.monotonic() + 30
@@ -92,7 +94,7 @@ def test_more_shards_collide_less(backend, store_path):
     to the scheduler). With backoff, a single hot cell throttles itself: fewer
     conflicts, but increments wait; see docs/sharded_counters.md."""
     report = run_child_json(
-        "children.sharded_counter:shard_collisions", backend, timeout=90, path=store_path
+        children.sharded_counter.shard_collisions, backend, timeout=90, path=store_path
     )
     rounds, retries = report["rounds"], report["retries"]
     assert rounds["1"] == 40 * 7  # exactly one winner per round
@@ -226,7 +228,7 @@ def test_cached_exact_in_its_handle_under_8_threads(backend, store_path):
     distinct total, 1..4000); with p = 1 every total is persisted and the
     maximum survives out-of-order writes; flush persists the rest."""
     report = run_child_json(
-        "children.sharded_counter:cached_threads", backend, timeout=90, path=store_path
+        children.sharded_counter.cached_threads, backend, timeout=90, path=store_path
     )
     for p, r in report.items():
         assert r["errors"] == [], p
@@ -262,7 +264,7 @@ def test_cached_closing_without_flush_loses_exactly_the_lag(store_path):
 
 def test_cached_process_ending_without_flush_loses_exactly_the_lag(store_path):
     """lmdb only: the store outlives the process that wrote it."""
-    out = run_child("children.sharded_counter:cached_exit_without_flush", store_path, timeout=60)
+    out = run_child(children.sharded_counter.cached_exit_without_flush, store_path, timeout=60)
     cached, persisted = map(int, out.split())
     assert cached == 300
     with percolite.open(store_path, sync="none") as env:
@@ -382,3 +384,39 @@ def test_repr():
         repr(percolite.ShardedCounter("hits", 4, chance_to_write=0.25))
         == "<percolite.ShardedCounter 'hits' shards=4 chance_to_write=0.25>"
     )
+
+
+# -- bad input, in the table of entry points -----------------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    (
+        "counter-add-str",
+        lambda env, d, q: q["counter"].add(env.transaction(), "x"),
+        TypeError,
+        r"sharded counter 'hits': amount must be an int, not str",
+    ),
+    (
+        "counter-add-too-big",
+        lambda env, d, q: q["counter"].add(env.transaction(), 2**64),
+        ValueError,
+        r"sharded counter 'hits': amount 18446744073709551616 does not fit",
+    ),
+    (
+        "counter-add-no-tx",
+        lambda env, d, q: q["counter"].add(None, 1),
+        TypeError,
+        r"sharded counter 'hits': add needs a percolite.Transaction, not NoneType",
+    ),
+    (
+        "counter-shards-zero",
+        lambda env, d, q: percolite.ShardedCounter("c", shards=0),
+        ValueError,
+        r"sharded counter 'c': shards must be between 1 and 65536, not 0",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)

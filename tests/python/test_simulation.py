@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+import children.simulation
 import percolite
 import pytest
 from _isolated import run_child_json
@@ -21,8 +22,8 @@ EXPECTED = simulation.expected(simulation.documents())
 
 
 def test_the_same_seed_gives_the_same_trace_and_store_in_two_processes():
-    first = run_child_json("children.simulation:print_run", 7)
-    second = run_child_json("children.simulation:print_run", 7)
+    first = run_child_json(children.simulation.print_run, 7)
+    second = run_child_json(children.simulation.print_run, 7)
     assert first == second
     here = simulation.run(7)
     assert here["trace_digest"] == first["trace_digest"]

@@ -1,15 +1,23 @@
 """The store's files are checked before they are mapped: damaged or
 truncated data files, symbolic links and directories that hold no store are
-refused with a clear error and left untouched."""
+refused with a clear error and left untouched. Opening a store directory:
+handles on one path share its store, the files are private, and bad
+arguments, paths and permissions are refused before anything is created."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import sys
+import tempfile
 
+import children.store_files
 import percolite
 import pytest
-from _isolated import run_command
+from _bad_input import entry_point_params, refuses_bad_input
+from _isolated import run_child, run_command
+from conftest import committed_cells, open_store
 
 COL = ("f", "q")
 
@@ -228,3 +236,265 @@ def test_check_finds_a_table_shorter_than_its_bookkeeping(tmp_path):
     damage_pages(store / "data.mdb", seed=11)
     report = percolite.check(store)
     assert report["ok"] is False, report
+
+
+# -- opening ------------------------------------------------------------------
+
+
+def test_second_open_of_the_same_path_shares_the_store(store_path):
+    """lmdb only: each open of ":memory:" is a private store (test_backends)."""
+    first = percolite.open(store_path, sync="none")
+    second = percolite.open(str(store_path) + "/", sync="none")  # another spelling
+    assert second is not first
+    assert first.path == second.path == os.path.realpath(store_path)
+    with first.transaction() as tx:
+        tx.set(b"from-first", COL, b"1")
+    with second.transaction() as tx:
+        assert tx.get(b"from-first", COL) == b"1"
+        tx.set(b"from-second", COL, b"2")
+    # Conflicts are detected across the two handles.
+    t1, t2 = first.transaction(), second.transaction()
+    t1.set(b"x", COL, b"1")
+    t2.set(b"x", COL, b"2")
+    t1.commit()
+    with pytest.raises(percolite.CommitConflict):
+        t2.commit()
+    # Closing one handle leaves the other working.
+    first.close()
+    assert second.transaction().get(b"from-second", COL) == b"2"
+    with second.transaction() as tx:
+        tx.set(b"after", COL, b"3")
+    assert [c[0] for c in committed_cells(second)] == [
+        b"after",
+        b"from-first",
+        b"from-second",
+        b"x",
+    ]
+    second.close()
+
+
+def test_second_open_with_a_different_sync_raises_value_error(store_path):
+    """lmdb only: handles on one path share a store (and its sync mode)."""
+    with percolite.open(store_path, sync="none") as env:
+        with pytest.raises(
+            ValueError, match=r"already open in this process with sync='none'.*sync='full'"
+        ):
+            percolite.open(store_path)
+        with pytest.raises(ValueError, match="sync='meta'"):
+            percolite.open(store_path, sync="meta")
+        with env.transaction() as tx:  # the refused open did not disturb it
+            tx.set(b"r", COL, b"v")
+    # Once every handle is closed, another sync mode is fine.
+    with percolite.open(store_path, sync="meta") as env:
+        assert committed_cells(env) == [(b"r", (b"f", b"q"), b"v")]
+
+
+@pytest.mark.parametrize("sync", ["fast", "", "FULL", None, 1])
+def test_bad_sync_value_raises_value_error(backend, store_path, sync):
+    with pytest.raises(ValueError, match="sync must be one of 'full', 'meta', 'none'"):
+        open_store(backend, store_path, sync=sync)
+    assert not store_path.exists()
+
+
+def test_other_bad_open_arguments(backend, store_path):
+    with pytest.raises(TypeError, match="path must be str or os.PathLike, not int"):
+        percolite.open(3, backend=backend)
+    with pytest.raises(ValueError, match="mode"):
+        open_store(backend, store_path, mode=0o1777)
+    with pytest.raises(ValueError, match="map_size"):
+        open_store(backend, store_path, map_size=1000)
+    with pytest.raises(ValueError, match="max_readers"):
+        open_store(backend, store_path, max_readers=0)
+    with pytest.raises(TypeError, match="mode must be an int"):
+        open_store(backend, store_path, mode="0600")
+    assert not store_path.exists()
+
+
+# lmdb only from here on: a store directory on disk (paths, files, permissions).
+
+
+def test_open_with_create_false_on_missing_path_raises_storage_error(store_path):
+    with pytest.raises(percolite.StorageError, match=r"no such directory") as info:
+        percolite.open(store_path, create=False)
+    assert str(store_path) in str(info.value)
+    assert not store_path.exists()
+
+
+def test_open_of_a_file_raises_storage_error(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_bytes(b"not a store")
+    with pytest.raises(percolite.StorageError, match=r"is a file, not a directory") as info:
+        percolite.open(path)
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == b"not a store"
+
+
+def test_open_with_a_missing_parent_raises_storage_error(tmp_path):
+    with pytest.raises(percolite.StorageError, match="creating store directory"):
+        percolite.open(tmp_path / "no" / "such" / "parent")
+
+
+def test_store_directory_and_files_are_private_by_default(store_path):
+    old = os.umask(0)  # the modes must not rely on the umask to be private
+    try:
+        env = percolite.open(store_path, sync="none")
+    finally:
+        os.umask(old)
+    try:
+        with env.transaction() as tx:
+            tx.set(b"r", COL, b"v")
+        assert stat.S_IMODE(os.stat(store_path).st_mode) == 0o700
+        files = sorted(os.listdir(store_path))
+        assert files  # the data and lock files
+        for name in files:
+            assert stat.S_IMODE(os.stat(store_path / name).st_mode) == 0o600, name
+    finally:
+        env.close()
+
+
+def test_store_mode_argument_sets_directory_and_file_modes(store_path):
+    old = os.umask(0)
+    try:
+        env = percolite.open(store_path, sync="none", mode=0o640)
+    finally:
+        os.umask(old)
+    env.close()
+    assert stat.S_IMODE(os.stat(store_path).st_mode) == 0o750
+    for name in os.listdir(store_path):
+        assert stat.S_IMODE(os.stat(store_path / name).st_mode) == 0o640, name
+
+
+# -- read-only directories (as an unprivileged user) --------------------------------
+
+
+@pytest.fixture
+def read_only_dir():
+    """A fresh directory under /tmp that others may traverse, holding a 0o555
+    subdirectory (not under tmp_path: pytest makes that 0o700)."""
+    top = tempfile.mkdtemp(prefix="percolite-ro-", dir="/tmp")
+    os.chmod(top, 0o755)
+    ro = os.path.join(top, "ro")
+    os.mkdir(ro)
+    os.chmod(ro, 0o555)
+    yield ro
+    os.chmod(ro, 0o755)
+    shutil.rmtree(top)
+
+
+def test_open_inside_a_read_only_directory_raises_storage_error(read_only_dir):
+    target = os.path.join(read_only_dir, "store")
+    out = run_child(
+        children.store_files.open_in_read_only_directory, read_only_dir, target, timeout=30
+    )
+    assert "StorageError:" in out
+    assert target in out and "permission denied" in out.lower()
+    assert not os.path.exists(target)
+
+
+def test_open_of_a_read_only_directory_raises_storage_error(read_only_dir):
+    out = run_child(
+        children.store_files.open_in_read_only_directory, read_only_dir, read_only_dir, timeout=30
+    )
+    assert "StorageError:" in out
+    assert read_only_dir in out and "permission denied" in out.lower()
+    assert os.listdir(read_only_dir) == []
+
+
+# -- bad input to percolite.open and percolite.check ---------------------------
+
+ENTRY_POINT_CASES = [
+    # (id, call(env, tmp_path, app objects), exception, message pattern)
+    ("open-nul", lambda env, d, q: percolite.open(str(d / "a\0b")), ValueError, r"NUL byte"),
+    (
+        "open-create-str",
+        lambda env, d, q: percolite.open(d / "c", create="no"),
+        TypeError,
+        r"create must be True or False, not str",
+    ),
+    (
+        "open-upgrade-int",
+        lambda env, d, q: percolite.open(d / "c", upgrade=1),
+        TypeError,
+        r"upgrade must be True or False, not int",
+    ),
+    # open(): every argument, checked before anything is created
+    ("open-path-int", lambda env, d, q: percolite.open(5), TypeError, r"path must be str or os"),
+    (
+        "open-mode-str",
+        lambda env, d, q: percolite.open(d / "c", mode="600"),
+        TypeError,
+        r"mode must be an int, not str",
+    ),
+    (
+        "open-mode-range",
+        lambda env, d, q: percolite.open(d / "c", mode=0o7777),
+        ValueError,
+        r"mode must be a permission mask between 0 and 0o777",
+    ),
+    (
+        "open-map-size-small",
+        lambda env, d, q: percolite.open(d / "c", map_size=10),
+        ValueError,
+        r"map_size must be at least 1 MiB, not 10",
+    ),
+    (
+        "open-map-size-float",
+        lambda env, d, q: percolite.open(d / "c", map_size=1e9),
+        TypeError,
+        r"map_size must be an int, not float",
+    ),
+    (
+        "open-map-size-huge",
+        lambda env, d, q: percolite.open(d / "c", map_size=2**70),
+        ValueError,
+        r"map_size must be at most 256 TiB",
+    ),
+    (
+        "open-max-readers-0",
+        lambda env, d, q: percolite.open(d / "c", max_readers=0),
+        ValueError,
+        r"max_readers must be between 1 and 65536, not 0",
+    ),
+    (
+        "open-restored-str",
+        lambda env, d, q: percolite.open(d / "c", restored="yes"),
+        TypeError,
+        r"restored must be True or False, not str",
+    ),
+    (
+        "open-sync-upper",
+        lambda env, d, q: percolite.open(d / "c", sync="FULL"),
+        ValueError,
+        r"sync must be one of 'full', 'meta', 'none', not 'FULL'",
+    ),
+    # percolite.check
+    (
+        "check-path-int",
+        lambda env, d, q: percolite.check(5),
+        TypeError,
+        r"path must be str or os.PathLike, not int",
+    ),
+    (
+        "check-timeout-negative",
+        lambda env, d, q: percolite.check(d / "db", timeout=-1),
+        ValueError,
+        r"timeout must be >= 0 or None, not -1",
+    ),
+    (
+        "check-timeout-zero",
+        lambda env, d, q: percolite.check(d / "db", timeout=0),
+        ValueError,
+        r"timeout must be > 0 or None",
+    ),
+    (
+        "check-no-store",
+        lambda env, d, q: percolite.check(d / "nope"),
+        percolite.StorageError,
+        r"no such directory, and create is off",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", entry_point_params(ENTRY_POINT_CASES))
+def test_entry_points_refuse_bad_input_and_change_nothing(tmp_path, call, error, pattern):
+    refuses_bad_input(tmp_path, call, error, pattern)

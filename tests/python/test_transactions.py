@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+import children.transactions
 import percolite
 import pytest
 from _isolated import run_child
@@ -486,7 +487,7 @@ def test_reopen_in_another_process_sees_commits(store_path):
     with percolite.open(store_path) as env:
         with env.transaction() as tx:
             tx.set("persisted", COL, "yes")
-    out = run_child("children.transactions:print_persisted", store_path, timeout=30)
+    out = run_child(children.transactions.print_persisted, store_path, timeout=30)
     assert out.strip() == "b'yes'"
 
 

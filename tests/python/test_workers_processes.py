@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import children.workers_processes
 import percolite
 import pytest
 from _isolated import TESTS_DIR, load_fresh, run_child_json, run_command
@@ -125,7 +126,7 @@ def assert_exactly_once(results: dict, documents: dict) -> None:
 
 def test_observers_run_on_worker_threads_concurrently(backend, tmp_path):
     result = run_child_json(
-        "children.workers_processes:observers_on_worker_threads", backend, db=tmp_path / "db"
+        children.workers_processes.observers_on_worker_threads, backend, db=tmp_path / "db"
     )
     assert result["done"] == 40
     assert result["main"] not in result["idents"], "observers run on worker threads"
@@ -239,14 +240,14 @@ def test_worker_killed_with_sigkill_loses_nothing(tmp_path):
 
 
 def busy_child(
-    name: str, tmp_path: Path, sleep: float, timeout: float = 40, backend: str | None = None
+    scenario, tmp_path: Path, sleep: float, timeout: float = 40, backend: str | None = None
 ) -> dict:
-    """Runs ``children.workers_processes:<name>`` on the app whose observer
+    """Runs ``scenario`` (of children/workers_processes.py) on the app whose observer
     sleeps ``sleep`` seconds (``busy_app``), on a store of ``backend`` when
     given (the children that take one); returns its JSON."""
     args = () if backend is None else (backend,)
     return run_child_json(
-        f"children.workers_processes:{name}",
+        scenario,
         *args,
         timeout=timeout,
         db=tmp_path / "db",
@@ -255,12 +256,16 @@ def busy_child(
 
 
 def test_wait_while_observers_run_does_not_deadlock(backend, tmp_path):
-    result = busy_child("busy_wait", tmp_path, sleep=0.002, backend=backend)
+    result = busy_child(
+        children.workers_processes.busy_wait, tmp_path, sleep=0.002, backend=backend
+    )
     assert result == {"idle": True, "rows": 300, "once": True, "pending": 0}
 
 
 def test_stop_workers_while_observers_run_does_not_deadlock(backend, tmp_path):
-    result = busy_child("busy_stop_workers", tmp_path, sleep=0.02, backend=backend)
+    result = busy_child(
+        children.workers_processes.busy_stop_workers, tmp_path, sleep=0.02, backend=backend
+    )
     after_stop = result["after_stop"]
     assert after_stop["in_progress"] == 0, "stop_workers lets running observers finish"
     assert after_stop["running"] is False
@@ -276,7 +281,7 @@ def test_stop_workers_while_observers_run_does_not_deadlock(backend, tmp_path):
 
 def test_close_while_observers_run_does_not_deadlock(tmp_path):
     """lmdb only: the store is reopened after the close to finish the work."""
-    result = busy_child("busy_close", tmp_path, sleep=0.02)
+    result = busy_child(children.workers_processes.busy_close, tmp_path, sleep=0.02)
     after_close = result["after_close"]
     assert after_close["in_progress"] == 0, "close drains running observers"
     assert after_close["closed"] is True
@@ -287,7 +292,12 @@ def test_close_while_observers_run_does_not_deadlock(tmp_path):
 
 
 def test_close_from_another_thread_while_wait_blocks(backend, tmp_path):
-    result = busy_child("busy_close_from_another_thread", tmp_path, sleep=0.02, backend=backend)
+    result = busy_child(
+        children.workers_processes.busy_close_from_another_thread,
+        tmp_path,
+        sleep=0.02,
+        backend=backend,
+    )
     assert result["closed"] is True
     assert result["in_progress"] == 0
     # wait() on a handle closed under it ends (it must not wait out its timeout).
@@ -298,8 +308,13 @@ def test_close_from_another_thread_while_wait_blocks(backend, tmp_path):
 def test_interpreter_exit_with_observers_running_does_not_hang(tmp_path):
     """A script that starts workers and simply ends: atexit stops them.
     lmdb only: another process finishes the work in the same store."""
-    busy_child("busy_exit_with_observers_running", tmp_path, sleep=0.02, timeout=30)
-    result = busy_child("busy_finish_after_exit", tmp_path, sleep=0.0)
+    busy_child(
+        children.workers_processes.busy_exit_with_observers_running,
+        tmp_path,
+        sleep=0.02,
+        timeout=30,
+    )
+    result = busy_child(children.workers_processes.busy_finish_after_exit, tmp_path, sleep=0.0)
     assert result["before"] + result["pending"] == 200
     assert result["rows"] == 200
     assert result["once"] is True
@@ -307,7 +322,7 @@ def test_interpreter_exit_with_observers_running_does_not_hang(tmp_path):
 
 def test_wait_is_interruptible_while_an_observer_keeps_failing(backend, tmp_path):
     result = run_child_json(
-        "children.workers_processes:wait_interruptible", backend, db=tmp_path / "db", timeout=30
+        children.workers_processes.wait_interruptible, backend, db=tmp_path / "db", timeout=30
     )
     assert result["outcome"] == "KeyboardInterrupt"
     assert result["elapsed"] < 5
@@ -319,7 +334,7 @@ def test_stop_workers_or_close_called_inside_an_observer_does_not_crash(backend,
     store) must not take the process down; it may be refused with
     percolite.Error (a counted failure) or take effect."""
     result = run_child_json(
-        "children.workers_processes:stop_or_close_inside_observer",
+        children.workers_processes.stop_or_close_inside_observer,
         backend,
         db=tmp_path / "db",
         call=call,

@@ -2,14 +2,21 @@
 (pytest collects none of them: none is named ``test_*.py``).
 
 ``children.<topic>``, named after the test module ``test_<topic>.py`` that uses
-it, holds functions that each run alone in a fresh interpreter::
+it, holds functions that each run alone in a fresh interpreter. A test imports
+the module and passes the function itself::
 
-    out = run_child("children.concurrency:shared_transaction", store_path, timeout=60)
-    report = run_child_json("children.combine_queue:hammer", db=..., nkeys=3000)
+    import children.combine_queue
+    import children.concurrency
 
-``_isolated.run_child`` starts ``python -c`` with ``tests/python`` first on
-``sys.path`` and calls :func:`main` here, which imports the module and calls
-the function with the test's arguments. Arguments travel on the command line
+    out = run_child(children.concurrency.shared_transaction, store_path, timeout=60)
+    report = run_child_json(children.combine_queue.hammer, db=..., nkeys=3000)
+
+``_isolated.run_child`` names the function by its module and name
+(``"children.concurrency:shared_transaction"``), starts ``python -c`` with
+``tests/python`` first on ``sys.path`` and calls :func:`main` here, which
+imports the module anew and calls the function with the test's arguments; a
+function not defined at the top level of such a module cannot be imported
+there, so ``run_child`` refuses it. Arguments travel on the command line
 as Python literals (``repr`` there, ``ast.literal_eval`` here), so tuples,
 bytes and nested containers arrive as they were; paths arrive as ``str``. A
 function reports by printing: the test reads its stdout, and the ``_json``

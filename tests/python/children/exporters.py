@@ -1,5 +1,5 @@
-"""Children of test_exporters.py: the built-in exporters used from several
-processes at once, and without psycopg.
+"""Children of test_exporters.py and test_exporters_jsonlines.py: the built-in
+exporters used from several processes at once, and without psycopg.
 
 ``percolite.exporters`` is imported inside each function, so that
 :func:`postgres_without_psycopg` can hide psycopg before that import.

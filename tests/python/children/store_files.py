@@ -1,4 +1,4 @@
-"""Children of test_bad_input.py."""
+"""Children of test_store_files.py."""
 
 from __future__ import annotations
 
