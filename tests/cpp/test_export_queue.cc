@@ -460,10 +460,7 @@ namespace {
 // The queue's processor as the worker pool runs it (as Python's Env does).
 void StartQueueWorkers(percolite::Env& env, const std::shared_ptr<ExportQueue>& queue,
                        percolite::WorkerOptions options) {
-  percolite::Observer processor{queue->NotifyColumn(), queue->Processor()};
-  processor.max_attempts = 0;
-  processor.wait_for_commit = true;
-  env.SetObservers({processor});
+  env.SetObservers({queue->AsObserver()});
   options.threads = 1;
   options.retry_initial_seconds = 0.001;
   options.retry_max_seconds = 0.005;
