@@ -6,7 +6,8 @@
 //
 // Where each job is done:
 // - percolite/pg_target.h, pg_target.cc: reading a postgresql:// target
-//   (ParsePgTarget), and keeping its password out of what is shown.
+//   (ParsePgTarget), and HidePasswords, the one rule that keeps a password
+//   out of everything shown.
 // - pg_connection.h/.cc: libpq: connecting, statements with binary
 //   parameters and results (PgExec), and the pool of connections reads
 //   borrow, with their retries when the server goes away (PgPool).
