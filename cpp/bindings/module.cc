@@ -65,8 +65,13 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(parsed.conninfo, parsed.schema, parsed.display);
       },
       py::arg("target"),
-      "(libpq URI without percolite's parameters, schema, form to show without the password) "
-      "of a postgresql:// target; ValueError naming what is wrong");
+      "(libpq URI without percolite's parameters, schema, form to show with the password "
+      "hidden) of a postgresql:// target; ValueError naming what is wrong");
+  m.def(
+      "hide_password", [](std::string_view text) { return percolite::HidePasswords(text); },
+      py::arg("text"),
+      "text with every password in it replaced by ***: a postgresql:// URI's user:PASSWORD@, a "
+      "password= query parameter, libpq's key=value password=...; the rest as written");
 
   // Order matters: a signature names a class bound earlier by its Python name
   // and a later one by its C++ name (Env.begin returns "percolite::Transaction"),

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import random
-import re
 import shlex
 import time
 import weakref
@@ -191,14 +190,13 @@ def store_directory(target: str | os.PathLike[str]) -> str:
 
 
 def shown_target(target: str) -> str:
-    """``target`` fit to print: a postgresql:// URI without its password."""
+    """``target`` fit to print: a postgresql:// URI with its password hidden
+    (``_core.hide_password``, the rule of every message of the core)."""
     try:
         backend, _location = _core.parse_target(target)
-        if backend == "postgresql":
-            return _core.parse_postgresql_target(target)[2]
     except ValueError:  # malformed: still never show a password
-        return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1@", target)
-    return target
+        return _core.hide_password(target)
+    return _core.hide_password(target) if backend == "postgresql" else target
 
 
 _open_envs: weakref.WeakSet = weakref.WeakSet()

@@ -17,6 +17,7 @@
 
 using percolite::BackendOptions;
 using percolite::ErrorCode;
+using percolite::HidePasswords;
 using percolite::Mutation;
 using percolite::OpenBackend;
 using percolite::ParsePgTarget;
@@ -51,10 +52,10 @@ TEST_CASE("A postgresql target keeps the schema for percolite and hides the pass
   const auto target = ParsePgTarget("postgresql://me:s3cret@db.example:5433/app?schema=jobs");
   CHECK(target.schema == "jobs");
   CHECK(target.conninfo == "postgresql://me:s3cret@db.example:5433/app");
-  CHECK(target.display == "postgresql://me@db.example:5433/app?schema=jobs");
+  CHECK(target.display == "postgresql://me:***@db.example:5433/app?schema=jobs");
   CHECK(ParsePgTarget("postgres://h/db").schema == "percolite");
   const auto with_password = ParsePgTarget("postgresql://me@h/db?password=s3cret&sslmode=disable");
-  CHECK(with_password.display.find("s3cret") == std::string::npos);
+  CHECK(with_password.display == "postgresql://me@h/db?password=***&sslmode=disable");
   CHECK(with_password.conninfo.find("sslmode=disable") != std::string::npos);
   // libpq's own check: an unknown parameter is named.
   CHECK(MessageOf([] { ParsePgTarget("postgresql://h/db?colour=blue"); }).find("colour") !=
@@ -71,6 +72,49 @@ TEST_CASE("A postgresql target keeps the schema for percolite and hides the pass
   }
   CHECK(ErrorCodeOf([] { OpenBackend("some/dir", "postgresql", FastOptions()); }) ==
         ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("One rule hides passwords: in a URI, its query, and libpq's key=value form",
+          "[backend][postgresql]") {
+  // A URI's user info, percent-encoded or not, and with a stray '@' or ':'.
+  CHECK(HidePasswords("postgresql://me:s3cret@h:5433/db") == "postgresql://me:***@h:5433/db");
+  CHECK(HidePasswords("postgres://me:s%40cr%3At@h/db") == "postgres://me:***@h/db");
+  CHECK(HidePasswords("postgresql://me:p@ss:w@h/db?x=1") == "postgresql://me:***@h/db?x=1");
+  CHECK(HidePasswords("postgresql://:s3cret@h") == "postgresql://:***@h");
+  // A password= query parameter, its name percent-encoded as libpq allows.
+  CHECK(HidePasswords("postgresql://h/db?password=s3cret&sslmode=disable") ==
+        "postgresql://h/db?password=***&sslmode=disable");
+  CHECK(HidePasswords("postgresql://h/db?sslmode=disable&pass%77ord=s%26cret") ==
+        "postgresql://h/db?sslmode=disable&pass%77ord=***");
+  // libpq's key=value form: unquoted, quoted (with escapes), spaced.
+  CHECK(HidePasswords("host=h password=s3cret dbname=db") == "host=h password=*** dbname=db");
+  CHECK(HidePasswords("host=h password='s3 \\' cret' dbname=db") ==
+        "host=h password=*** dbname=db");
+  CHECK(HidePasswords("password = s3cret") == "password = ***");
+  CHECK(HidePasswords("host=h password=") == "host=h password=***");
+  // No password: everything as written.
+  for (const char* plain :
+       {"postgresql://me@h:5433/db?schema=jobs", "postgresql://h/db?user=me&sslmode=disable",
+        "host=h user=me dbname=db old_password=x", "/a/store/dir", "",
+        "password authentication failed for user \"me\""}) {
+    CHECK(HidePasswords(plain) == plain);
+  }
+  // Malformed URIs still lose their password.
+  CHECK(HidePasswords("postgresql://u:SECRETpw@[::1/db") == "postgresql://u:***@[::1/db");
+  CHECK(HidePasswords("postgresql://u:SECRET%zzpw@127.0.0.1:1/db") ==
+        "postgresql://u:***@127.0.0.1:1/db");
+  // In a message, a URI ends at whitespace.
+  CHECK(HidePasswords("cannot open postgresql://u:pw@h now, password=x") ==
+        "cannot open postgresql://u:***@h now, password=***");
+  // The target's display and its errors follow the same rule.
+  CHECK(ParsePgTarget("postgresql://me:s3cret@h/db?password=s3cret").display ==
+        "postgresql://me:***@h/db?password=***");
+  const std::string refused = MessageOf([] { ParsePgTarget("mysql://me:s3cret@h/db"); });
+  CHECK(refused.find("mysql://me:***@h/db") != std::string::npos);
+  const std::string malformed =
+      MessageOf([] { ParsePgTarget("postgresql://me:s3cret@h/db?colour=blue"); });
+  CHECK(malformed.find("postgresql://me:***@h/db?colour=blue") != std::string::npos);
+  CHECK(malformed.find("s3cret") == std::string::npos);
 }
 
 TEST_CASE("Nothing listening is a storage error naming the server, without the password",

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from _isolated import TESTS_DIR, load_fresh
 from _postgres import temporary_postgres
+from percolite._env import shown_target
 
 COL = ("f", "q")
 
@@ -123,6 +124,7 @@ def test_status_and_errors_never_show_the_password(postgres_server, tmp_path):
     with percolite.open(target) as env:
         env.run(lambda tx: tx.set("r", COL, b"v"))
         assert "s3cret" not in env.path and "s3cret" not in repr(env)
+        assert env.path == shown_target(target) == target.replace("s3cret", "***")
     status = subprocess.run(
         [sys.executable, "-m", "percolite", "status", target, "--json"],
         capture_output=True,
@@ -132,6 +134,42 @@ def test_status_and_errors_never_show_the_password(postgres_server, tmp_path):
     assert status.returncode == 0, status.stderr
     assert "s3cret" not in status.stdout + status.stderr
     assert "with_password" in status.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # A URI's user info, percent-encoded or not, with a stray '@'.
+        ("postgresql://me:s3cret@h:5433/db", "postgresql://me:***@h:5433/db"),
+        ("postgres://me:s%40cr%3At@h/db", "postgres://me:***@h/db"),
+        ("postgresql://me:p@ss@h/db", "postgresql://me:***@h/db"),
+        # A password= query parameter (its name percent-encoded, as libpq allows).
+        ("postgresql://h/db?password=s3cret&schema=x", "postgresql://h/db?password=***&schema=x"),
+        (
+            "postgresql://h/db?schema=x&pass%77ord=s%26cret",
+            "postgresql://h/db?schema=x&pass%77ord=***",
+        ),
+        # libpq's key=value form, unquoted and quoted.
+        ("host=h password=s3cret dbname=db", "host=h password=*** dbname=db"),
+        ("host=h password='s3 \\' cret' dbname=db", "host=h password=*** dbname=db"),
+        ("host=h password = s3cret", "host=h password = ***"),
+        # No password: as written.
+        ("postgresql://me@h/db?schema=x", "postgresql://me@h/db?schema=x"),
+        ("host=h user=me dbname=db", "host=h user=me dbname=db"),
+        # Malformed URIs lose their password too.
+        ("postgresql://u:SECRETpw@[::1/db", "postgresql://u:***@[::1/db"),
+        ("postgresql://u:SECRET%zzpw@127.0.0.1:1/db", "postgresql://u:***@127.0.0.1:1/db"),
+    ],
+)
+def test_one_rule_hides_passwords_everywhere_they_are_shown(text, shown):
+    from percolite import _core
+    from percolite.exporters._postgres import _hide_password
+
+    assert _core.hide_password(text) == shown
+    # The exporters' DSNs and the commands' targets follow the same rule.
+    assert _hide_password(text) == shown
+    if "://" in text:
+        assert shown_target(text) == shown
 
 
 def _listening(dsn: str) -> int:

@@ -4,16 +4,33 @@
 //
 // Thread safety: as backend.h.
 //
+// Where each job is done:
+// - percolite/pg_target.h, pg_target.cc: reading a postgresql:// target
+//   (ParsePgTarget), and HidePasswords, the one rule that keeps a password
+//   out of everything shown.
+// - pg_connection.h/.cc: libpq: connecting, statements with binary
+//   parameters and results (PgExec), and the pool of connections reads
+//   borrow, with their retries when the server goes away (PgPool).
+// - pg_statements.h/.cc: the SQL: every statement, written once, built once
+//   per handle for its schema (PgStatements).
+// - pg_schema.cc: finding, checking and creating the store's tables.
+// - pg_backend.cc: the handle: opening and closing, snapshots and their
+//   reads, the observed columns and notifications outside snapshots.
+// - pg_commit.cc: the writer thread: batches of commits, validated and
+//   written in one server transaction, and settled when the connection
+//   drops during one.
+// - pg_collect.cc: collection of old versions: this handle's horizon in the
+//   handles table, and the deletions after each batch.
+// - pg_watch.cc: WatchForWork and SignalWaiting (LISTEN/NOTIFY, or polling).
+//
 // How it meets the contract of backend.h (Percolator's model: versions in
 // the table, timestamps from one counter, no server transaction held open)
 // - Tables, in the store's schema (`schema` in the target, default
 //   "percolite"): cells(key, ts, state, value, purged_ts) with one row per
 //   version of a cell, notify(nkey, stamp), acks(key, ts), clock(ts) holding
 //   the timestamp counter, and meta(name, value) holding the store's format
-//   and the observed columns. Keys of any length: PostgreSQL caps an index
-//   entry near 2.7 KB, so indexes hold a key's first 2,000 bytes (where
-//   order matters) or its SHA-256 (where only equality does), and every
-//   statement compares whole keys. They are created on the first open (create
+//   and the observed columns. Keys of any length (see pg_statements.h for
+//   how they are indexed). They are created on the first open (create
 //   true) and checked on every open: a schema whose tables are not a
 //   percolite store of this format is refused, never reinterpreted.
 // - A snapshot is its start_ts (the counter, read once): every read is one
@@ -69,11 +86,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -81,14 +96,14 @@
 #include <thread>
 #include <vector>
 
-#include "commit_rules.h"
 #include "handle_state.h"
 #include "percolite/backend.h"
+#include "percolite/mutex.h"
 #include "percolite/pg_target.h"
 #include "percolite/status.h"
+#include "pg_connection.h"
+#include "pg_statements.h"
 #include "sink_slot.h"
-
-typedef struct pg_conn PGconn;
 
 namespace percolite {
 
@@ -101,7 +116,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   static constexpr int kHandleLeaseSeconds = 60;
   // How long a handle keeps trying to reach a server that went away (a
   // restart, a dropped connection) before a call reports kStorage.
-  static constexpr int kReconnectSeconds = 30;
+  static constexpr int kReconnectSeconds = kPgReconnectSeconds;
 
   static std::shared_ptr<PgBackend> Open(const std::string& target, const BackendOptions& options);
   ~PgBackend() override;
@@ -115,9 +130,9 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   void CheckUsable() const override;
   bool ForkedAway() const override;
 
-  std::unique_ptr<Snapshot> BeginSnapshot() override;
+  std::unique_ptr<Snapshot> BeginSnapshot() override EXCLUDES(snapshots_mu_);
   void CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations, CommitExtras extras,
-                   CommitCallback done) override;
+                   CommitCallback done) override EXCLUDES(mu_, snapshots_mu_);
 
   std::vector<ObservedColumn> ObservedColumns() override;
   void SetObservedColumns(const std::vector<ObservedColumn>& columns) override;
@@ -136,30 +151,22 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   std::vector<std::string> VerifyStructure() override;
   std::optional<std::string> DamagedMark() override { return std::nullopt; }
 
-  void ReleaseHandle() override { Close(); }
-  void Close() override;
+  void ReleaseHandle() override EXCLUDES(mu_) { Close(); }
+  void Close() override EXCLUDES(mu_);
 
-  // A connection of the pool, for one statement or a few.
-  class Lease;
-  Lease Borrow();
-  // The name of a table of the store's schema, quoted.
-  std::string Table(const char* name) const;
-  // The statements snapshots read cells with (Get; Visit, [exclusive][bounded]).
-  struct SnapshotSql {
-    std::string get;
-    std::string visit[2][2];
-  };
-  const SnapshotSql& snapshot_sql() const { return snapshot_sql_; }
-  // The LISTEN/NOTIFY channel of the store.
-  const std::string& channel() const { return channel_; }
+  // For this handle's snapshots and watches.
   const PgTarget& target() const { return target_; }
+  const PgStatements& sql() const { return sql_; }
+  // One statement on a connection of the pool (PgPool::Query).
+  PgResult Query(const std::string& sql, const PgParams& params, const char* what) {
+    return pool_.Query(sql, params, what);
+  }
+  // A new connection of its own (kStorage naming the server on failure).
+  PGconn* Connect() const { return PgConnect(target_, options_.sync); }
   // Called by a snapshot when it is released.
-  void ForgetSnapshot(uint64_t start_ts);
-  void ForgetPending(uint64_t start_ts);
-  // Opens a new connection (kStorage naming the server on failure).
-  PGconn* Connect() const;
+  void ForgetSnapshot(uint64_t start_ts) EXCLUDES(snapshots_mu_);
 
- private:
+  // A commit waiting for the writer thread.
   struct Request {
     uint64_t start_ts;
     std::vector<Mutation> mutations;
@@ -167,65 +174,87 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
     CommitCallback done;
   };
 
+ private:
+  // What settling a batch cut off by a lost connection found.
+  enum class Settled { kCommitted, kNotCommitted, kUnknown };
+
   PgBackend(PgTarget target, const BackendOptions& options);
-  // Checks that the schema holds a store of this format; creates it when
-  // there is none and `create`. Throws kInvalidArgument naming the problem.
+  void Fail(const std::string& why);
+
+  // pg_schema.cc: checks that the schema holds a store of this format;
+  // creates it when there is none and `create`. Throws kInvalidArgument
+  // naming the problem.
   void CreateOrCheckSchema(PGconn* conn, bool create);
-  void WriterLoop();
+
+  // pg_commit.cc.
+  void WriterLoop() EXCLUDES(mu_, snapshots_mu_);
+  // Waits up to a second for commits, and moves up to options.max_batch of
+  // them into *batch (empty when none came). False once Close stopped the
+  // writer and every commit was taken.
+  bool NextBatch(std::vector<Request>* batch) EXCLUDES(mu_);
+  // Commits `batch`, or each of its commits alone when the server refused
+  // it whole; fills results (one per request). False when nothing of it
+  // could be committed (the results then say why).
+  bool CommitOrSplit(std::vector<Request>& batch, std::vector<CommitResult>* results,
+                     std::vector<Notification>* written) EXCLUDES(snapshots_mu_);
   // Commits `batch` in one server transaction; fills results (one per request)
   // and the notifications written. False when the server refused the batch
   // (*error says why): nothing of it was applied.
   bool CommitBatch(PGconn* conn, std::vector<Request>& batch, const std::string& token,
                    std::vector<CommitResult>* results, std::vector<Notification>* written,
-                   std::string* error);
+                   std::string* error) EXCLUDES(snapshots_mu_);
   // CommitBatch on the writer's connection, settled: when the connection
   // drops, reconnects and reads back the batch's token to learn whether it
   // committed, and runs it again when it did not. False when the server
   // refused it, or did not come back (the backend then refuses every call).
   bool CommitSettled(std::vector<Request>& batch, std::vector<CommitResult>* results,
-                     std::vector<Notification>* written, std::string* error);
+                     std::vector<Notification>* written, std::string* error)
+      EXCLUDES(snapshots_mu_);
+  // After the writer's connection dropped during the batch of `token` (sent
+  // by the server session `old_session`): whether that batch committed.
+  // kUnknown when the server did not come back (the handle then failed).
+  Settled SettleLostBatch(const std::string& token, int old_session, const std::string& error);
   bool ReconnectWriter();
-  void Fail(const std::string& why);
-  // Collecting old versions (see the header comment).
+
+  // pg_collect.cc (see the header comment).
   // The oldest start_ts a snapshot of this handle has or may get, given the
   // counter read at `clock`; never moves back.
-  uint64_t Horizon(uint64_t clock);
+  uint64_t Horizon(uint64_t clock) EXCLUDES(snapshots_mu_);
   // Records this handle's horizon in the handles table (on `conn`).
   // `token`: the batch's commit token (nullptr outside a batch: kept as it is).
-  void Publish(PGconn* conn, uint64_t clock, const std::string* token);
-  void Heartbeat();  // Publish on the writer's connection, outside a batch
+  void Publish(PGconn* conn, uint64_t clock, const std::string* token) EXCLUDES(snapshots_mu_);
+  // Publish on the writer's connection, outside a batch.
+  void Heartbeat() EXCLUDES(snapshots_mu_);
   void Collect(PGconn* conn);
+  void ForgetPending(uint64_t start_ts) EXCLUDES(snapshots_mu_);
 
   const PgTarget target_;
   const BackendOptions options_;
-  HandleState state_;  // forked away, closed, failed (CheckUsable)
-  std::string channel_;
-  SnapshotSql snapshot_sql_;  // built once, in the constructor
+  HandleState state_;       // forked away, closed, failed (CheckUsable)
+  const PgStatements sql_;  // built once, in the constructor
+  PgPool pool_;
 
-  std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::vector<PGconn*> idle_;  // GUARDED_BY(pool_mu_)
-  size_t opened_ = 0;          // GUARDED_BY(pool_mu_)
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Request> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;      // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar queued_;  // a commit was queued, or Close began
+  std::deque<Request> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread writer_;
-  PGconn* writer_conn_ = nullptr;  // the writer thread's own
+  // The writer thread's own connection: only that thread uses it, and Open
+  // and Close before it starts and after it ends.
+  PGconn* writer_conn_ = nullptr;
 
   SinkSlot sink_;
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0};
 
   std::string handle_id_;  // random: this handle's row in the handles table
-  std::mutex snapshots_mu_;
-  std::multiset<uint64_t> snapshots_;  // GUARDED_BY(snapshots_mu_): open snapshots' start_ts
-  int beginning_ = 0;                  // GUARDED_BY(snapshots_mu_): snapshots being begun
+  Mutex snapshots_mu_;
+  std::multiset<uint64_t> snapshots_ GUARDED_BY(snapshots_mu_);  // open snapshots' start_ts
+  int beginning_ GUARDED_BY(snapshots_mu_) = 0;                  // snapshots being begun
   // start_ts of commits submitted and not yet decided (their snapshots are
   // released by then, and their validation still needs what they saw).
-  std::multiset<uint64_t> pending_starts_;  // GUARDED_BY(snapshots_mu_)
-  uint64_t horizon_ = 0;                    // GUARDED_BY(snapshots_mu_): last one published
+  std::multiset<uint64_t> pending_starts_ GUARDED_BY(snapshots_mu_);
+  uint64_t horizon_ GUARDED_BY(snapshots_mu_) = 0;  // the last one published
 };
 
 }  // namespace percolite

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .. import _core
 from ..errors import SinkBusy
 from ._common import _positive
 from ._sql import _quote, _SQLExporter
 
 _POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
 
-_DSN_SECRETS = [
-    (re.compile(r"(://[^:/@?#]*:)[^@/?#]*@"), r"\1***@"),  # URL user:password@
-    (re.compile(r"([?&]password=)[^&#]*"), r"\1***"),  # URL ?password=
-    (re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)"), r"\1***"),  # key=value
-]
-
 
 def _hide_password(dsn: str) -> str:
-    for pattern, replacement in _DSN_SECRETS:
-        dsn = pattern.sub(replacement, dsn)
-    return dsn
+    return _core.hide_password(dsn)
 
 
 def _import_psycopg() -> Any:

@@ -1,0 +1,237 @@
+// pg_connection.cc: libpq connections, statements and the pool (pg_connection.h).
+#include "pg_connection.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "percolite/encoding.h"
+#include "percolite/status.h"
+
+namespace percolite {
+namespace {
+
+constexpr Oid kByteaOid = 17;
+constexpr Oid kInt8Oid = 20;
+
+void AppendInt32BE(std::string* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+}
+
+std::string ServerMessage(PGconn* conn) {
+  std::string message = conn ? PQerrorMessage(conn) : "out of memory";
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message;
+}
+
+void ThrowUnlessOk(PGconn* conn, const PgResult& result, const char* what, const PgTarget& target) {
+  const ExecStatusType status = PQresultStatus(result.get());
+  if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+    throw Error(ErrorCode::kStorage, std::string("postgresql (") + target.display + "): " + what +
+                                         ": " + ServerMessage(conn));
+  }
+}
+
+// Pauses between tries to reach a server: from 10 ms, doubling, at most a second.
+class Backoff {
+ public:
+  void Pause() {
+    std::this_thread::sleep_for(pause_);
+    pause_ = std::min(pause_ * 2, std::chrono::milliseconds(1000));
+  }
+
+ private:
+  std::chrono::milliseconds pause_{10};
+};
+
+}  // namespace
+
+PgParams& PgParams::Bytes(std::string_view value) {
+  values_.emplace_back(value);
+  return *this;
+}
+
+PgParams& PgParams::Int8(uint64_t value) {
+  std::string out;
+  AppendUint64BE(&out, value);
+  values_.push_back(std::move(out));
+  return *this;
+}
+
+std::string PgParams::ArrayHead(size_t count, Oid element) {
+  std::string out;
+  AppendInt32BE(&out, count == 0 ? 0 : 1);  // dimensions
+  AppendInt32BE(&out, 0);                   // no nulls
+  AppendInt32BE(&out, element);
+  if (count > 0) {
+    AppendInt32BE(&out, static_cast<uint32_t>(count));
+    AppendInt32BE(&out, 1);  // lower bound
+  }
+  return out;
+}
+
+PgParams& PgParams::ByteaArray(const std::vector<std::string>& items) {
+  std::string out = ArrayHead(items.size(), kByteaOid);
+  for (const std::string& item : items) {
+    AppendInt32BE(&out, static_cast<uint32_t>(item.size()));
+    out.append(item);
+  }
+  values_.push_back(std::move(out));
+  return *this;
+}
+
+PgParams& PgParams::Int8Array(const std::vector<uint64_t>& items) {
+  std::string out = ArrayHead(items.size(), kInt8Oid);
+  for (uint64_t item : items) {
+    AppendInt32BE(&out, 8);
+    AppendUint64BE(&out, item);
+  }
+  values_.push_back(std::move(out));
+  return *this;
+}
+
+void PgParams::Prepare(std::vector<const char*>* pointers, std::vector<int>* lengths,
+                       std::vector<int>* formats) const {
+  for (const std::string& value : values_) {
+    pointers->push_back(value.data());
+    lengths->push_back(static_cast<int>(value.size()));
+    formats->push_back(1);
+  }
+}
+
+uint64_t PgResult::int8(int row, int column) const { return ReadUint64BE(bytes(row, column)); }
+
+int16_t PgResult::int2(int row, int column) const {
+  const std::string_view b = bytes(row, column);
+  return static_cast<int16_t>((static_cast<unsigned char>(b[0]) << 8) |
+                              static_cast<unsigned char>(b[1]));
+}
+
+PgResult PgExec(PGconn* conn, const std::string& sql, const PgParams& params, const char* what,
+                const PgTarget& target) {
+  std::vector<const char*> pointers;
+  std::vector<int> lengths, formats;
+  params.Prepare(&pointers, &lengths, &formats);
+  PgResult result(PQexecParams(conn, sql.c_str(), params.size(), nullptr, pointers.data(),
+                               lengths.data(), formats.data(), /*resultFormat=*/1));
+  ThrowUnlessOk(conn, result, what, target);
+  return result;
+}
+
+PgResult PgExec(PGconn* conn, const std::string& sql, const char* what, const PgTarget& target) {
+  return PgExec(conn, sql, PgParams(), what, target);
+}
+
+void PgExecScript(PGconn* conn, const std::string& sql, const char* what, const PgTarget& target) {
+  PgResult result(PQexec(conn, sql.c_str()));
+  ThrowUnlessOk(conn, result, what, target);
+}
+
+void PgRollback(PGconn* conn) { PQclear(PQexec(conn, "ROLLBACK")); }
+
+PGconn* PgConnect(const PgTarget& target, SyncMode sync) {
+  // A connect timeout unless the target sets one: a server that does not
+  // answer is an error, never a hang.
+  std::string conninfo = target.conninfo;
+  if (conninfo.find("connect_timeout=") == std::string::npos) {
+    conninfo += conninfo.find('?') == std::string::npos ? "?" : "&";
+    conninfo += "connect_timeout=10";
+  }
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    std::string why = target.Hide(ServerMessage(conn));
+    PQfinish(conn);
+    throw Error(ErrorCode::kStorage,
+                "cannot connect to the postgresql server of '" + target.display + "': " + why);
+  }
+  // Notices (e.g. "schema already exists, skipping") are not the user's business.
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);
+  const char* setting = sync == SyncMode::kFull ? "on" : "off";
+  try {
+    PgExec(conn, std::string("SET synchronous_commit = ") + setting, "setting up the connection",
+           target);
+  } catch (...) {
+    PQfinish(conn);
+    throw;
+  }
+  return conn;
+}
+
+// ---------------------------------------------------------------------------
+
+PgPool::Lease::~Lease() {
+  if (pool_ != nullptr) pool_->Return(conn_);
+}
+
+void PgPool::Return(PGconn* conn) {
+  MutexLock lock(&mu_);
+  if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE &&
+      !state_.closed()) {
+    idle_.push_back(conn);
+  } else {
+    PQfinish(conn);
+    --opened_;
+  }
+  returned_.Signal();
+}
+
+PgPool::Lease PgPool::Borrow() {
+  {
+    MutexLock lock(&mu_);
+    while (!state_.closed() && idle_.empty() && opened_ >= size_) returned_.Wait(&mu_);
+    if (state_.closed()) throw Error(ErrorCode::kClosed, "the postgresql store is closed");
+    if (!idle_.empty()) {
+      PGconn* conn = idle_.back();
+      idle_.pop_back();
+      return Lease(this, conn);
+    }
+    ++opened_;  // a place for the new connection, taken before connecting
+  }
+  try {
+    return Lease(this, PgConnect(target_, sync_));
+  } catch (...) {
+    MutexLock lock(&mu_);
+    --opened_;
+    returned_.Signal();
+    throw;
+  }
+}
+
+PgResult PgPool::Query(const std::string& sql, const PgParams& params, const char* what) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(kPgReconnectSeconds);
+  Backoff backoff;
+  for (;;) {
+    std::optional<Lease> lease;
+    try {
+      lease.emplace(Borrow());
+    } catch (const Error& e) {
+      // Could not connect: the server is down (or never was up).
+      if (e.code() != ErrorCode::kStorage || std::chrono::steady_clock::now() > deadline) throw;
+    }
+    if (lease) {
+      try {
+        return PgExec(lease->get(), sql, params, what, target_);
+      } catch (const Error&) {
+        // The statement's own error, or the connection broke for too long.
+        if (PQstatus(lease->get()) == CONNECTION_OK) throw;
+        if (std::chrono::steady_clock::now() > deadline) throw;
+      }
+      lease.reset();  // a broken connection is dropped, not pooled
+    }
+    state_.Check();
+    backoff.Pause();
+  }
+}
+
+void PgPool::Close() {
+  MutexLock lock(&mu_);
+  for (PGconn* conn : idle_) PQfinish(conn);
+  opened_ -= idle_.size();
+  idle_.clear();
+  returned_.SignalAll();
+}
+
+}  // namespace percolite
