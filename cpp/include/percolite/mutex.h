@@ -41,9 +41,14 @@
 // A function called with the lock held (REQUIRES) or not held (EXCLUDES).
 #define REQUIRES(...) PERCOLITE_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define EXCLUDES(...) PERCOLITE_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+// A function called with a reader-writer lock held at least shared.
+#define REQUIRES_SHARED(...) PERCOLITE_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 // A function that takes, releases or tries to take the lock.
 #define ACQUIRE(...) PERCOLITE_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) PERCOLITE_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+// The same for a reader-writer lock taken shared.
+#define ACQUIRE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define RELEASE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) PERCOLITE_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 // A function that checks at run time that the lock is held.
 #define ASSERT_CAPABILITY(x) PERCOLITE_THREAD_ANNOTATION(assert_capability(x))
