@@ -8,6 +8,7 @@
 #include <random>
 
 #include "percolite/transaction.h"
+#include "workers/lanes.h"
 
 namespace percolite {
 namespace {
@@ -46,39 +47,13 @@ double Uniform(double lo, double hi) {
 
 }  // namespace
 
-void Workers::Lanes::Push(size_t lane, std::string key) {
-  queues_[lane].push_back(std::move(key));
-  ++size_;
-}
-
-std::pair<size_t, std::string> Workers::Lanes::Take() {
-  size_t best = queues_.size();
-  for (size_t i = 0; i < queues_.size(); ++i) {
-    const size_t lane = (next_ + i) % queues_.size();
-    if (!queues_[lane].empty() && (best == queues_.size() || running_[lane] < running_[best])) {
-      best = lane;
-    }
-  }
-  next_ = (best + 1) % queues_.size();
-  std::string key = std::move(queues_[best].front());
-  queues_[best].pop_front();
-  --size_;
-  ++running_[best];
-  return {best, std::move(key)};
-}
-
-void Workers::Lanes::Clear() {
-  for (auto& queue : queues_) queue.clear();
-  size_ = 0;
-}
-
 Workers::Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer> observers,
                  const WorkerOptions& options)
     : source_(source),
       backend_(source->backend()),
       observers_(std::move(observers)),
       options_(options),
-      ready_(observers_.size() + 1) {
+      ready_(std::make_unique<Lanes>(observers_.size() + 1)) {
   for (const Observer& o : observers_) {
     ObserverStats os;
     os.column = o.column;
@@ -158,7 +133,7 @@ void Workers::Stop() {
   if (leases_) leases_->Stop();  // others take over at once
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
-  ready_.Clear();
+  ready_->Clear();
   delayed_.clear();
   deferred_count_ = 0;
   hurried_ready_ = 0;
@@ -183,7 +158,7 @@ Workers::Enqueued Workers::EnqueueLocked(const Notification& notification) {
   }
   const size_t lane = entry.lane;
   entries_.emplace(notification.cell_key, std::move(entry));
-  ready_.Push(lane, notification.cell_key);
+  ready_->Push(lane, notification.cell_key);
   work_cv_.notify_one();
   // One no observer here runs is only taken off the queue: not new work.
   return lane < observers_.size() ? Enqueued::kNew : Enqueued::kHeld;
@@ -596,7 +571,7 @@ void Workers::WorkerLoop() {
       lock.lock();
       --active_;
       AfterRunLocked(committed.key, outcome, committed.run);
-      if (!ready_.empty()) work_cv_.notify_one();
+      if (!ready_->empty()) work_cv_.notify_one();
       if (IdleLocked()) idle_cv_.notify_all();
       continue;
     }
@@ -606,12 +581,12 @@ void Workers::WorkerLoop() {
       if (delayed != entries_.end()) {
         if (delayed->second.deferred) --deferred_count_;
         delayed->second.deferred = false;
-        ready_.Push(delayed->second.lane, delayed->first);
+        ready_->Push(delayed->second.lane, delayed->first);
       }
       delayed_.erase(delayed_.begin());
     }
     if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
-    if (ready_.empty()) {
+    if (ready_->empty()) {
       if (delayed_.empty()) {
         work_cv_.wait(lock);
       } else {
@@ -622,14 +597,14 @@ void Workers::WorkerLoop() {
       }
       continue;
     }
-    auto [lane, key] = ready_.Take();
+    auto [lane, key] = ready_->Take();
     auto it = entries_.find(key);
     if (it != entries_.end() && it->second.hurry_ready) {
       it->second.hurry_ready = false;
       --hurried_ready_;
     }
     if (it == entries_.end() || it->second.running) {
-      ready_.Done(lane);
+      ready_->Done(lane);
       continue;
     }
     it->second.running = true;
@@ -651,15 +626,15 @@ void Workers::WorkerLoop() {
 
     lock.lock();
     --active_;
-    ready_.Done(lane);
+    ready_->Done(lane);
     if (!submitted) AfterRunLocked(key, outcome, report);
-    if (!ready_.empty()) work_cv_.notify_one();
+    if (!ready_->empty()) work_cv_.notify_one();
     if (IdleLocked()) idle_cv_.notify_all();
   }
 }
 
 bool Workers::IdleLocked() const {
-  return active_ == 0 && ready_.empty() && in_flight_ == 0 && committed_.empty();
+  return active_ == 0 && ready_->empty() && in_flight_ == 0 && committed_.empty();
 }
 
 void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run) {
@@ -676,7 +651,7 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
       if (entry.again && !stopping_) {
         entry.attempts = 0;
         entry.hurried = false;
-        ready_.Push(entry.lane, key);
+        ready_->Push(entry.lane, key);
       } else {
         entries_.erase(it);
       }
@@ -802,7 +777,7 @@ void Workers::ScannerLoop() {
     // While the workers are busy, scanning on every commit is wasted work:
     // local commits are handed over directly. Rescan at most every 20 ms
     // then, or sooner once the pool goes idle.
-    if (!stopping_ && (!ready_.empty() || active_ >= options_.threads)) {
+    if (!stopping_ && (!ready_->empty() || active_ >= options_.threads)) {
       idle_cv_.wait_for(lock, std::chrono::milliseconds(kBusyRescanMs));
     }
     idle_cv_.wait_until(lock, resume, [this] { return stopping_; });
@@ -814,7 +789,7 @@ void Workers::HurryLocked() {
   // commit is out: other work, ready or going, may be what the deferred runs
   // are waiting to gather. The worker that ends the last run, or the thread
   // that learns of the last commit, calls this again.
-  if (deferred_count_ == 0 || ready_.size() > hurried_ready_) return;
+  if (deferred_count_ == 0 || ready_->size() > hurried_ready_) return;
   if (active_ > 0 || in_flight_ > 0 || !committed_.empty()) return;
   bool any = false;
   for (auto it = delayed_.begin(); it != delayed_.end();) {
@@ -825,7 +800,7 @@ void Workers::HurryLocked() {
       entry->second.hurry_ready = true;
       --deferred_count_;
       ++hurried_ready_;
-      ready_.Push(entry->second.lane, entry->first);
+      ready_->Push(entry->second.lane, entry->first);
       it = delayed_.erase(it);
       any = true;
     } else {
@@ -872,7 +847,7 @@ WorkerStats Workers::Stats() const {
   WorkerStats s;
   s.running = started_ && !stopping_;
   s.threads = options_.threads;
-  s.queued = static_cast<int>(ready_.size() + delayed_.size());
+  s.queued = static_cast<int>(ready_->size() + delayed_.size());
   s.active = active_;
   s.committing = static_cast<int>(in_flight_ + committed_.size());
   s.scans = scans_;

@@ -231,6 +231,7 @@ CPP_LAYERS = [
         [
             "include/percolite/workers.h",
             "src/workers.cc",
+            "src/workers/*",
             "include/percolite/leases.h",
             "src/leases.cc",
         ],

@@ -245,6 +245,8 @@ struct BegunRun {
       std::make_shared<std::vector<WorkRecord>>();
 };
 
+class Lanes;  // the ready notifications, one FIFO per observer (workers/lanes.h)
+
 class Workers final : public NotificationSink {
  public:
   // Runs `observers` in transactions begun from `source`, on its backend.
@@ -295,25 +297,6 @@ class Workers final : public NotificationSink {
     bool deferred = false;     // in delayed_ because the run deferred itself
     bool hurried = false;      // brought forward by HurryLocked; not again
     bool hurry_ready = false;  // in ready_, put there by HurryLocked
-  };
-
-  // Ready keys, one FIFO ("lane") per observer; Take serves the lane with the
-  // fewest runs going, ties in turn. Guarded by the caller (mu_).
-  class Lanes {
-   public:
-    explicit Lanes(size_t count) : queues_(count), running_(count, 0) {}
-    void Push(size_t lane, std::string key);
-    std::pair<size_t, std::string> Take();  // requires !empty(); counts a run
-    void Done(size_t lane) { --running_[lane]; }
-    bool empty() const { return size_ == 0; }
-    size_t size() const { return size_; }
-    void Clear();
-
-   private:
-    std::vector<std::deque<std::string>> queues_;
-    std::vector<int> running_;
-    size_t size_ = 0;
-    size_t next_ = 0;  // where ties start
   };
 
   bool Mine(uint64_t row_hash) const;
@@ -369,7 +352,7 @@ class Workers final : public NotificationSink {
   std::condition_variable work_cv_;                        // workers wait here
   std::condition_variable idle_cv_;                        // WaitIdle waits here
   std::unordered_map<std::string, Entry> entries_;         // GUARDED_BY(mu_), by cell key
-  Lanes ready_;                                            // GUARDED_BY(mu_)
+  std::unique_ptr<Lanes> ready_;                           // GUARDED_BY(mu_), by observer
   std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
   // Hurry as if a thread waited here until then: a wait in another process
   // touched the signal file (ScannerLoop).
