@@ -9,22 +9,10 @@
 
 #include "percolite/transaction.h"
 #include "workers/lanes.h"
+#include "workers/scanner.h"
 
 namespace percolite {
 namespace {
-
-constexpr size_t kScanBudget = 4096;
-constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
-constexpr int kBusyRescanMs = 20;       // the least pause between scans while the pool is busy
-constexpr int kScanBackoffMaxMs = 100;  // the longest pause after scans that found nothing new
-// Runs of one pool whose commits the writer may hold at once (SubmitCommit).
-// A worker hands its run's commit over and takes the next notification, so
-// observers go on while the writer applies and syncs a large batch (a combine
-// queue's fold); past this many, a worker waits for room.
-constexpr size_t kMaxCommitsInFlight = 256;
-// How long after a signal of a wait in another process (Backend::SignalWaiting)
-// this pool hurries as if a thread waited here.
-constexpr std::chrono::milliseconds kExternalHurry{1000};
 
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -687,100 +675,6 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
                        key);
       break;
     }
-  }
-}
-
-Workers::ScanCounts Workers::ScanOnce(std::string* position) {
-  ScanCounts counts;
-  size_t room;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || entries_.size() >= options_.queue_capacity) return counts;
-    room = options_.queue_capacity - entries_.size();
-    ++scans_;
-  }
-  const size_t budget = std::min(kScanBudget, room * 2);
-  std::vector<Notification> found;
-  bool reached_end = backend_->ScanNotifications(*position, budget, &found);
-  if (reached_end && !position->empty() && found.size() < budget) {
-    // Wrap around: the part before the random starting point.
-    backend_->ScanNotifications("", budget - found.size(), &found);
-    position->clear();
-  } else if (!found.empty()) {
-    *position = NotificationKey(found.back().row_hash, found.back().cell_key);
-  }
-  counts.found = found.size();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const Notification& n : found) {
-    if (!Mine(n.row_hash)) {
-      ++counts.others;
-      continue;
-    }
-    switch (EnqueueLocked(n)) {
-      case Enqueued::kNew:
-        ++counts.fresh;
-        break;
-      case Enqueued::kRunning:
-        ++counts.running;
-        break;
-      case Enqueued::kHeld:
-        break;
-    }
-  }
-  return counts;
-}
-
-void Workers::ScannerLoop() {
-  pthread_setname_np(pthread_self(), "pc-scanner");
-  std::string position;
-  AppendUint64BE(&position, t_random());  // start at a random point
-  int backoff_ms = 0;
-  for (;;) {
-    ScanCounts counts;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) break;
-    }
-    try {
-      if (leases_) leases_->Refresh();  // pools that joined or left, seen quickly
-      counts = ScanOnce(&position);
-    } catch (const Error&) {
-      // The store is closing, or a transient failure: the next wake retries.
-    }
-    const unsigned events = watch_->Wait(kScanSafetyNetMs);
-    if (events & WorkWatch::kWaiterSignal) {
-      std::lock_guard<std::mutex> lock(mu_);
-      external_hurry_until_ = Clock::now() + kExternalHurry;
-      HurryLocked();
-    }
-    // A scan that found only what the workers already hold and are not
-    // running (deferred runs, a backlog handed over by local commits) read
-    // and looked up each of them for nothing: wait longer before the next,
-    // doubling from 20 ms up to kScanBackoffMaxMs; only Stop ends that pause
-    // early. Where another pool's notifications were among them, that pool
-    // may commit work into ours at any time: 20 ms at most then. A scan that
-    // found something new, a run going (whose commit may come with another
-    // process's work: a pause there tripled the two-process wake-up time),
-    // or nothing at all (an idle store, where a wake-up must be quick)
-    // rescans on the next wake. (Before this pause, a lingering queue bucket
-    // made the scanner rescan after every commit: 90,000 scans a second
-    // beside a stream of commits.)
-    if (counts.found == 0 || counts.fresh > 0 || counts.running > 0) {
-      backoff_ms = 0;
-    } else if (counts.others > 0) {
-      backoff_ms = kBusyRescanMs;
-    } else {
-      backoff_ms = std::min(std::max(2 * backoff_ms, kBusyRescanMs), kScanBackoffMaxMs);
-    }
-    const Clock::time_point resume = Clock::now() + std::chrono::milliseconds(backoff_ms);
-    std::unique_lock<std::mutex> lock(mu_);
-    // While the workers are busy, scanning on every commit is wasted work:
-    // local commits are handed over directly. Rescan at most every 20 ms
-    // then, or sooner once the pool goes idle.
-    if (!stopping_ && (!ready_->empty() || active_ >= options_.threads)) {
-      idle_cv_.wait_for(lock, std::chrono::milliseconds(kBusyRescanMs));
-    }
-    idle_cv_.wait_until(lock, resume, [this] { return stopping_; });
   }
 }
 

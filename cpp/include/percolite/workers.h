@@ -12,12 +12,13 @@
 //   the pending notifications from a random point. Between scans it sleeps in
 //   the backend's WorkWatch (backend.h), which wakes it when any process
 //   commits, so an idle pool costs no CPU. While the workers are busy it
-//   rescans at most every 20 ms, and after a scan that found only work the
-//   pool already holds (a lingering queue bucket, a backlog handed over by
-//   local commits) it waits longer, doubling up to 0.1 s: such a scan reads
-//   and looks up every notification for nothing. Work another process
-//   commits is so found within 0.1 s, or 20 ms while other pools' work is
-//   pending, and at once while this pool has runs going or nothing pending.
+//   rescans at most every kBusyRescan, and after a scan that found only work
+//   the pool already holds (a lingering queue bucket, a backlog handed over
+//   by local commits) it waits longer, doubling up to kScanBackoffMax: such
+//   a scan reads and looks up every notification for nothing. Work another
+//   process commits is so found within kScanBackoffMax, or kBusyRescan while
+//   other pools' work is pending, and at once while this pool has runs going
+//   or nothing pending.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
 //   thread serves the observer with the fewest runs going (ties in turn). So
 //   one observer whose runs are slow or wait on something (an exporter on its
@@ -37,9 +38,9 @@
 //   and is settled as below: at once when it committed, lost a conflict or
 //   found the store closed (so it never waits for a free worker); by the next
 //   free worker when a failure must be recorded or parked keys reported. At
-//   most 256 commits of a pool are out at once (past that a worker waits for
-//   room). WaitIdle counts commits out as work; Stop waits for them and
-//   settles them.
+//   most kMaxCommitsInFlight commits of a pool are out at once (past that a
+//   worker waits for room). WaitIdle counts commits out as work; Stop waits
+//   for them and settles them.
 // - Before running, a worker checks in the run's own snapshot that the
 //   notification is still pending; a notification another run already
 //   removed is skipped, so a run never repeats work that committed.
@@ -128,6 +129,20 @@
 #include "percolite/transaction.h"
 
 namespace percolite {
+
+// Finding work: while the workers are busy, the scanner rescans at most this
+// often; after scans that found only work the pool holds, it pauses from
+// kBusyRescan doubling up to kScanBackoffMax.
+constexpr std::chrono::milliseconds kBusyRescan{20};
+constexpr std::chrono::milliseconds kScanBackoffMax{100};
+// Committing: runs of one pool whose commits the writer may hold at once. A
+// worker hands its run's commit over and takes the next notification, so
+// observers go on while the writer applies and syncs a large batch (a
+// combine queue's fold); past this many, a worker waits for room.
+constexpr size_t kMaxCommitsInFlight = 256;
+// Hurrying: how long after a signal of a wait in another process
+// (Backend::SignalWaiting) a pool hurries as if a thread waited in it.
+constexpr std::chrono::milliseconds kExternalHurry{1000};
 
 struct WorkerOptions {
   int threads = 4;
@@ -245,7 +260,8 @@ struct BegunRun {
       std::make_shared<std::vector<WorkRecord>>();
 };
 
-class Lanes;  // the ready notifications, one FIFO per observer (workers/lanes.h)
+class Lanes;        // the ready notifications, one FIFO per observer (workers/lanes.h)
+struct ScanCounts;  // what a scan found (workers/scanner.h)
 
 class Workers final : public NotificationSink {
  public:
@@ -321,14 +337,10 @@ class Workers final : public NotificationSink {
   void ReportRecovered(const BegunRun& run);
   // REQUIRES(mu_): no run going, none ready, no commit in flight or unsettled.
   bool IdleLocked() const;
+  // The scanner thread's loop and one scan of it, on from *position
+  // (workers/scanner.cc).
   void ScannerLoop();
-  struct ScanCounts {
-    size_t found = 0;    // notifications read
-    size_t fresh = 0;    // of them, new work for this pool (Enqueued::kNew)
-    size_t running = 0;  // of them, held and running (Enqueued::kRunning)
-    size_t others = 0;   // of them, another pool's (not Mine)
-  };
-  ScanCounts ScanOnce(std::string* position);  // scans on from *position
+  ScanCounts ScanOnce(std::string* position);
   RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
   BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
   // Settles a run that threw `e`: conflict, gone, or a failure recorded.
