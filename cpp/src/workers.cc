@@ -8,20 +8,36 @@
 #include <random>
 
 #include "percolite/transaction.h"
+#include "records.h"
 #include "workers/lanes.h"
 #include "workers/scanner.h"
 
 namespace percolite {
 namespace {
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 thread_local std::mt19937_64 t_random{std::random_device{}()};
 thread_local bool t_on_worker_thread = false;
 // The stop flag of the pool whose worker this thread is (StopRequested).
 thread_local const std::atomic<bool>* t_stop_flag = nullptr;
+
+// Makes the calling thread count as a worker thread while it lives: the
+// observers and callbacks it calls are refused what they are refused there.
+class AsWorkerThread {
+ public:
+  AsWorkerThread() : before_(t_on_worker_thread) { t_on_worker_thread = true; }
+  ~AsWorkerThread() { t_on_worker_thread = before_; }
+  AsWorkerThread(const AsWorkerThread&) = delete;
+  AsWorkerThread& operator=(const AsWorkerThread&) = delete;
+
+ private:
+  const bool before_;
+};
+
+std::chrono::steady_clock::time_point FromNow(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds));
+}
 
 SinkFailure SinkFailureOf(ErrorCode code) {
   if (code == ErrorCode::kSinkUnavailable) return SinkFailure::kDown;
@@ -111,11 +127,7 @@ void Workers::Stop() {
   }
   {
     // Settling may call on_failure: the callbacks' thread rules hold here too.
-    struct AsWorker {
-      bool before = t_on_worker_thread;
-      AsWorker() { t_on_worker_thread = true; }
-      ~AsWorker() { t_on_worker_thread = before; }
-    } as_worker;
+    AsWorkerThread as_worker;
     for (Committed& c : committed) SettleCommitted(c.run, c.result);
   }
   if (leases_) leases_->Stop();  // others take over at once
@@ -211,36 +223,7 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
       return run;
     }
     if (hurried) run.transaction->SetHurried();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_[run.observer_index].runs;
-      ++stats_[run.observer_index].running;
-    }
-    Status status;
-    if (fail) {
-      status = Status::Make(ErrorCode::kCallback, "a failure injected by the simulation");
-    } else {
-      try {
-        // Keys a queue's run parks are counted and reported like failures,
-        // once committed.
-        ParkReporter reporter([this, index = run.observer_index, parked = run.parked_keys,
-                               records = run.parked_records](const WorkRecord& r) {
-          ++*parked;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            ++stats_[index].parked;
-          }
-          if (options_.on_failure) records->push_back(r);  // reported by ReportParked
-        });
-        status = observer->fn(run.transaction, run.cell);
-      } catch (const std::exception& e) {
-        status = Status::Make(ErrorCode::kCallback, e.what());
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --stats_[run.observer_index].running;
-    }
+    const Status status = CallObserver(*observer, &run, fail);
     if (!status.ok()) {
       run.transaction->Abort();
       run.transaction.reset();
@@ -266,6 +249,40 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
     Settle(*source, *observer, e, &run);
   }
   return run;
+}
+
+Status Workers::CallObserver(const Observer& observer, BegunRun* run, bool fail) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_[run->observer_index].runs;
+    ++stats_[run->observer_index].running;
+  }
+  Status status;
+  if (fail) {
+    status = Status::Make(ErrorCode::kCallback, "a failure injected by the simulation");
+  } else {
+    try {
+      // Keys a queue's run parks are counted and reported like failures,
+      // once committed.
+      ParkReporter reporter([this, index = run->observer_index, parked = run->parked_keys,
+                             records = run->parked_records](const WorkRecord& r) {
+        ++*parked;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_[index].parked;
+        }
+        if (options_.on_failure) records->push_back(r);  // reported by ReportParked
+      });
+      status = observer.fn(run->transaction, run->cell);
+    } catch (const std::exception& e) {
+      status = Status::Make(ErrorCode::kCallback, e.what());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_[run->observer_index].running;
+  }
+  return status;
 }
 
 RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
@@ -437,7 +454,7 @@ void Workers::Count(const BegunRun& run) {
     case RunOutcome::kFailed:
       ++stats.failures;
       stats.last_error = run.error;
-      stats.last_failure_unix = UnixNow();
+      stats.last_failure_unix = records::UnixNow();
       break;
     default:
       break;
@@ -453,9 +470,9 @@ RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& obse
                                  BegunRun* run) {
   WorkRecord record;
   try {
-    record =
-        RecordFailure(source, observer.column.observer, run->notification.cell_key,
-                      DescribeFailure(run->error), observer.max_attempts, UnixNow(), run->sink);
+    record = RecordFailure(source, observer.column.observer, run->notification.cell_key,
+                           DescribeFailure(run->error), observer.max_attempts, records::UnixNow(),
+                           run->sink);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kClosed) return RunOutcome::kGone;
     // The record could not be written (the store failed): retry the run as
@@ -493,11 +510,7 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
     if (started_) throw Error(ErrorCode::kWrongState, "RunHere: the pool runs threads");
   }
   // Observers running here are refused what they are refused on a worker.
-  struct OnWorker {
-    bool before = t_on_worker_thread;
-    OnWorker() { t_on_worker_thread = true; }
-    ~OnWorker() { t_on_worker_thread = before; }
-  } on_worker;
+  AsWorkerThread on_worker;
   RunHereSummary summary;
   for (;;) {
     const std::vector<Notification> runnable = Runnable();
@@ -507,7 +520,8 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
       if (summary.runs >= options.max_runs) {
         summary.stuck = true;
         summary.left_total = runnable.size();
-        for (size_t i = 0; i < runnable.size() && summary.left.size() < 10; ++i) {
+        for (size_t i = 0; i < runnable.size() && summary.left.size() < RunHereSummary::kMaxLeft;
+             ++i) {
           Cell cell;
           size_t index;
           if (DecodeCellKey(runnable[i].cell_key, &cell)) {
@@ -564,15 +578,7 @@ void Workers::WorkerLoop() {
       continue;
     }
     const auto now = Clock::now();
-    while (!delayed_.empty() && delayed_.begin()->first <= now) {
-      auto delayed = entries_.find(delayed_.begin()->second);
-      if (delayed != entries_.end()) {
-        if (delayed->second.deferred) --deferred_count_;
-        delayed->second.deferred = false;
-        ready_->Push(delayed->second.lane, delayed->first);
-      }
-      delayed_.erase(delayed_.begin());
-    }
+    ReleaseDueLocked(now);
     if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
     if (ready_->empty()) {
       if (delayed_.empty()) {
@@ -621,6 +627,18 @@ void Workers::WorkerLoop() {
   }
 }
 
+void Workers::ReleaseDueLocked(Clock::time_point now) {
+  while (!delayed_.empty() && delayed_.begin()->first <= now) {
+    auto delayed = entries_.find(delayed_.begin()->second);
+    if (delayed != entries_.end()) {
+      if (delayed->second.deferred) --deferred_count_;
+      delayed->second.deferred = false;
+      ready_->Push(delayed->second.lane, delayed->first);
+    }
+    delayed_.erase(delayed_.begin());
+  }
+}
+
 bool Workers::IdleLocked() const {
   return active_ == 0 && ready_->empty() && in_flight_ == 0 && committed_.empty();
 }
@@ -652,16 +670,12 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
       entry.attempts = 0;
       entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
       if (entry.deferred) ++deferred_count_;
-      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(run.deferred_seconds)),
-                       key);
+      delayed_.emplace(FromNow(run.deferred_seconds), key);
       break;
     case RunOutcome::kConflict: {
       ++entry.attempts;
       double delay = Uniform(0.001, 0.005) * std::min(entry.attempts, 10);
-      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(delay)),
-                       key);
+      delayed_.emplace(FromNow(delay), key);
       break;
     }
     case RunOutcome::kFailed: {
@@ -670,9 +684,7 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
           std::min(options_.retry_max_seconds, options_.retry_initial_seconds *
                                                    std::pow(2.0, std::min(entry.attempts - 1, 30)));
       delay *= Uniform(0.5, 1.0);
-      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(delay)),
-                       key);
+      delayed_.emplace(FromNow(delay), key);
       break;
     }
   }
@@ -717,10 +729,7 @@ bool Workers::WaitIdle(double timeout_seconds) {
       --self->waiters_;
     }
   } leave{this};
-  const auto deadline = timeout_seconds < 0
-                            ? Clock::time_point::max()
-                            : Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(timeout_seconds));
+  const auto deadline = timeout_seconds < 0 ? Clock::time_point::max() : FromNow(timeout_seconds);
   for (;;) {
     bool local_idle;
     {

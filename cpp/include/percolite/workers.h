@@ -207,6 +207,8 @@ struct RunHereOptions {
 };
 
 struct RunHereSummary {
+  static constexpr size_t kMaxLeft = 10;  // pending cells `left` lists, at most
+
   uint64_t runs = 0;       // observer runs begun (queue runs included)
   uint64_t commits = 0;    // runs that committed
   uint64_t conflicts = 0;  // runs that lost a write-write conflict
@@ -216,8 +218,10 @@ struct RunHereSummary {
   bool failed = false;     // stopped at a failure (stop_on_failure)
   bool stuck = false;      // stopped at max_runs with work left
   std::string error;       // failed: the failure's text
-  std::vector<std::pair<Cell, std::string>> left;  // stuck: pending cells and their observers (10)
-  uint64_t left_total = 0;                         // stuck: how many were pending
+  // stuck: the first kMaxLeft pending cells and their observers, and how
+  // many were pending.
+  std::vector<std::pair<Cell, std::string>> left;
+  uint64_t left_total = 0;
 };
 
 // What a run came to (BeginRun, FinishRun).
@@ -335,6 +339,8 @@ class Workers final : public NotificationSink {
   void ReportParked(BegunRun& run);
   // Reports a committed run that ended earlier failures (on_recovery).
   void ReportRecovered(const BegunRun& run);
+  // REQUIRES(mu_): the delayed runs (retries, deferrals) due by `now` become ready.
+  void ReleaseDueLocked(Clock::time_point now);
   // REQUIRES(mu_): no run going, none ready, no commit in flight or unsettled.
   bool IdleLocked() const;
   // The scanner thread's loop and one scan of it, on from *position
@@ -343,6 +349,9 @@ class Workers final : public NotificationSink {
   ScanCounts ScanOnce(std::string* position);
   RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
   BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
+  // Calls the observer of a begun run in its transaction, counted as running
+  // meanwhile: what it returned, or raised (or `fail` injected), as a status.
+  Status CallObserver(const Observer& observer, BegunRun* run, bool fail);
   // Settles a run that threw `e`: conflict, gone, or a failure recorded.
   void Settle(TransactionSource& source, const Observer& observer, const Error& e, BegunRun* run);
   // Records a failed run in the store (failures.h): kFailed, or kParked
