@@ -8,31 +8,36 @@
 #include <random>
 
 #include "percolite/transaction.h"
+#include "records.h"
+#include "workers/lanes.h"
+#include "workers/scanner.h"
 
 namespace percolite {
 namespace {
-
-constexpr size_t kScanBudget = 4096;
-constexpr int kScanSafetyNetMs = 1000;  // rescan this often even without inotify events
-constexpr int kBusyRescanMs = 20;       // the least pause between scans while the pool is busy
-constexpr int kScanBackoffMaxMs = 100;  // the longest pause after scans that found nothing new
-// Runs of one pool whose commits the writer may hold at once (SubmitCommit).
-// A worker hands its run's commit over and takes the next notification, so
-// observers go on while the writer applies and syncs a large batch (a combine
-// queue's fold); past this many, a worker waits for room.
-constexpr size_t kMaxCommitsInFlight = 256;
-// How long after a signal of a wait in another process (Backend::SignalWaiting)
-// this pool hurries as if a thread waited here.
-constexpr std::chrono::milliseconds kExternalHurry{1000};
-
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 thread_local std::mt19937_64 t_random{std::random_device{}()};
 thread_local bool t_on_worker_thread = false;
 // The stop flag of the pool whose worker this thread is (StopRequested).
 thread_local const std::atomic<bool>* t_stop_flag = nullptr;
+
+// Makes the calling thread count as a worker thread while it lives: the
+// observers and callbacks it calls are refused what they are refused there.
+class AsWorkerThread {
+ public:
+  AsWorkerThread() : before_(t_on_worker_thread) { t_on_worker_thread = true; }
+  ~AsWorkerThread() { t_on_worker_thread = before_; }
+  AsWorkerThread(const AsWorkerThread&) = delete;
+  AsWorkerThread& operator=(const AsWorkerThread&) = delete;
+
+ private:
+  const bool before_;
+};
+
+std::chrono::steady_clock::time_point FromNow(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds));
+}
 
 SinkFailure SinkFailureOf(ErrorCode code) {
   if (code == ErrorCode::kSinkUnavailable) return SinkFailure::kDown;
@@ -46,39 +51,13 @@ double Uniform(double lo, double hi) {
 
 }  // namespace
 
-void Workers::Lanes::Push(size_t lane, std::string key) {
-  queues_[lane].push_back(std::move(key));
-  ++size_;
-}
-
-std::pair<size_t, std::string> Workers::Lanes::Take() {
-  size_t best = queues_.size();
-  for (size_t i = 0; i < queues_.size(); ++i) {
-    const size_t lane = (next_ + i) % queues_.size();
-    if (!queues_[lane].empty() && (best == queues_.size() || running_[lane] < running_[best])) {
-      best = lane;
-    }
-  }
-  next_ = (best + 1) % queues_.size();
-  std::string key = std::move(queues_[best].front());
-  queues_[best].pop_front();
-  --size_;
-  ++running_[best];
-  return {best, std::move(key)};
-}
-
-void Workers::Lanes::Clear() {
-  for (auto& queue : queues_) queue.clear();
-  size_ = 0;
-}
-
 Workers::Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer> observers,
                  const WorkerOptions& options)
     : source_(source),
       backend_(source->backend()),
       observers_(std::move(observers)),
       options_(options),
-      ready_(observers_.size() + 1) {
+      ready_(std::make_unique<Lanes>(observers_.size() + 1)) {
   for (const Observer& o : observers_) {
     ObserverStats os;
     os.column = o.column;
@@ -148,17 +127,13 @@ void Workers::Stop() {
   }
   {
     // Settling may call on_failure: the callbacks' thread rules hold here too.
-    struct AsWorker {
-      bool before = t_on_worker_thread;
-      AsWorker() { t_on_worker_thread = true; }
-      ~AsWorker() { t_on_worker_thread = before; }
-    } as_worker;
+    AsWorkerThread as_worker;
     for (Committed& c : committed) SettleCommitted(c.run, c.result);
   }
   if (leases_) leases_->Stop();  // others take over at once
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
-  ready_.Clear();
+  ready_->Clear();
   delayed_.clear();
   deferred_count_ = 0;
   hurried_ready_ = 0;
@@ -183,7 +158,7 @@ Workers::Enqueued Workers::EnqueueLocked(const Notification& notification) {
   }
   const size_t lane = entry.lane;
   entries_.emplace(notification.cell_key, std::move(entry));
-  ready_.Push(lane, notification.cell_key);
+  ready_->Push(lane, notification.cell_key);
   work_cv_.notify_one();
   // One no observer here runs is only taken off the queue: not new work.
   return lane < observers_.size() ? Enqueued::kNew : Enqueued::kHeld;
@@ -248,36 +223,7 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
       return run;
     }
     if (hurried) run.transaction->SetHurried();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_[run.observer_index].runs;
-      ++stats_[run.observer_index].running;
-    }
-    Status status;
-    if (fail) {
-      status = Status::Make(ErrorCode::kCallback, "a failure injected by the simulation");
-    } else {
-      try {
-        // Keys a queue's run parks are counted and reported like failures,
-        // once committed.
-        ParkReporter reporter([this, index = run.observer_index, parked = run.parked_keys,
-                               records = run.parked_records](const WorkRecord& r) {
-          ++*parked;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            ++stats_[index].parked;
-          }
-          if (options_.on_failure) records->push_back(r);  // reported by ReportParked
-        });
-        status = observer->fn(run.transaction, run.cell);
-      } catch (const std::exception& e) {
-        status = Status::Make(ErrorCode::kCallback, e.what());
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --stats_[run.observer_index].running;
-    }
+    const Status status = CallObserver(*observer, &run, fail);
     if (!status.ok()) {
       run.transaction->Abort();
       run.transaction.reset();
@@ -303,6 +249,40 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
     Settle(*source, *observer, e, &run);
   }
   return run;
+}
+
+Status Workers::CallObserver(const Observer& observer, BegunRun* run, bool fail) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_[run->observer_index].runs;
+    ++stats_[run->observer_index].running;
+  }
+  Status status;
+  if (fail) {
+    status = Status::Make(ErrorCode::kCallback, "a failure injected by the simulation");
+  } else {
+    try {
+      // Keys a queue's run parks are counted and reported like failures,
+      // once committed.
+      ParkReporter reporter([this, index = run->observer_index, parked = run->parked_keys,
+                             records = run->parked_records](const WorkRecord& r) {
+        ++*parked;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_[index].parked;
+        }
+        if (options_.on_failure) records->push_back(r);  // reported by ReportParked
+      });
+      status = observer.fn(run->transaction, run->cell);
+    } catch (const std::exception& e) {
+      status = Status::Make(ErrorCode::kCallback, e.what());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_[run->observer_index].running;
+  }
+  return status;
 }
 
 RunOutcome Workers::FinishRun(BegunRun& run, bool conflict) {
@@ -474,7 +454,7 @@ void Workers::Count(const BegunRun& run) {
     case RunOutcome::kFailed:
       ++stats.failures;
       stats.last_error = run.error;
-      stats.last_failure_unix = UnixNow();
+      stats.last_failure_unix = records::UnixNow();
       break;
     default:
       break;
@@ -490,9 +470,9 @@ RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& obse
                                  BegunRun* run) {
   WorkRecord record;
   try {
-    record =
-        RecordFailure(source, observer.column.observer, run->notification.cell_key,
-                      DescribeFailure(run->error), observer.max_attempts, UnixNow(), run->sink);
+    record = RecordFailure(source, observer.column.observer, run->notification.cell_key,
+                           DescribeFailure(run->error), observer.max_attempts, records::UnixNow(),
+                           run->sink);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kClosed) return RunOutcome::kGone;
     // The record could not be written (the store failed): retry the run as
@@ -530,11 +510,7 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
     if (started_) throw Error(ErrorCode::kWrongState, "RunHere: the pool runs threads");
   }
   // Observers running here are refused what they are refused on a worker.
-  struct OnWorker {
-    bool before = t_on_worker_thread;
-    OnWorker() { t_on_worker_thread = true; }
-    ~OnWorker() { t_on_worker_thread = before; }
-  } on_worker;
+  AsWorkerThread on_worker;
   RunHereSummary summary;
   for (;;) {
     const std::vector<Notification> runnable = Runnable();
@@ -544,7 +520,8 @@ RunHereSummary Workers::RunHere(const RunHereOptions& options) {
       if (summary.runs >= options.max_runs) {
         summary.stuck = true;
         summary.left_total = runnable.size();
-        for (size_t i = 0; i < runnable.size() && summary.left.size() < 10; ++i) {
+        for (size_t i = 0; i < runnable.size() && summary.left.size() < RunHereSummary::kMaxLeft;
+             ++i) {
           Cell cell;
           size_t index;
           if (DecodeCellKey(runnable[i].cell_key, &cell)) {
@@ -596,22 +573,14 @@ void Workers::WorkerLoop() {
       lock.lock();
       --active_;
       AfterRunLocked(committed.key, outcome, committed.run);
-      if (!ready_.empty()) work_cv_.notify_one();
+      if (!ready_->empty()) work_cv_.notify_one();
       if (IdleLocked()) idle_cv_.notify_all();
       continue;
     }
     const auto now = Clock::now();
-    while (!delayed_.empty() && delayed_.begin()->first <= now) {
-      auto delayed = entries_.find(delayed_.begin()->second);
-      if (delayed != entries_.end()) {
-        if (delayed->second.deferred) --deferred_count_;
-        delayed->second.deferred = false;
-        ready_.Push(delayed->second.lane, delayed->first);
-      }
-      delayed_.erase(delayed_.begin());
-    }
+    ReleaseDueLocked(now);
     if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
-    if (ready_.empty()) {
+    if (ready_->empty()) {
       if (delayed_.empty()) {
         work_cv_.wait(lock);
       } else {
@@ -622,14 +591,14 @@ void Workers::WorkerLoop() {
       }
       continue;
     }
-    auto [lane, key] = ready_.Take();
+    auto [lane, key] = ready_->Take();
     auto it = entries_.find(key);
     if (it != entries_.end() && it->second.hurry_ready) {
       it->second.hurry_ready = false;
       --hurried_ready_;
     }
     if (it == entries_.end() || it->second.running) {
-      ready_.Done(lane);
+      ready_->Done(lane);
       continue;
     }
     it->second.running = true;
@@ -651,15 +620,27 @@ void Workers::WorkerLoop() {
 
     lock.lock();
     --active_;
-    ready_.Done(lane);
+    ready_->Done(lane);
     if (!submitted) AfterRunLocked(key, outcome, report);
-    if (!ready_.empty()) work_cv_.notify_one();
+    if (!ready_->empty()) work_cv_.notify_one();
     if (IdleLocked()) idle_cv_.notify_all();
   }
 }
 
+void Workers::ReleaseDueLocked(Clock::time_point now) {
+  while (!delayed_.empty() && delayed_.begin()->first <= now) {
+    auto delayed = entries_.find(delayed_.begin()->second);
+    if (delayed != entries_.end()) {
+      if (delayed->second.deferred) --deferred_count_;
+      delayed->second.deferred = false;
+      ready_->Push(delayed->second.lane, delayed->first);
+    }
+    delayed_.erase(delayed_.begin());
+  }
+}
+
 bool Workers::IdleLocked() const {
-  return active_ == 0 && ready_.empty() && in_flight_ == 0 && committed_.empty();
+  return active_ == 0 && ready_->empty() && in_flight_ == 0 && committed_.empty();
 }
 
 void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run) {
@@ -676,7 +657,7 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
       if (entry.again && !stopping_) {
         entry.attempts = 0;
         entry.hurried = false;
-        ready_.Push(entry.lane, key);
+        ready_->Push(entry.lane, key);
       } else {
         entries_.erase(it);
       }
@@ -689,16 +670,12 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
       entry.attempts = 0;
       entry.deferred = !entry.hurried;  // a hurried run that defers again is not hurried twice
       if (entry.deferred) ++deferred_count_;
-      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(run.deferred_seconds)),
-                       key);
+      delayed_.emplace(FromNow(run.deferred_seconds), key);
       break;
     case RunOutcome::kConflict: {
       ++entry.attempts;
       double delay = Uniform(0.001, 0.005) * std::min(entry.attempts, 10);
-      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(delay)),
-                       key);
+      delayed_.emplace(FromNow(delay), key);
       break;
     }
     case RunOutcome::kFailed: {
@@ -707,105 +684,9 @@ void Workers::AfterRunLocked(const std::string& key, RunOutcome outcome, const B
           std::min(options_.retry_max_seconds, options_.retry_initial_seconds *
                                                    std::pow(2.0, std::min(entry.attempts - 1, 30)));
       delay *= Uniform(0.5, 1.0);
-      delayed_.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(delay)),
-                       key);
+      delayed_.emplace(FromNow(delay), key);
       break;
     }
-  }
-}
-
-Workers::ScanCounts Workers::ScanOnce(std::string* position) {
-  ScanCounts counts;
-  size_t room;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || entries_.size() >= options_.queue_capacity) return counts;
-    room = options_.queue_capacity - entries_.size();
-    ++scans_;
-  }
-  const size_t budget = std::min(kScanBudget, room * 2);
-  std::vector<Notification> found;
-  bool reached_end = backend_->ScanNotifications(*position, budget, &found);
-  if (reached_end && !position->empty() && found.size() < budget) {
-    // Wrap around: the part before the random starting point.
-    backend_->ScanNotifications("", budget - found.size(), &found);
-    position->clear();
-  } else if (!found.empty()) {
-    *position = NotificationKey(found.back().row_hash, found.back().cell_key);
-  }
-  counts.found = found.size();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const Notification& n : found) {
-    if (!Mine(n.row_hash)) {
-      ++counts.others;
-      continue;
-    }
-    switch (EnqueueLocked(n)) {
-      case Enqueued::kNew:
-        ++counts.fresh;
-        break;
-      case Enqueued::kRunning:
-        ++counts.running;
-        break;
-      case Enqueued::kHeld:
-        break;
-    }
-  }
-  return counts;
-}
-
-void Workers::ScannerLoop() {
-  pthread_setname_np(pthread_self(), "pc-scanner");
-  std::string position;
-  AppendUint64BE(&position, t_random());  // start at a random point
-  int backoff_ms = 0;
-  for (;;) {
-    ScanCounts counts;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) break;
-    }
-    try {
-      if (leases_) leases_->Refresh();  // pools that joined or left, seen quickly
-      counts = ScanOnce(&position);
-    } catch (const Error&) {
-      // The store is closing, or a transient failure: the next wake retries.
-    }
-    const unsigned events = watch_->Wait(kScanSafetyNetMs);
-    if (events & WorkWatch::kWaiterSignal) {
-      std::lock_guard<std::mutex> lock(mu_);
-      external_hurry_until_ = Clock::now() + kExternalHurry;
-      HurryLocked();
-    }
-    // A scan that found only what the workers already hold and are not
-    // running (deferred runs, a backlog handed over by local commits) read
-    // and looked up each of them for nothing: wait longer before the next,
-    // doubling from 20 ms up to kScanBackoffMaxMs; only Stop ends that pause
-    // early. Where another pool's notifications were among them, that pool
-    // may commit work into ours at any time: 20 ms at most then. A scan that
-    // found something new, a run going (whose commit may come with another
-    // process's work: a pause there tripled the two-process wake-up time),
-    // or nothing at all (an idle store, where a wake-up must be quick)
-    // rescans on the next wake. (Before this pause, a lingering queue bucket
-    // made the scanner rescan after every commit: 90,000 scans a second
-    // beside a stream of commits.)
-    if (counts.found == 0 || counts.fresh > 0 || counts.running > 0) {
-      backoff_ms = 0;
-    } else if (counts.others > 0) {
-      backoff_ms = kBusyRescanMs;
-    } else {
-      backoff_ms = std::min(std::max(2 * backoff_ms, kBusyRescanMs), kScanBackoffMaxMs);
-    }
-    const Clock::time_point resume = Clock::now() + std::chrono::milliseconds(backoff_ms);
-    std::unique_lock<std::mutex> lock(mu_);
-    // While the workers are busy, scanning on every commit is wasted work:
-    // local commits are handed over directly. Rescan at most every 20 ms
-    // then, or sooner once the pool goes idle.
-    if (!stopping_ && (!ready_.empty() || active_ >= options_.threads)) {
-      idle_cv_.wait_for(lock, std::chrono::milliseconds(kBusyRescanMs));
-    }
-    idle_cv_.wait_until(lock, resume, [this] { return stopping_; });
   }
 }
 
@@ -814,7 +695,7 @@ void Workers::HurryLocked() {
   // commit is out: other work, ready or going, may be what the deferred runs
   // are waiting to gather. The worker that ends the last run, or the thread
   // that learns of the last commit, calls this again.
-  if (deferred_count_ == 0 || ready_.size() > hurried_ready_) return;
+  if (deferred_count_ == 0 || ready_->size() > hurried_ready_) return;
   if (active_ > 0 || in_flight_ > 0 || !committed_.empty()) return;
   bool any = false;
   for (auto it = delayed_.begin(); it != delayed_.end();) {
@@ -825,7 +706,7 @@ void Workers::HurryLocked() {
       entry->second.hurry_ready = true;
       --deferred_count_;
       ++hurried_ready_;
-      ready_.Push(entry->second.lane, entry->first);
+      ready_->Push(entry->second.lane, entry->first);
       it = delayed_.erase(it);
       any = true;
     } else {
@@ -848,10 +729,7 @@ bool Workers::WaitIdle(double timeout_seconds) {
       --self->waiters_;
     }
   } leave{this};
-  const auto deadline = timeout_seconds < 0
-                            ? Clock::time_point::max()
-                            : Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(timeout_seconds));
+  const auto deadline = timeout_seconds < 0 ? Clock::time_point::max() : FromNow(timeout_seconds);
   for (;;) {
     bool local_idle;
     {
@@ -872,7 +750,7 @@ WorkerStats Workers::Stats() const {
   WorkerStats s;
   s.running = started_ && !stopping_;
   s.threads = options_.threads;
-  s.queued = static_cast<int>(ready_.size() + delayed_.size());
+  s.queued = static_cast<int>(ready_->size() + delayed_.size());
   s.active = active_;
   s.committing = static_cast<int>(in_flight_ + committed_.size());
   s.scans = scans_;

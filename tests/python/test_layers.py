@@ -240,6 +240,7 @@ CPP_LAYERS = [
         [
             "include/percolite/workers.h",
             "src/workers.cc",
+            "src/workers/*",
             "include/percolite/leases.h",
             "src/leases.cc",
         ],

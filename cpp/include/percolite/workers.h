@@ -12,12 +12,13 @@
 //   the pending notifications from a random point. Between scans it sleeps in
 //   the backend's WorkWatch (backend.h), which wakes it when any process
 //   commits, so an idle pool costs no CPU. While the workers are busy it
-//   rescans at most every 20 ms, and after a scan that found only work the
-//   pool already holds (a lingering queue bucket, a backlog handed over by
-//   local commits) it waits longer, doubling up to 0.1 s: such a scan reads
-//   and looks up every notification for nothing. Work another process
-//   commits is so found within 0.1 s, or 20 ms while other pools' work is
-//   pending, and at once while this pool has runs going or nothing pending.
+//   rescans at most every kBusyRescan, and after a scan that found only work
+//   the pool already holds (a lingering queue bucket, a backlog handed over
+//   by local commits) it waits longer, doubling up to kScanBackoffMax: such
+//   a scan reads and looks up every notification for nothing. Work another
+//   process commits is so found within kScanBackoffMax, or kBusyRescan while
+//   other pools' work is pending, and at once while this pool has runs going
+//   or nothing pending.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
 //   thread serves the observer with the fewest runs going (ties in turn). So
 //   one observer whose runs are slow or wait on something (an exporter on its
@@ -37,9 +38,9 @@
 //   and is settled as below: at once when it committed, lost a conflict or
 //   found the store closed (so it never waits for a free worker); by the next
 //   free worker when a failure must be recorded or parked keys reported. At
-//   most 256 commits of a pool are out at once (past that a worker waits for
-//   room). WaitIdle counts commits out as work; Stop waits for them and
-//   settles them.
+//   most kMaxCommitsInFlight commits of a pool are out at once (past that a
+//   worker waits for room). WaitIdle counts commits out as work; Stop waits
+//   for them and settles them.
 // - Before running, a worker checks in the run's own snapshot that the
 //   notification is still pending; a notification another run already
 //   removed is skipped, so a run never repeats work that committed.
@@ -129,6 +130,20 @@
 
 namespace percolite {
 
+// Finding work: while the workers are busy, the scanner rescans at most this
+// often; after scans that found only work the pool holds, it pauses from
+// kBusyRescan doubling up to kScanBackoffMax.
+constexpr std::chrono::milliseconds kBusyRescan{20};
+constexpr std::chrono::milliseconds kScanBackoffMax{100};
+// Committing: runs of one pool whose commits the writer may hold at once. A
+// worker hands its run's commit over and takes the next notification, so
+// observers go on while the writer applies and syncs a large batch (a
+// combine queue's fold); past this many, a worker waits for room.
+constexpr size_t kMaxCommitsInFlight = 256;
+// Hurrying: how long after a signal of a wait in another process
+// (Backend::SignalWaiting) a pool hurries as if a thread waited in it.
+constexpr std::chrono::milliseconds kExternalHurry{1000};
+
 struct WorkerOptions {
   int threads = 4;
   // Sharing: worker_count 0 shares the notifications by lease (leases.h)
@@ -192,6 +207,8 @@ struct RunHereOptions {
 };
 
 struct RunHereSummary {
+  static constexpr size_t kMaxLeft = 10;  // pending cells `left` lists, at most
+
   uint64_t runs = 0;       // observer runs begun (queue runs included)
   uint64_t commits = 0;    // runs that committed
   uint64_t conflicts = 0;  // runs that lost a write-write conflict
@@ -201,8 +218,10 @@ struct RunHereSummary {
   bool failed = false;     // stopped at a failure (stop_on_failure)
   bool stuck = false;      // stopped at max_runs with work left
   std::string error;       // failed: the failure's text
-  std::vector<std::pair<Cell, std::string>> left;  // stuck: pending cells and their observers (10)
-  uint64_t left_total = 0;                         // stuck: how many were pending
+  // stuck: the first kMaxLeft pending cells and their observers, and how
+  // many were pending.
+  std::vector<std::pair<Cell, std::string>> left;
+  uint64_t left_total = 0;
 };
 
 // What a run came to (BeginRun, FinishRun).
@@ -244,6 +263,9 @@ struct BegunRun {
   std::shared_ptr<std::vector<WorkRecord>> parked_records =
       std::make_shared<std::vector<WorkRecord>>();
 };
+
+class Lanes;        // the ready notifications, one FIFO per observer (workers/lanes.h)
+struct ScanCounts;  // what a scan found (workers/scanner.h)
 
 class Workers final : public NotificationSink {
  public:
@@ -297,25 +319,6 @@ class Workers final : public NotificationSink {
     bool hurry_ready = false;  // in ready_, put there by HurryLocked
   };
 
-  // Ready keys, one FIFO ("lane") per observer; Take serves the lane with the
-  // fewest runs going, ties in turn. Guarded by the caller (mu_).
-  class Lanes {
-   public:
-    explicit Lanes(size_t count) : queues_(count), running_(count, 0) {}
-    void Push(size_t lane, std::string key);
-    std::pair<size_t, std::string> Take();  // requires !empty(); counts a run
-    void Done(size_t lane) { --running_[lane]; }
-    bool empty() const { return size_ == 0; }
-    size_t size() const { return size_; }
-    void Clear();
-
-   private:
-    std::vector<std::deque<std::string>> queues_;
-    std::vector<int> running_;
-    size_t size_ = 0;
-    size_t next_ = 0;  // where ties start
-  };
-
   bool Mine(uint64_t row_hash) const;
   // What EnqueueLocked made of a notification: new work (an entry an
   // observer here runs, or a raised stamp), an entry held and running, or
@@ -336,18 +339,19 @@ class Workers final : public NotificationSink {
   void ReportParked(BegunRun& run);
   // Reports a committed run that ended earlier failures (on_recovery).
   void ReportRecovered(const BegunRun& run);
+  // REQUIRES(mu_): the delayed runs (retries, deferrals) due by `now` become ready.
+  void ReleaseDueLocked(Clock::time_point now);
   // REQUIRES(mu_): no run going, none ready, no commit in flight or unsettled.
   bool IdleLocked() const;
+  // The scanner thread's loop and one scan of it, on from *position
+  // (workers/scanner.cc).
   void ScannerLoop();
-  struct ScanCounts {
-    size_t found = 0;    // notifications read
-    size_t fresh = 0;    // of them, new work for this pool (Enqueued::kNew)
-    size_t running = 0;  // of them, held and running (Enqueued::kRunning)
-    size_t others = 0;   // of them, another pool's (not Mine)
-  };
-  ScanCounts ScanOnce(std::string* position);  // scans on from *position
+  ScanCounts ScanOnce(std::string* position);
   RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
   BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
+  // Calls the observer of a begun run in its transaction, counted as running
+  // meanwhile: what it returned, or raised (or `fail` injected), as a status.
+  Status CallObserver(const Observer& observer, BegunRun* run, bool fail);
   // Settles a run that threw `e`: conflict, gone, or a failure recorded.
   void Settle(TransactionSource& source, const Observer& observer, const Error& e, BegunRun* run);
   // Records a failed run in the store (failures.h): kFailed, or kParked
@@ -369,7 +373,7 @@ class Workers final : public NotificationSink {
   std::condition_variable work_cv_;                        // workers wait here
   std::condition_variable idle_cv_;                        // WaitIdle waits here
   std::unordered_map<std::string, Entry> entries_;         // GUARDED_BY(mu_), by cell key
-  Lanes ready_;                                            // GUARDED_BY(mu_)
+  std::unique_ptr<Lanes> ready_;                           // GUARDED_BY(mu_), by observer
   std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
   // Hurry as if a thread waited here until then: a wait in another process
   // touched the signal file (ScannerLoop).
