@@ -7,6 +7,8 @@
 
 #include "bindings.h"
 #include "errors.h"
+#include <chrono>
+
 #include "percolite/backend.h"
 #include "percolite/combine_queue.h"
 #include "percolite/env.h"
@@ -104,6 +106,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("LEASE_PARTITIONS") = percolite::kLeasePartitions;
   m.attr("SYSTEM_ROW_PREFIX") = py::bytes(percolite::kSystemRowPrefix);
   m.attr("MAX_ATTEMPTS_LIMIT") = percolite::kMaxAttemptsLimit;
+  // The scanner's pauses after a scan that found only known work (workers.h).
+  m.attr("SCAN_PAUSE_FIRST") = std::chrono::duration<double>(percolite::kBusyRescan).count();
+  m.attr("SCAN_PAUSE_MAX") = std::chrono::duration<double>(percolite::kScanBackoffMax).count();
   const percolite::CombineQueueOptions combine;
   m.attr("DEFAULT_COMBINE_BUCKETS") = combine.buckets;
   m.attr("DEFAULT_BUFFER_SIZE") = combine.buffer_size;

@@ -468,12 +468,17 @@ def waiters_and_adders(backend, path):
 def most_scans(seconds):
     """The most scans the scanner may begin in ``seconds`` while each of its
     scans finds only work the pool holds and is not running (workers.h
-    "Finding work"): after such a scan it pauses 20 ms, then 40 ms, 80 ms and
-    0.1 s from then on, whatever commits wake it meanwhile. Counted from a scan
-    right after a reset of the pause, that is 3 scans in the first 0.14 s and
-    one more per 0.1 s: at most 3 + 10 a second. Pauses are sleeps, so a slow
-    machine only makes them longer and the scans fewer."""
-    return 3 + 10 * seconds
+    "Finding work"): after such a scan it pauses ``SCAN_PAUSE_FIRST``, then
+    twice as long each time up to ``SCAN_PAUSE_MAX``, whatever commits wake it
+    meanwhile. Counted from a scan right after a reset of the pause: the scans
+    that fit in the doubling pauses, then one per ``SCAN_PAUSE_MAX``. Pauses
+    are sleeps, so a slow machine only makes them longer and the scans fewer."""
+    first, most = percolite._core.SCAN_PAUSE_FIRST, percolite._core.SCAN_PAUSE_MAX
+    doubling, pause = 0, first
+    while pause < most:
+        doubling += 1
+        pause *= 2
+    return doubling + seconds / most
 
 
 def _workers_idle(env):
