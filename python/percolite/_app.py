@@ -22,12 +22,13 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from . import _core
+from ._args import check_max_attempts
 from ._cells import Column
 from ._combine import CombineQueue
 from ._export import ExportQueue, SequencedExport, TransientErrors, check_transient_errors
 from ._html import app_html
 from ._log import failure_text
-from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction, check_max_attempts
+from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._queues import check_queue_options
 from .codecs import Codec
 from .errors import Error

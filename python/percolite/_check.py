@@ -50,7 +50,8 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
     ``{"ok", "problems": [str], "counts": {...}}``; ``ok`` is True when
     nothing is damaged. Raises percolite.StorageError when there is no
     store at ``path`` or it cannot be opened (nothing is created)."""
-    from ._env import TARGET_VARIABLE, check_timeout, shared_target
+    from ._args import check_timeout
+    from ._env import TARGET_VARIABLE, shared_target
     from .errors import StorageError
 
     limit = check_timeout(timeout)

@@ -24,12 +24,13 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from . import _core
+from ._args import check_max_attempts
 from ._cells import Change
 from ._export import ExportQueue
 from ._frames import key_value_frame
 from ._html import combine_queue_html
 from ._log import failure_text
-from ._observer import ObserverTransaction, check_max_attempts
+from ._observer import ObserverTransaction
 from ._queues import (
     accepts,
     check_linger,

@@ -16,11 +16,12 @@ from typing import Any, Literal, TypeVar
 
 from . import _core, _log, _metrics
 from ._app import App, differences
+from ._args import check_bool, check_int, check_progress, check_retry_options, check_timeout
 from ._export import ExportQueue
 from ._frames import Failures, ParkedWork
 from ._html import env_html
-from ._loader import Loader, check_retry_options
-from ._progress import Progress, check_progress
+from ._loader import Loader
+from ._progress import Progress
 from ._transaction import Transaction
 from .errors import AppMismatch, ClosedError, CommitConflict, Error, SinkBlocked, WorkParked
 
@@ -110,8 +111,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     if isinstance(fspath, bytes):
         fspath = os.fsdecode(fspath)
     for name, value in (("mode", mode), ("map_size", map_size), ("max_readers", max_readers)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        check_int(name, value)
     if not 0 <= mode <= 0o777:
         raise ValueError(f"mode must be a permission mask between 0 and 0o777, not {mode:#o}")
     if map_size < 1 << 20:
@@ -120,12 +120,9 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at most 256 TiB (2**48), not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
-    if not isinstance(create, bool):
-        raise TypeError(f"create must be True or False, not {type(create).__name__}")
-    if not isinstance(upgrade, bool):
-        raise TypeError(f"upgrade must be True or False, not {type(upgrade).__name__}")
-    if not isinstance(restored, bool):
-        raise TypeError(f"restored must be True or False, not {type(restored).__name__}")
+    check_bool("create", create)
+    check_bool("upgrade", upgrade)
+    check_bool("restored", restored)
     if app is not None and not isinstance(app, App):
         raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(
@@ -139,18 +136,6 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
             env.close()
             raise
     return env
-
-
-def check_timeout(timeout: Any) -> float | None:
-    """``timeout`` checked: a number of seconds >= 0, or None (or infinity)
-    for no limit; TypeError or ValueError naming it otherwise."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
-    if not timeout >= 0:  # NaN too
-        raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
-    return None if timeout == float("inf") else float(timeout)
 
 
 # The environment variable that hands a store's target to the child
@@ -481,8 +466,7 @@ class Env:
             ("worker_index", worker_index or 0),
             ("worker_count", worker_count or 1),
         ):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            check_int(name, value)
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         if worker_count is not None and (worker_count < 1 or not 0 <= worker_index < worker_count):
@@ -871,8 +855,7 @@ class Env:
         settled, their notifications held meanwhile, and ``lease``); the
         worker leases of every process (``leases``: owner, group, threads,
         expiry, last renewal, live, partitions taken); and this process's commit counters."""
-        if not isinstance(queues, bool):
-            raise TypeError(f"status: queues must be True or False, not {type(queues).__name__}")
+        check_bool("status: queues", queues)
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()

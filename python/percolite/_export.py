@@ -27,10 +27,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from . import _core
+from ._args import check_max_attempts
 from ._cells import SequencedExport
 from ._html import export_queue_html
 from ._log import failure_text
-from ._observer import check_max_attempts
 from ._queues import (
     accepts,
     check_linger,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _core
+from ._args import check_int
 from ._observer import WEAK
 from ._transaction import Transaction
 from .codecs import Codec
@@ -49,8 +50,7 @@ def check_queue_options(
     if not isinstance(queue_id, str):
         raise TypeError(f"{kind} id must be a str, not {type(queue_id).__name__}")
     for name, value in (("buckets", buckets), (batch_name, batch)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        check_int(name, value)
     if not queue_id:
         raise ValueError(f"{kind} id must not be empty")
     if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):

@@ -1,9 +1,9 @@
 """What every exporter of this package shares: connection pools that are
-safe across fork(), the check of an entry's seq, and argument checks."""
+safe across fork(), and the check of an entry's seq. Their argument checks
+are percolite's (``percolite._args``)."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -158,31 +158,8 @@ def _check_seq(entry: Any) -> int:
     return seq
 
 
-def _positive(number: Any, name: str) -> float:
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {number!r}")
-    return number
-
-
-def _require_directory(path: str) -> None:
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            errno.ENOENT, f"the directory {directory!r} of {path!r} does not exist", path
-        )
-
-
 # Exported files are created owner-only, like the store, whatever the umask.
 DEFAULT_FILE_MODE = 0o600
-
-
-def _file_mode(mode: Any) -> int:
-    """``mode`` checked: an int permission mask from 0 to 0o777."""
-    if isinstance(mode, bool) or not isinstance(mode, int):
-        raise TypeError(f"mode must be an int permission mask, not {type(mode).__name__}")
-    if not 0 <= mode <= 0o777:
-        raise ValueError(f"mode must be a permission mask between 0 and 0o777, not {mode:#o}")
-    return mode
 
 
 def _open_created(path: str, flags: int, mode: int) -> int:

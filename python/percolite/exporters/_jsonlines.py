@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from .._args import check_file_mode, check_parent_directory
 from ..errors import ClosedError
 from ._common import (
     _FORK_AWARE,
@@ -18,10 +19,8 @@ from ._common import (
     _check_seq,
     _check_store,
     _claim,
-    _file_mode,
     _log_adopted,
     _open_created,
-    _require_directory,
 )
 
 
@@ -112,9 +111,9 @@ class JSONLines:
     """
 
     def __init__(self, path: Any, *, mode: int = DEFAULT_FILE_MODE) -> None:
-        self.mode: int = _file_mode(mode)
+        self.mode: int = check_file_mode(mode)
         self.path: str = os.path.abspath(os.fspath(path))
-        _require_directory(self.path)
+        check_parent_directory(self.path)
         self._lock = threading.Lock()  # one call of this object at a time
         self._offset = 0  # how far this object has read the file
         self._file_id: tuple | None = None  # (device, inode) read so far

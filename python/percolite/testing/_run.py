@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._args import check_int
 from .._env import Env
-from .._loader import check_int
 from .._log import capture_failures, shown
 from ..errors import Error
 

@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 from .. import _export
 from .._app import App
+from .._args import check_int
 from .._env import Env
 from .._env import open as open_store
 from .._export import ExportQueue
-from .._loader import check_int
 from .._log import capture_failures, shown
 from .._transaction import Transaction
 from ..errors import CommitConflict, Error
@@ -379,8 +379,7 @@ def simulate(
                 f"{bound.path}): a simulation runs the app's observers and exporters itself, "
                 "one at a time; stop those workers first (env.stop_workers())"
             )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, not {type(seed).__name__}")
+    check_int("seed", seed)
     if faults is None:
         faults = Faults()
     elif not isinstance(faults, Faults):
