@@ -1,6 +1,6 @@
-"""What every exporter of this package shares: connection pools that are
-safe across fork(), and the check of an entry's seq. Their argument checks
-are percolite's (``percolite._args``)."""
+"""What every exporter of this package shares: connection pools and locks
+that are safe across fork(), and the check of an entry's seq. Their
+argument checks are percolite's (``percolite._args``)."""
 
 from __future__ import annotations
 
@@ -81,15 +81,37 @@ def _check_store(store: Any, epoch: Any) -> tuple[str, int]:
     return store, epoch
 
 
-# Fork safety: objects whose locks must be new in a forked child (a lock held
-# by another thread at fork time would never be released there).
+# Fork safety: a lock held by another thread at fork time would never be
+# released in the forked child, so every ForkSafeLock is new there.
 
-_FORK_AWARE: weakref.WeakSet = weakref.WeakSet()
+_FORK_SAFE_LOCKS: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+class ForkSafeLock:
+    """A mutex (use it in ``with``) that is released in a forked child,
+    whichever thread of the parent held it at the fork."""
+
+    __slots__ = ("_lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _FORK_SAFE_LOCKS.add(self)
+
+    def renew(self) -> None:
+        """A new, released lock in place of this one: for a forked child,
+        whose only thread (the one that forked) did not hold it."""
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 def _renew_locks_after_fork() -> None:
-    for obj in list(_FORK_AWARE):
-        obj._lock = threading.Lock()
+    for lock in list(_FORK_SAFE_LOCKS):
+        lock.renew()
 
 
 if hasattr(os, "register_at_fork"):
@@ -108,11 +130,10 @@ class _Pool:
 
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._idle: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
-        _FORK_AWARE.add(self)
 
     def _adopt_process(self) -> None:
         # Called with _lock held: in a forked child, forget the parent's connections.

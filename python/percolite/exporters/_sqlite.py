@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .._args import check_file_mode, check_parent_directory, check_positive_seconds
 from ..errors import SinkBusy
-from ._common import _FORK_AWARE, DEFAULT_FILE_MODE, _open_created
+from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _open_created
 from ._sql import _quote, _SQLExporter
 
 
@@ -94,8 +93,7 @@ class SQLite(_SQLExporter):
         self._set_up(table, key, columns, create)
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits.
-        self._lock = threading.Lock()
-        _FORK_AWARE.add(self)
+        self._lock = ForkSafeLock()
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
