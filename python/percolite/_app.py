@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from . import _core
 from ._args import check_max_attempts
-from ._cells import Column
+from ._cells import Column, column_of
 from ._combine import CombineQueue
 from ._export import ExportQueue, SequencedExport, TransientErrors, check_transient_errors
 from ._html import app_html
 from ._log import failure_text
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
-from ._queues import check_queue_options
+from ._queues import check_queue_options, core_spec
 from .codecs import Codec
-from .errors import Error
 
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 
@@ -39,7 +40,7 @@ __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 # An observer: fn(tx, row, column), its result ignored.
 ObserverFn = TypeVar("ObserverFn", bound=Callable[[ObserverTransaction, bytes, Column], object])
 
-# The form of App._identity() that stores record.
+# The form of app_identity() that stores record.
 IDENTITY_VERSION = 1
 
 
@@ -49,7 +50,7 @@ def _text(value: bytes) -> str:
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """How app identity ``current`` differs from ``recorded`` (both as
-    :meth:`App._identity` gives them), one sentence each; empty when they
+    :func:`app_identity` gives them), one sentence each; empty when they
     agree. Observer names, lingers, batch sizes and max_attempts are not
     compared: they change nothing stored."""
     out = []
@@ -112,7 +113,7 @@ def _check_observer_signature(fn: Callable[..., Any], name: str) -> None:
 def _make_runner(fn: Callable[..., Any]) -> Callable:
     """The function the C++ workers call: wraps the core transaction, calls
     the observer, and reports a failure as its formatted traceback."""
-    make_column = Column._from_bytes
+    make_column = column_of
 
     def runner(core_tx, row: bytes, family: bytes, qualifier: bytes) -> tuple[Any, ...]:
         try:
@@ -125,21 +126,75 @@ def _make_runner(fn: Callable[..., Any]) -> Callable:
 
 
 class App:
-    """A registry of observers (and queues) shared by every process of an application."""
+    """A registry of observers (and queues) shared by every process of an application.
+
+    The app is a declaration: what it holds is read through :attr:`observers`,
+    :attr:`queues` and :attr:`revision`, and stores bound to it follow its
+    changes (see :meth:`subscribe`)."""
 
     def __init__(self, name: str = "app") -> None:
         if not isinstance(name, str):
             raise TypeError(f"an app's name must be a str, not {type(name).__name__}")
         self.name = name
         self._observers: dict[Column, _Observer] = {}
-        self._queues: dict[str, Any] = {}
-        self._envs: weakref.WeakSet = weakref.WeakSet()
+        self._queues: dict[str, CombineQueue[Any, Any] | ExportQueue[Any, Any]] = {}
+        self._queues_view = MappingProxyType(self._queues)  # read on every queue add
+        self._revision = 0
+        self._subscribers: list[tuple[Callable[[], Any], Callable[[], Any]]] = []
 
     @property
     def observers(self) -> list[_Observer]:
         """The registered observers, as ``(column, fn, notify, name)`` named
-        tuples, in registration order (queues' processors not included)."""
+        tuples, in registration order (queues' processors not included): a
+        new list at each call, which changes nothing when changed."""
         return list(self._observers.values())
+
+    @property
+    def queues(self) -> Mapping[str, CombineQueue[Any, Any] | ExportQueue[Any, Any]]:
+        """The declared queues by id, in declaration order: a read-only view
+        that follows later declarations."""
+        return self._queues_view
+
+    @property
+    def revision(self) -> int:
+        """How many changes the declaration has had: grows by one with every
+        observer or queue declared or removed, and every ``on_change`` or
+        ``export_to`` of its combine queues. A store bound to the app records
+        the app again when it has grown."""
+        return self._revision
+
+    def subscribe(
+        self, before: Callable[[App, str], object], after: Callable[[App], object]
+    ) -> None:
+        """Have ``before(app, what)`` called before each change of the
+        declaration (``what`` names it; an exception refuses the change and
+        leaves the app as it was) and ``after(app)`` once it is made. Every
+        :class:`Env` bound to the app subscribes: it refuses changes while
+        its workers run, and records each change in its store. Bound methods
+        are held weakly (a subscriber that is gone drops out); subscribing
+        the same pair again changes nothing."""
+        if not callable(before) or not callable(after):
+            raise TypeError("subscribe needs two callables: before(app, what) and after(app)")
+        self._subscribers = [(b, a) for b, a in self._subscribers if b() is not None]
+        if any(b() == before and a() == after for b, a in self._subscribers):
+            return
+        self._subscribers.append((_weak(before), _weak(after)))
+
+    @contextmanager
+    def _changing(self, what: str = "a change") -> Iterator[None]:
+        """Around every change of the declaration: the subscribers may refuse
+        it first; once made (the block did not raise), the revision grows and
+        they hear of it. The queues get this to report their own changes."""
+        for before, _after in list(self._subscribers):
+            fn = before()
+            if fn is not None:
+                fn(self, what)
+        yield
+        self._revision += 1
+        for _before, after in list(self._subscribers):
+            fn = after()
+            if fn is not None:
+                fn(self)
 
     def observer(
         self,
@@ -210,9 +265,8 @@ class App:
                     f"other settings: {', '.join(differ)}. One column has at most one "
                     f"observer: to replace it, call app.remove_observer({tuple(column)!r}) first"
                 )
-        self._before_change(f"observer {label}")
-        self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
-        self._rebind()
+        with self._changing(f"observer {label}"):
+            self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
 
     @overload
     def combine_queue(
@@ -322,6 +376,7 @@ class App:
                 buffer_size=buffer_size,
                 linger=linger,
                 max_attempts=max_attempts,
+                changing=self._changing,
             ),
         )
 
@@ -530,8 +585,8 @@ class App:
                 if getattr(old, name, None) != getattr(queue, name, None)
             ]
             differ += differences(
-                {"name": self.name, "observers": {}, "queues": {queue_id: old._identity()}},
-                {"name": self.name, "observers": {}, "queues": {queue_id: queue._identity()}},
+                {"name": self.name, "observers": {}, "queues": {queue_id: old.layout}},
+                {"name": self.name, "observers": {}, "queues": {queue_id: queue.layout}},
             )
             if differ:
                 raise ValueError(
@@ -539,9 +594,8 @@ class App:
                     f"other settings: {'; '.join(differ)}. To replace it, call "
                     f"app.remove_queue({queue_id!r}) first"
                 )
-        self._before_change(f"{kind} {queue_id!r}")
-        self._queues[queue_id] = queue
-        self._rebind()
+        with self._changing(f"{kind} {queue_id!r}"):
+            self._queues[queue_id] = queue
         return queue
 
     def remove_observer(self, column: Any) -> None:
@@ -551,64 +605,16 @@ class App:
         column = Column(*column)
         if column not in self._observers:
             raise KeyError(f"app {self.name!r} has no observer for column {column!r}")
-        self._before_change(f"a change of the observer of {column!r}")
-        del self._observers[column]
-        self._rebind()
+        with self._changing(f"a change of the observer of {column!r}"):
+            del self._observers[column]
 
     def remove_queue(self, queue_id: str) -> None:
         """Unregister queue ``queue_id`` (KeyError when there is none); its
         stored rows stay, and stores bound to this app record the change."""
         if queue_id not in self._queues:
             raise KeyError(f"app {self.name!r} has no queue named {queue_id!r}")
-        self._before_change(f"a change of queue {queue_id!r}")
-        del self._queues[queue_id]
-        self._rebind()
-
-    def _before_change(self, what: str = "a change") -> None:
-        for env in list(self._envs):
-            if not env.closed and env.workers_running:
-                raise Error(
-                    f"cannot register {what}: workers are running on {env.path}; "
-                    "stop them first (env.stop_workers())"
-                )
-
-    def _rebind(self) -> None:
-        for env in list(self._envs):
-            if not env.closed:
-                env._bind(self, upgrade=True)  # this app, changed in this process
-
-    def _identity(self) -> dict[str, Any]:
-        """What a store records of the app bound to it (see :func:`differences`):
-        its name, its observed columns and its queues' layouts."""
-        observers = {
-            f"{o.column.family.hex()}:{o.column.qualifier.hex()}": {
-                "column": [_text(o.column.family), _text(o.column.qualifier)],
-                "notify": o.notify.name.lower(),
-            }
-            for o in self._observers.values()
-        }
-        queues = {queue_id: queue._identity() for queue_id, queue in self._queues.items()}
-        return {
-            "version": IDENTITY_VERSION,
-            "name": self.name,
-            "observers": observers,
-            "queues": queues,
-        }
-
-    def _core_specs(self) -> list[tuple]:
-        specs = [
-            (
-                o.column.family,
-                o.column.qualifier,
-                int(o.notify),
-                o.name,
-                _make_runner(o.fn),
-                check_max_attempts(o.max_attempts, o.name),
-            )
-            for o in self._observers.values()
-        ]
-        specs += [queue._core_spec() for queue in self._queues.values()]
-        return specs
+        with self._changing(f"a change of queue {queue_id!r}"):
+            del self._queues[queue_id]
 
     def __repr__(self) -> str:
         return f"<percolite.App {self.name!r} observers={len(self._observers)}>"
@@ -617,3 +623,49 @@ class App:
         """Jupyter's view of the app: its declarations (observers and their
         columns, queues with their layouts and where their output goes)."""
         return app_html(self)
+
+
+def _weak(fn: Callable[..., Any]) -> Callable[[], Any]:
+    """A reference to ``fn``: weak for a bound method (whose object may go
+    away), else strong."""
+    if inspect.ismethod(fn):
+        return weakref.WeakMethod(fn)
+    return lambda: fn
+
+
+def app_identity(app: App) -> dict[str, Any]:
+    """What a store records of the app bound to it (see :func:`differences`):
+    its name, its observed columns and its queues' layouts."""
+    observers = {
+        f"{o.column.family.hex()}:{o.column.qualifier.hex()}": {
+            "column": [_text(o.column.family), _text(o.column.qualifier)],
+            "notify": o.notify.name.lower(),
+        }
+        for o in app.observers
+    }
+    queues = {queue_id: queue.layout for queue_id, queue in app.queues.items()}
+    return {
+        "version": IDENTITY_VERSION,
+        "name": app.name,
+        "observers": observers,
+        "queues": queues,
+    }
+
+
+def worker_specs(app: App) -> list[tuple[Any, ...]]:
+    """What the core's workers run for ``app``: one spec per observer (its
+    column, notification type, name, runner and attempts), then one per
+    queue (its processor, a weak observer of the queue's notify column)."""
+    specs: list[tuple[Any, ...]] = [
+        (
+            o.column.family,
+            o.column.qualifier,
+            int(o.notify),
+            o.name,
+            _make_runner(o.fn),
+            check_max_attempts(o.max_attempts, o.name),
+        )
+        for o in app.observers
+    ]
+    specs += [core_spec(queue.core) for queue in app.queues.values()]
+    return specs

@@ -35,7 +35,6 @@ from ._queues import (
     accepts,
     check_linger,
     check_queue_options,
-    core_spec,
     encode_or_raise,
     require_transaction,
 )
@@ -143,13 +142,20 @@ class InjectedFault(Exception):
 
 
 class _Injected(threading.local):
-    # Set by a simulation running on this thread: called after each exporter
-    # call returns; True makes the call fail as if the exporter had raised
-    # after sending its batch (the batch stays queued and is sent again).
+    # Set by a simulation running on this thread (inject_exporter_faults).
     exporter_fails: Callable[[], bool] | None = None
 
 
 _injected = _Injected()
+
+
+def inject_exporter_faults(fails: Callable[[], bool] | None) -> None:
+    """For a simulation (``percolite.testing.simulate``) running on this
+    thread: ``fails()`` is called after each exporter call on the thread
+    returns, and True makes the call fail as if the exporter had raised
+    after sending its batch (the batch stays queued and is sent again).
+    None stops the injection."""
+    _injected.exporter_fails = fails
 
 
 class ExportQueue(Generic[K, V]):
@@ -243,11 +249,18 @@ class ExportQueue(Generic[K, V]):
 
         return run
 
-    def _core_spec(self) -> tuple[Any, ...]:
-        return core_spec(self._core)
+    @property
+    def core(self) -> _core.ExportQueue:
+        """The compiled queue underneath (``percolite._core``), for
+        percolite's own modules; its methods are internal and may change in
+        any release."""
+        return self._core
 
-    def _identity(self) -> dict[str, Any]:
-        """What a store records of this queue: what its stored rows mean."""
+    @property
+    def layout(self) -> dict[str, Any]:
+        """What a store bound to the app records of this queue, what its
+        stored rows mean: ``{"kind", "buckets", "key_codec", "value_codec"}``
+        (a new dict at each call)."""
         return {
             "kind": "export queue",
             "buckets": self.buckets,

@@ -184,7 +184,6 @@ class Loader:
         self._core.close()
         self._thread.join()
         self._closed = True
-        self._env._forget_loader(self)
 
     def __enter__(self) -> Loader:
         return self
@@ -235,7 +234,7 @@ class Loader:
         try:
             job.result = job.fn(tx, *job.args, **job.kwargs)
             if tx.state in ("active", "closed"):
-                self._core.commit(tx._tx, token)  # its result comes back through core.next
+                self._core.commit(tx.core, token)  # its result comes back through core.next
             else:  # fn committed or aborted the transaction itself
                 job.future.set_result(job.result)
                 self._finish(token)

@@ -88,17 +88,17 @@ def require_transaction(tx: Any, what: str, queue: Any = None) -> Any:
             f"{what} needs a percolite.Transaction (from env.transaction(), env.run, "
             f"a loader or an observer) as its first argument, not {type(tx).__name__}"
         )
-    app = tx._app
+    app = tx.app
     if queue is not None and app is not None:
-        bound = app._queues.get(queue.id)
-        if bound is not queue and (bound is None or bound._identity() != queue._identity()):
+        bound = app.queues.get(queue.id)
+        if bound is not queue and (bound is None or bound.layout != queue.layout):
             has = "has no queue" if bound is None else "declares another queue"
             raise ValueError(
                 f"{what}: the store is bound to app {app.name!r}, which {has} named "
                 f"{queue.id!r}: what you add would never be processed there. Declare the queue "
                 "on that app, or bind the app that declares it"
             )
-    return tx._tx
+    return tx.core
 
 
 def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:

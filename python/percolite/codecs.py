@@ -74,15 +74,15 @@ class _Bytes(Codec):
         return data
 
 
-def _unpack(codec: Any, data: bytes) -> tuple[Any, ...]:
-    """``codec._struct.unpack(data)``; ValueError naming the codec and the
+def _unpack(name: str, layout: struct.Struct, data: bytes) -> tuple[Any, ...]:
+    """``layout.unpack(data)``; ValueError naming codec ``name`` and the
     sizes when ``data`` has the wrong length."""
-    if len(data) != codec._struct.size:
+    if len(data) != layout.size:
         raise ValueError(
-            f"codec {codec.name!r} decodes {codec._struct.size} bytes, not {len(data)}: "
+            f"codec {name!r} decodes {layout.size} bytes, not {len(data)}: "
             f"{bytes(data[:16])!r}{'...' if len(data) > 16 else ''}"
         )
-    return codec._struct.unpack(data)
+    return layout.unpack(data)
 
 
 def _check_int64(value: Any) -> int:
@@ -102,7 +102,7 @@ class _Int64(Codec):
         return self._struct.pack(_check_int64(value))
 
     def decode(self, data: bytes) -> int:
-        return _unpack(self, data)[0]
+        return _unpack(self.name, self._struct, data)[0]
 
 
 class _Float64(Codec):
@@ -116,7 +116,7 @@ class _Float64(Codec):
         return self._struct.pack(float(value))
 
     def decode(self, data: bytes) -> float:
-        return _unpack(self, data)[0]
+        return _unpack(self.name, self._struct, data)[0]
 
 
 class int64s(Codec):  # noqa: N801 - reads like the codec's name
@@ -139,7 +139,7 @@ class int64s(Codec):  # noqa: N801 - reads like the codec's name
         return self._struct.pack(*(_check_int64(v) for v in value))
 
     def decode(self, data: bytes) -> tuple[int, ...]:
-        return _unpack(self, data)
+        return _unpack(self.name, self._struct, data)
 
 
 class _Json(Codec):

@@ -66,7 +66,7 @@ def run_until_idle(env: Env, *, max_runs: int = 100_000, raise_errors: bool = Tr
     if not isinstance(raise_errors, bool):
         raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
     with capture_failures() as captured:
-        result: dict[str, Any] = env._core.run_here(max_runs, raise_errors)
+        result: dict[str, Any] = env.core.run_here(max_runs, raise_errors)
         raised = captured.exception
     if result["failed"]:
         if raised is not None:
