@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from . import _core
 from ._args import check_max_attempts
@@ -33,6 +33,21 @@ from ._log import failure_text
 from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
 from ._queues import check_queue_options, core_spec
 from .codecs import Codec
+
+if TYPE_CHECKING:
+    # Type checkers know typing_extensions from their own stubs; Python 3.11's
+    # TypeVar takes no default (PEP 696), so the running program needs none.
+    from typing_extensions import TypeVar
+
+    # A queue's keys and values: the type of its codec, or Any for a codec
+    # given by name (typing a name would take an overload per name and role).
+    K = TypeVar("K", default=Any)
+    V = TypeVar("V", default=Any)
+else:
+    from typing import TypeVar
+
+    K = TypeVar("K")
+    V = TypeVar("V")
 
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 
@@ -268,92 +283,29 @@ class App:
         with self._changing(f"observer {label}"):
             self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
 
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["int64"] = ...,
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[str, int]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["float64"],
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[str, float]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["bytes"],
-        value_codec: Literal["int64"] = ...,
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[bytes, int]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["bytes"],
-        value_codec: Literal["float64"],
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[bytes, float]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: str | Codec = ...,
-        value_codec: str | Codec = ...,
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[Any, Any]: ...
     def combine_queue(
         self,
         queue_id: str,
         *,
         buckets: int = _core.DEFAULT_COMBINE_BUCKETS,
         combiner: str | Callable[[Any, list[Any]], Any] = "sum",
-        key_codec: str | Codec = "str",
-        value_codec: str | Codec = "int64",
+        key_codec: str | Codec[K] = "str",
+        value_codec: str | Codec[V] = "int64",
         buffer_size: int = _core.DEFAULT_BUFFER_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
-    ) -> CombineQueue[Any, Any]:
+    ) -> CombineQueue[K, V]:
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
 
         ``combiner`` is ``"sum"``, ``"max"``, ``"min"``, ``"last"`` (native,
         run in C++ without the GIL) or a callable ``(key, values) -> value |
         None`` where ``values`` holds the current value (when there is one)
         followed by the queued updates in commit order; ``None`` deletes the
-        key. Codecs: see :mod:`percolite.codecs`. ``buffer_size`` bounds the
-        updates one processing transaction reads (a key's updates are never
-        split across transactions). ``linger`` (seconds, 0 to 3600) lets a
+        key. Codecs: see :mod:`percolite.codecs`; a type checker types the
+        queue's keys and values by codec objects (``key_codec=codecs.STR``
+        gives ``str`` keys), and as ``Any`` for codec names. ``buffer_size``
+        bounds the updates one processing transaction reads (a key's updates
+        are never split across transactions). ``linger`` (seconds, 0 to 3600) lets a
         bucket with fewer than ``buffer_size`` updates wait up to that long
         for more while they keep arriving: fewer runs, each folding more
         updates of hot keys, for at most ``linger`` more latency. A linger
@@ -363,7 +315,7 @@ class App:
         by splitting the batch and parked, their updates kept queued until
         :meth:`Env.retry_parked`; the other keys fold and go on.
         """
-        return self._add_queue(
+        queue: CombineQueue[K, V] = self._add_queue(
             "combine queue",
             queue_id,
             lambda: CombineQueue(
@@ -379,7 +331,10 @@ class App:
                 changing=self._changing,
             ),
         )
+        return queue
 
+    # Two forms, told apart by whether the exporter is given: the queue, or a
+    # decorator that makes one of the function it decorates.
     @overload
     def export_queue(
         self,
@@ -387,55 +342,13 @@ class App:
         exporter: Callable[[list[SequencedExport]], object],
         *,
         buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["int64"],
+        key_codec: str | Codec[K] = ...,
+        value_codec: str | Codec[V] = ...,
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
         transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[str, int]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: Callable[[list[SequencedExport]], object],
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["float64"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[str, float]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: Callable[[list[SequencedExport]], object],
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["str"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[str, str]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: Callable[[list[SequencedExport]], object],
-        *,
-        buckets: int = ...,
-        key_codec: str | Codec = ...,
-        value_codec: str | Codec = ...,
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[Any, Any]: ...
+    ) -> ExportQueue[K, V]: ...
     @overload
     def export_queue(
         self,
@@ -443,70 +356,27 @@ class App:
         exporter: None = ...,
         *,
         buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["int64"],
+        key_codec: str | Codec[K] = ...,
+        value_codec: str | Codec[V] = ...,
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
         transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, int]]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: None = ...,
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["float64"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, float]]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: None = ...,
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["str"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, str]]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: None = ...,
-        *,
-        buckets: int = ...,
-        key_codec: str | Codec = ...,
-        value_codec: str | Codec = ...,
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]: ...
+    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[K, V]]: ...
     def export_queue(
         self,
         queue_id: str,
         exporter: Callable[[list[SequencedExport]], object] | None = None,
         *,
         buckets: int = 16,
-        key_codec: str | Codec = "str",
-        value_codec: str | Codec = "json",
+        key_codec: str | Codec[K] = "str",
+        value_codec: str | Codec[V] = "json",
         batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
         transient_errors: TransientErrors | None = None,
     ) -> (
-        ExportQueue[Any, Any]
-        | Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]
+        ExportQueue[K, V] | Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[K, V]]
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
         whose ``exporter(entries)`` receives lists of
@@ -521,8 +391,10 @@ class App:
 
             counts.add(tx, "key", 42)
 
-        Built-in exporters: :mod:`percolite.exporters`. ``batch_size`` bounds
-        the entries of one call (and one processing transaction). ``linger``
+        Built-in exporters: :mod:`percolite.exporters`. Codecs: as for
+        :meth:`combine_queue` (``value_codec=codecs.INT64`` types the values
+        as ``int``). ``batch_size`` bounds the entries of one call (and one
+        processing transaction). ``linger``
         (seconds, 0 to 3600) lets a bucket with fewer than ``batch_size``
         entries wait up to that long for more before the exporter is called:
         fewer, fuller calls, for at most ``linger`` more latency. A linger
@@ -545,8 +417,8 @@ class App:
         not as poison keys, and nothing is parked.
         """
 
-        def declare(fn: Any) -> ExportQueue[Any, Any]:
-            return self._add_queue(
+        def declare(fn: Any) -> ExportQueue[K, V]:
+            queue: ExportQueue[K, V] = self._add_queue(
                 "export queue",
                 queue_id,
                 lambda: ExportQueue(
@@ -562,6 +434,7 @@ class App:
                     transient_errors=transient_errors,
                 ),
             )
+            return queue
 
         if exporter is not None:
             return declare(exporter)

@@ -65,8 +65,8 @@ class CombineQueue(Generic[K, V]):
     """Queued updates of keys, folded into current values by the workers.
 
     ``CombineQueue[K, V]`` for type checkers: keys of type ``K``, values and
-    updates of type ``V`` (what its codecs encode; :meth:`App.combine_queue`
-    infers them from the common codec names, else ``Any``).
+    updates of type ``V``, the types of its codecs (``Codec[K]`` and
+    ``Codec[V]``; ``Any`` for a codec given by name).
     Create it with :meth:`percolite.App.combine_queue`; see
     ``docs/combine_queue.md``. Attributes: ``id``, ``buckets``,
     ``buffer_size``, ``linger``, ``combiner``, ``key_codec``, ``value_codec`` (as
@@ -80,8 +80,8 @@ class CombineQueue(Generic[K, V]):
         *,
         buckets: int,
         combiner: Any,
-        key_codec: Any,
-        value_codec: Any,
+        key_codec: str | Codec[K],
+        value_codec: str | Codec[V],
         buffer_size: int,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
@@ -110,8 +110,8 @@ class CombineQueue(Generic[K, V]):
         self.linger = linger
         self.max_attempts = max_attempts
         self.combiner = combiner
-        self.key_codec: Codec = get_codec(key_codec, "key_codec")
-        self.value_codec: Codec = get_codec(value_codec, "value_codec")
+        self.key_codec: Codec[K] = get_codec(key_codec, "key_codec")
+        self.value_codec: Codec[V] = get_codec(value_codec, "value_codec")
         self._changing = changing or (lambda what: nullcontext())
         self._on_change: Callable[[ObserverTransaction, list[Change[K, V]]], object] | None = None
         self._export_to: list[ExportQueue[K, V]] = []

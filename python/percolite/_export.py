@@ -161,6 +161,8 @@ def inject_exporter_faults(fails: Callable[[], bool] | None) -> None:
 class ExportQueue(Generic[K, V]):
     """Entries that leave for an external system once their transaction commits.
 
+    ``ExportQueue[K, V]`` for type checkers: keys of type ``K`` and values of
+    type ``V``, the types of its codecs (``Any`` for a codec given by name).
     Create it with :meth:`percolite.App.export_queue`; see
     ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
     ``batch_size``, ``linger``, ``max_attempts``, ``transient_errors`` (a
@@ -175,8 +177,8 @@ class ExportQueue(Generic[K, V]):
         *,
         buckets: int,
         exporter: Callable[[list[SequencedExport]], Any],
-        key_codec: Any,
-        value_codec: Any,
+        key_codec: str | Codec[K],
+        value_codec: str | Codec[V],
         batch_size: int,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
@@ -204,8 +206,8 @@ class ExportQueue(Generic[K, V]):
         self.linger = linger
         self.max_attempts = max_attempts
         self.exporter = exporter
-        self.key_codec: Codec = get_codec(key_codec, "key_codec")
-        self.value_codec: Codec = get_codec(value_codec, "value_codec")
+        self.key_codec: Codec[K] = get_codec(key_codec, "key_codec")
+        self.value_codec: Codec[V] = get_codec(value_codec, "value_codec")
         kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
         native = kl is not None and vl is not None
         self._core = _core.ExportQueue.create(
@@ -289,7 +291,7 @@ class ExportQueue(Generic[K, V]):
         """How many entries are queued in ``tx``'s view (a scan: for status and tests)."""
         return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
 
-    def bucket_of(self, key: Any) -> int:
+    def bucket_of(self, key: K) -> int:
         """The bucket (in ``range(buckets)``) that queues ``key``'s entries:
         a hash of the encoded key modulo ``buckets``."""
         return self._core.bucket_of(self.key_codec.encode(key))

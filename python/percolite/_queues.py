@@ -101,7 +101,7 @@ def require_transaction(tx: Any, what: str, queue: Any = None) -> Any:
     return tx.core
 
 
-def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
+def encode_or_raise(codec: Codec[Any], obj: Any, what: str) -> bytes:
     """``codec.encode(obj)``, re-raising a failure with ``what`` in front."""
     try:
         return codec.encode(obj)
