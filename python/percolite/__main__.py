@@ -294,7 +294,7 @@ def _scan(args: argparse.Namespace) -> int:
         if args.notifications:
             after, shown = b"", 0
             while shown < args.limit:
-                chunk = env._core.scan_notifications(after, min(512, args.limit - shown))
+                chunk = env.core.scan_notifications(after, min(512, args.limit - shown))
                 if not chunk:
                     break
                 for row, family, qualifier, stamp, key in chunk:

@@ -18,19 +18,36 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from . import _core
-from ._cells import Column
+from ._args import check_max_attempts
+from ._cells import Column, column_of
 from ._combine import CombineQueue
 from ._export import ExportQueue, SequencedExport, TransientErrors, check_transient_errors
 from ._html import app_html
 from ._log import failure_text
-from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction, check_max_attempts
-from ._queues import check_queue_options
+from ._observer import STRONG, WEAK, NotificationType, ObserverTransaction
+from ._queues import check_queue_options, core_spec
 from .codecs import Codec
-from .errors import Error
+
+if TYPE_CHECKING:
+    # Type checkers know typing_extensions from their own stubs; Python 3.11's
+    # TypeVar takes no default (PEP 696), so the running program needs none.
+    from typing_extensions import TypeVar
+
+    # A queue's keys and values: the type of its codec, or Any for a codec
+    # given by name (typing a name would take an overload per name and role).
+    K = TypeVar("K", default=Any)
+    V = TypeVar("V", default=Any)
+else:
+    from typing import TypeVar
+
+    K = TypeVar("K")
+    V = TypeVar("V")
 
 __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 
@@ -38,7 +55,7 @@ __all__ = ["App", "NotificationType", "STRONG", "WEAK", "ObserverTransaction"]
 # An observer: fn(tx, row, column), its result ignored.
 ObserverFn = TypeVar("ObserverFn", bound=Callable[[ObserverTransaction, bytes, Column], object])
 
-# The form of App._identity() that stores record.
+# The form of app_identity() that stores record.
 IDENTITY_VERSION = 1
 
 
@@ -48,7 +65,7 @@ def _text(value: bytes) -> str:
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """How app identity ``current`` differs from ``recorded`` (both as
-    :meth:`App._identity` gives them), one sentence each; empty when they
+    :func:`app_identity` gives them), one sentence each; empty when they
     agree. Observer names, lingers, batch sizes and max_attempts are not
     compared: they change nothing stored."""
     out = []
@@ -111,7 +128,7 @@ def _check_observer_signature(fn: Callable[..., Any], name: str) -> None:
 def _make_runner(fn: Callable[..., Any]) -> Callable:
     """The function the C++ workers call: wraps the core transaction, calls
     the observer, and reports a failure as its formatted traceback."""
-    make_column = Column._from_bytes
+    make_column = column_of
 
     def runner(core_tx, row: bytes, family: bytes, qualifier: bytes) -> tuple[Any, ...]:
         try:
@@ -124,21 +141,75 @@ def _make_runner(fn: Callable[..., Any]) -> Callable:
 
 
 class App:
-    """A registry of observers (and queues) shared by every process of an application."""
+    """A registry of observers (and queues) shared by every process of an application.
+
+    The app is a declaration: what it holds is read through :attr:`observers`,
+    :attr:`queues` and :attr:`revision`, and stores bound to it follow its
+    changes (see :meth:`subscribe`)."""
 
     def __init__(self, name: str = "app") -> None:
         if not isinstance(name, str):
             raise TypeError(f"an app's name must be a str, not {type(name).__name__}")
         self.name = name
         self._observers: dict[Column, _Observer] = {}
-        self._queues: dict[str, Any] = {}
-        self._envs: weakref.WeakSet = weakref.WeakSet()
+        self._queues: dict[str, CombineQueue[Any, Any] | ExportQueue[Any, Any]] = {}
+        self._queues_view = MappingProxyType(self._queues)  # read on every queue add
+        self._revision = 0
+        self._subscribers: list[tuple[Callable[[], Any], Callable[[], Any]]] = []
 
     @property
     def observers(self) -> list[_Observer]:
         """The registered observers, as ``(column, fn, notify, name)`` named
-        tuples, in registration order (queues' processors not included)."""
+        tuples, in registration order (queues' processors not included): a
+        new list at each call, which changes nothing when changed."""
         return list(self._observers.values())
+
+    @property
+    def queues(self) -> Mapping[str, CombineQueue[Any, Any] | ExportQueue[Any, Any]]:
+        """The declared queues by id, in declaration order: a read-only view
+        that follows later declarations."""
+        return self._queues_view
+
+    @property
+    def revision(self) -> int:
+        """How many changes the declaration has had: grows by one with every
+        observer or queue declared or removed, and every ``on_change`` or
+        ``export_to`` of its combine queues. A store bound to the app records
+        the app again when it has grown."""
+        return self._revision
+
+    def subscribe(
+        self, before: Callable[[App, str], object], after: Callable[[App], object]
+    ) -> None:
+        """Have ``before(app, what)`` called before each change of the
+        declaration (``what`` names it; an exception refuses the change and
+        leaves the app as it was) and ``after(app)`` once it is made. Every
+        :class:`Env` bound to the app subscribes: it refuses changes while
+        its workers run, and records each change in its store. Bound methods
+        are held weakly (a subscriber that is gone drops out); subscribing
+        the same pair again changes nothing."""
+        if not callable(before) or not callable(after):
+            raise TypeError("subscribe needs two callables: before(app, what) and after(app)")
+        self._subscribers = [(b, a) for b, a in self._subscribers if b() is not None]
+        if any(b() == before and a() == after for b, a in self._subscribers):
+            return
+        self._subscribers.append((_weak(before), _weak(after)))
+
+    @contextmanager
+    def _changing(self, what: str = "a change") -> Iterator[None]:
+        """Around every change of the declaration: the subscribers may refuse
+        it first; once made (the block did not raise), the revision grows and
+        they hear of it. The queues get this to report their own changes."""
+        for before, _after in list(self._subscribers):
+            fn = before()
+            if fn is not None:
+                fn(self, what)
+        yield
+        self._revision += 1
+        for _before, after in list(self._subscribers):
+            fn = after()
+            if fn is not None:
+                fn(self)
 
     def observer(
         self,
@@ -209,96 +280,32 @@ class App:
                     f"other settings: {', '.join(differ)}. One column has at most one "
                     f"observer: to replace it, call app.remove_observer({tuple(column)!r}) first"
                 )
-        self._before_change(f"observer {label}")
-        self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
-        self._rebind()
+        with self._changing(f"observer {label}"):
+            self._observers[column] = _Observer(column, fn, notify, label, max_attempts)
 
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["int64"] = ...,
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[str, int]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["float64"],
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[str, float]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["bytes"],
-        value_codec: Literal["int64"] = ...,
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[bytes, int]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: Literal["bytes"],
-        value_codec: Literal["float64"],
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[bytes, float]: ...
-    @overload
-    def combine_queue(
-        self,
-        queue_id: str,
-        *,
-        buckets: int = ...,
-        combiner: str | Callable[[Any, list[Any]], Any] = ...,
-        key_codec: str | Codec = ...,
-        value_codec: str | Codec = ...,
-        buffer_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-    ) -> CombineQueue[Any, Any]: ...
     def combine_queue(
         self,
         queue_id: str,
         *,
         buckets: int = _core.DEFAULT_COMBINE_BUCKETS,
         combiner: str | Callable[[Any, list[Any]], Any] = "sum",
-        key_codec: str | Codec = "str",
-        value_codec: str | Codec = "int64",
+        key_codec: str | Codec[K] = "str",
+        value_codec: str | Codec[V] = "int64",
         buffer_size: int = _core.DEFAULT_BUFFER_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
-    ) -> CombineQueue[Any, Any]:
+    ) -> CombineQueue[K, V]:
         """Declare a :class:`percolite.CombineQueue` (see ``percolite._combine``).
 
         ``combiner`` is ``"sum"``, ``"max"``, ``"min"``, ``"last"`` (native,
         run in C++ without the GIL) or a callable ``(key, values) -> value |
         None`` where ``values`` holds the current value (when there is one)
         followed by the queued updates in commit order; ``None`` deletes the
-        key. Codecs: see :mod:`percolite.codecs`. ``buffer_size`` bounds the
-        updates one processing transaction reads (a key's updates are never
-        split across transactions). ``linger`` (seconds, 0 to 3600) lets a
+        key. Codecs: see :mod:`percolite.codecs`; a type checker types the
+        queue's keys and values by codec objects (``key_codec=codecs.STR``
+        gives ``str`` keys), and as ``Any`` for codec names. ``buffer_size``
+        bounds the updates one processing transaction reads (a key's updates
+        are never split across transactions). ``linger`` (seconds, 0 to 3600) lets a
         bucket with fewer than ``buffer_size`` updates wait up to that long
         for more while they keep arriving: fewer runs, each folding more
         updates of hot keys, for at most ``linger`` more latency. A linger
@@ -308,7 +315,7 @@ class App:
         by splitting the batch and parked, their updates kept queued until
         :meth:`Env.retry_parked`; the other keys fold and go on.
         """
-        return self._add_queue(
+        queue: CombineQueue[K, V] = self._add_queue(
             "combine queue",
             queue_id,
             lambda: CombineQueue(
@@ -321,9 +328,13 @@ class App:
                 buffer_size=buffer_size,
                 linger=linger,
                 max_attempts=max_attempts,
+                changing=self._changing,
             ),
         )
+        return queue
 
+    # Two forms, told apart by whether the exporter is given: the queue, or a
+    # decorator that makes one of the function it decorates.
     @overload
     def export_queue(
         self,
@@ -331,55 +342,13 @@ class App:
         exporter: Callable[[list[SequencedExport]], object],
         *,
         buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["int64"],
+        key_codec: str | Codec[K] = ...,
+        value_codec: str | Codec[V] = ...,
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
         transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[str, int]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: Callable[[list[SequencedExport]], object],
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["float64"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[str, float]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: Callable[[list[SequencedExport]], object],
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["str"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[str, str]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: Callable[[list[SequencedExport]], object],
-        *,
-        buckets: int = ...,
-        key_codec: str | Codec = ...,
-        value_codec: str | Codec = ...,
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> ExportQueue[Any, Any]: ...
+    ) -> ExportQueue[K, V]: ...
     @overload
     def export_queue(
         self,
@@ -387,70 +356,27 @@ class App:
         exporter: None = ...,
         *,
         buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["int64"],
+        key_codec: str | Codec[K] = ...,
+        value_codec: str | Codec[V] = ...,
         batch_size: int = ...,
         linger: float = ...,
         max_attempts: int | None = ...,
         transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, int]]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: None = ...,
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["float64"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, float]]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: None = ...,
-        *,
-        buckets: int = ...,
-        key_codec: Literal["str"] = ...,
-        value_codec: Literal["str"],
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[str, str]]: ...
-    @overload
-    def export_queue(
-        self,
-        queue_id: str,
-        exporter: None = ...,
-        *,
-        buckets: int = ...,
-        key_codec: str | Codec = ...,
-        value_codec: str | Codec = ...,
-        batch_size: int = ...,
-        linger: float = ...,
-        max_attempts: int | None = ...,
-        transient_errors: TransientErrors | None = ...,
-    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]: ...
+    ) -> Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[K, V]]: ...
     def export_queue(
         self,
         queue_id: str,
         exporter: Callable[[list[SequencedExport]], object] | None = None,
         *,
         buckets: int = 16,
-        key_codec: str | Codec = "str",
-        value_codec: str | Codec = "json",
+        key_codec: str | Codec[K] = "str",
+        value_codec: str | Codec[V] = "json",
         batch_size: int = _core.DEFAULT_BATCH_SIZE,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
         transient_errors: TransientErrors | None = None,
     ) -> (
-        ExportQueue[Any, Any]
-        | Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[Any, Any]]
+        ExportQueue[K, V] | Callable[[Callable[[list[SequencedExport]], object]], ExportQueue[K, V]]
     ):
         """Declare a :class:`percolite.ExportQueue` (see ``percolite._export``)
         whose ``exporter(entries)`` receives lists of
@@ -465,8 +391,10 @@ class App:
 
             counts.add(tx, "key", 42)
 
-        Built-in exporters: :mod:`percolite.exporters`. ``batch_size`` bounds
-        the entries of one call (and one processing transaction). ``linger``
+        Built-in exporters: :mod:`percolite.exporters`. Codecs: as for
+        :meth:`combine_queue` (``value_codec=codecs.INT64`` types the values
+        as ``int``). ``batch_size`` bounds the entries of one call (and one
+        processing transaction). ``linger``
         (seconds, 0 to 3600) lets a bucket with fewer than ``batch_size``
         entries wait up to that long for more before the exporter is called:
         fewer, fuller calls, for at most ``linger`` more latency. A linger
@@ -489,8 +417,8 @@ class App:
         not as poison keys, and nothing is parked.
         """
 
-        def declare(fn: Any) -> ExportQueue[Any, Any]:
-            return self._add_queue(
+        def declare(fn: Any) -> ExportQueue[K, V]:
+            queue: ExportQueue[K, V] = self._add_queue(
                 "export queue",
                 queue_id,
                 lambda: ExportQueue(
@@ -506,6 +434,7 @@ class App:
                     transient_errors=transient_errors,
                 ),
             )
+            return queue
 
         if exporter is not None:
             return declare(exporter)
@@ -529,8 +458,8 @@ class App:
                 if getattr(old, name, None) != getattr(queue, name, None)
             ]
             differ += differences(
-                {"name": self.name, "observers": {}, "queues": {queue_id: old._identity()}},
-                {"name": self.name, "observers": {}, "queues": {queue_id: queue._identity()}},
+                {"name": self.name, "observers": {}, "queues": {queue_id: old.layout}},
+                {"name": self.name, "observers": {}, "queues": {queue_id: queue.layout}},
             )
             if differ:
                 raise ValueError(
@@ -538,9 +467,8 @@ class App:
                     f"other settings: {'; '.join(differ)}. To replace it, call "
                     f"app.remove_queue({queue_id!r}) first"
                 )
-        self._before_change(f"{kind} {queue_id!r}")
-        self._queues[queue_id] = queue
-        self._rebind()
+        with self._changing(f"{kind} {queue_id!r}"):
+            self._queues[queue_id] = queue
         return queue
 
     def remove_observer(self, column: Any) -> None:
@@ -550,64 +478,16 @@ class App:
         column = Column(*column)
         if column not in self._observers:
             raise KeyError(f"app {self.name!r} has no observer for column {column!r}")
-        self._before_change(f"a change of the observer of {column!r}")
-        del self._observers[column]
-        self._rebind()
+        with self._changing(f"a change of the observer of {column!r}"):
+            del self._observers[column]
 
     def remove_queue(self, queue_id: str) -> None:
         """Unregister queue ``queue_id`` (KeyError when there is none); its
         stored rows stay, and stores bound to this app record the change."""
         if queue_id not in self._queues:
             raise KeyError(f"app {self.name!r} has no queue named {queue_id!r}")
-        self._before_change(f"a change of queue {queue_id!r}")
-        del self._queues[queue_id]
-        self._rebind()
-
-    def _before_change(self, what: str = "a change") -> None:
-        for env in list(self._envs):
-            if not env.closed and env.workers_running:
-                raise Error(
-                    f"cannot register {what}: workers are running on {env.path}; "
-                    "stop them first (env.stop_workers())"
-                )
-
-    def _rebind(self) -> None:
-        for env in list(self._envs):
-            if not env.closed:
-                env._bind(self, upgrade=True)  # this app, changed in this process
-
-    def _identity(self) -> dict[str, Any]:
-        """What a store records of the app bound to it (see :func:`differences`):
-        its name, its observed columns and its queues' layouts."""
-        observers = {
-            f"{o.column.family.hex()}:{o.column.qualifier.hex()}": {
-                "column": [_text(o.column.family), _text(o.column.qualifier)],
-                "notify": o.notify.name.lower(),
-            }
-            for o in self._observers.values()
-        }
-        queues = {queue_id: queue._identity() for queue_id, queue in self._queues.items()}
-        return {
-            "version": IDENTITY_VERSION,
-            "name": self.name,
-            "observers": observers,
-            "queues": queues,
-        }
-
-    def _core_specs(self) -> list[tuple]:
-        specs = [
-            (
-                o.column.family,
-                o.column.qualifier,
-                int(o.notify),
-                o.name,
-                _make_runner(o.fn),
-                check_max_attempts(o.max_attempts, o.name),
-            )
-            for o in self._observers.values()
-        ]
-        specs += [queue._core_spec() for queue in self._queues.values()]
-        return specs
+        with self._changing(f"a change of queue {queue_id!r}"):
+            del self._queues[queue_id]
 
     def __repr__(self) -> str:
         return f"<percolite.App {self.name!r} observers={len(self._observers)}>"
@@ -616,3 +496,49 @@ class App:
         """Jupyter's view of the app: its declarations (observers and their
         columns, queues with their layouts and where their output goes)."""
         return app_html(self)
+
+
+def _weak(fn: Callable[..., Any]) -> Callable[[], Any]:
+    """A reference to ``fn``: weak for a bound method (whose object may go
+    away), else strong."""
+    if inspect.ismethod(fn):
+        return weakref.WeakMethod(fn)
+    return lambda: fn
+
+
+def app_identity(app: App) -> dict[str, Any]:
+    """What a store records of the app bound to it (see :func:`differences`):
+    its name, its observed columns and its queues' layouts."""
+    observers = {
+        f"{o.column.family.hex()}:{o.column.qualifier.hex()}": {
+            "column": [_text(o.column.family), _text(o.column.qualifier)],
+            "notify": o.notify.name.lower(),
+        }
+        for o in app.observers
+    }
+    queues = {queue_id: queue.layout for queue_id, queue in app.queues.items()}
+    return {
+        "version": IDENTITY_VERSION,
+        "name": app.name,
+        "observers": observers,
+        "queues": queues,
+    }
+
+
+def worker_specs(app: App) -> list[tuple[Any, ...]]:
+    """What the core's workers run for ``app``: one spec per observer (its
+    column, notification type, name, runner and attempts), then one per
+    queue (its processor, a weak observer of the queue's notify column)."""
+    specs: list[tuple[Any, ...]] = [
+        (
+            o.column.family,
+            o.column.qualifier,
+            int(o.notify),
+            o.name,
+            _make_runner(o.fn),
+            check_max_attempts(o.max_attempts, o.name),
+        )
+        for o in app.observers
+    ]
+    specs += [core_spec(queue.core) for queue in app.queues.values()]
+    return specs

@@ -7,7 +7,7 @@ from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 BytesLike = bytes | str
 
-__all__ = ["Column", "Cell", "Change", "SequencedExport", "as_bytes"]
+__all__ = ["Column", "Cell", "Change", "SequencedExport", "as_bytes", "column_of"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -40,10 +40,6 @@ class Column(tuple):
             raise ValueError("column family must not be empty")
         return tuple.__new__(cls, (fam, as_bytes(qualifier, "column qualifier")))
 
-    @classmethod
-    def _from_bytes(cls, family: bytes, qualifier: bytes) -> Self:
-        return tuple.__new__(cls, (family, qualifier))
-
     @property
     def family(self) -> bytes:
         """The column family (``self[0]``), as bytes."""
@@ -59,6 +55,13 @@ class Column(tuple):
 
     def __getnewargs__(self) -> tuple[bytes, bytes]:  # pickling
         return tuple(self)
+
+
+def column_of(family: bytes, qualifier: bytes) -> Column:
+    """The :class:`Column` of a family and qualifier the core gave back (bytes
+    it has checked already): made without :class:`Column`'s checks, for the
+    paths that make one per cell read or per observer run."""
+    return tuple.__new__(Column, (family, qualifier))
 
 
 class Cell(NamedTuple):

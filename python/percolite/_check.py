@@ -50,7 +50,8 @@ def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
     ``{"ok", "problems": [str], "counts": {...}}``; ``ok`` is True when
     nothing is damaged. Raises percolite.StorageError when there is no
     store at ``path`` or it cannot be opened (nothing is created)."""
-    from ._env import TARGET_VARIABLE, check_timeout, shared_target
+    from ._args import check_timeout
+    from ._env import TARGET_VARIABLE, shared_target
     from .errors import StorageError
 
     limit = check_timeout(timeout)
@@ -109,7 +110,7 @@ def _walk(directory: str) -> dict[str, Any]:
         return {"unusable": str(e)}
     with env:
         try:
-            for found in env._core.verify_structure():
+            for found in env.core.verify_structure():
                 problem(found)
             with env.transaction() as tx:
                 for row, column, value in tx.scan():
@@ -125,19 +126,19 @@ def _walk(directory: str) -> dict[str, Any]:
                             json.loads(value)
                         except ValueError:
                             problem(f"percolite's record {row!r} {column!r} is not JSON")
-            counts["parked"] = len(env._core.work_records(True))
-            env._core.failure_summaries()
-            counts["leases"] = len(env._core.lease_holders())
+            counts["parked"] = len(env.core.work_records(True))
+            env.core.failure_summaries()
+            counts["leases"] = len(env.core.lease_holders())
             after = b""
             while True:
-                chunk = env._core.scan_notifications(after, 4096)
+                chunk = env.core.scan_notifications(after, 4096)
                 if not chunk:
                     break
                 counts["notifications"] += len(chunk)
                 after = chunk[-1][4]
         except Error as e:
             problem(f"{type(e).__name__}: {e}")
-        if not problems and (mark := env._core.damaged_mark()) is not None:
+        if not problems and (mark := env.core.damaged_mark()) is not None:
             problem(
                 f"the store was found damaged earlier ({mark}), so it refuses commits; the "
                 "walk finds nothing damaged now: once you know why (a copy of data.mdb put "

@@ -20,21 +20,22 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from . import _core
+from ._args import check_max_attempts
 from ._cells import Change
 from ._export import ExportQueue
 from ._frames import key_value_frame
 from ._html import combine_queue_html
 from ._log import failure_text
-from ._observer import ObserverTransaction, check_max_attempts
+from ._observer import ObserverTransaction
 from ._queues import (
     accepts,
     check_linger,
     check_queue_options,
-    core_spec,
     encode_or_raise,
     require_transaction,
 )
@@ -64,8 +65,8 @@ class CombineQueue(Generic[K, V]):
     """Queued updates of keys, folded into current values by the workers.
 
     ``CombineQueue[K, V]`` for type checkers: keys of type ``K``, values and
-    updates of type ``V`` (what its codecs encode; :meth:`App.combine_queue`
-    infers them from the common codec names, else ``Any``).
+    updates of type ``V``, the types of its codecs (``Codec[K]`` and
+    ``Codec[V]``; ``Any`` for a codec given by name).
     Create it with :meth:`percolite.App.combine_queue`; see
     ``docs/combine_queue.md``. Attributes: ``id``, ``buckets``,
     ``buffer_size``, ``linger``, ``combiner``, ``key_codec``, ``value_codec`` (as
@@ -79,12 +80,16 @@ class CombineQueue(Generic[K, V]):
         *,
         buckets: int,
         combiner: Any,
-        key_codec: Any,
-        value_codec: Any,
+        key_codec: str | Codec[K],
+        value_codec: str | Codec[V],
         buffer_size: int,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
+        changing: Callable[[str], AbstractContextManager[object]] | None = None,
     ) -> None:
+        """``changing(what)``: the app's context around every change of the
+        queue's declaration (:meth:`on_change`, :meth:`export_to`), which may
+        refuse it and records it once made."""
         check_queue_options("combine queue", queue_id, buckets, "buffer_size", buffer_size)
         linger = check_linger("combine queue", queue_id, linger)
         check_max_attempts(max_attempts, f"combine queue {queue_id!r}")
@@ -105,10 +110,11 @@ class CombineQueue(Generic[K, V]):
         self.linger = linger
         self.max_attempts = max_attempts
         self.combiner = combiner
-        self.key_codec: Codec = get_codec(key_codec, "key_codec")
-        self.value_codec: Codec = get_codec(value_codec, "value_codec")
-        self._on_change: Callable | None = None
-        self._export_to: list[Any] = []
+        self.key_codec: Codec[K] = get_codec(key_codec, "key_codec")
+        self.value_codec: Codec[V] = get_codec(value_codec, "value_codec")
+        self._changing = changing or (lambda what: nullcontext())
+        self._on_change: Callable[[ObserverTransaction, list[Change[K, V]]], object] | None = None
+        self._export_to: list[ExportQueue[K, V]] = []
         kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
         self._native_codecs = None if kl is None or vl is None else (kl, vl)
         self._core = None
@@ -128,10 +134,9 @@ class CombineQueue(Generic[K, V]):
             raise TypeError(f"change observer {fn!r} must accept (tx, changes)")
         if self._on_change is not None:
             raise ValueError(f"combine queue {self.id!r} already has a change observer")
-        self.app._before_change()
-        self._on_change = fn
-        self._core = self._make_core()
-        self.app._rebind()
+        with self._changing("a change"):
+            self._on_change = fn
+            self._core = self._make_core()
         return fn
 
     def export_to(self, queue: ExportQueue[K, V]) -> ExportQueue[K, V]:
@@ -166,11 +171,23 @@ class CombineQueue(Generic[K, V]):
                 f"combine queue {self.id!r}: buffer_size {self.buffer_size} is too large to "
                 f"export from; at most {_EXPORT_BUFFER_LIMIT} (2**{_EXPORT_BUFFER_BITS})"
             )
-        self.app._before_change(f"an export from combine queue {self.id!r}")
-        self._export_to.append(queue)
-        self._core = self._make_core()
-        self.app._rebind()
+        with self._changing(f"an export from combine queue {self.id!r}"):
+            self._export_to.append(queue)
+            self._core = self._make_core()
         return queue
+
+    @property
+    def change_observer(
+        self,
+    ) -> Callable[[ObserverTransaction, list[Change[K, V]]], object] | None:
+        """The function :meth:`on_change` registered, or None."""
+        return self._on_change
+
+    @property
+    def export_queues(self) -> tuple[ExportQueue[K, V], ...]:
+        """The export queues this queue feeds (:meth:`export_to`), in the
+        order they were given."""
+        return tuple(self._export_to)
 
     def _make_core(self):
         kc, vc = self.key_codec, self.value_codec
@@ -212,16 +229,23 @@ class CombineQueue(Generic[K, V]):
             vc.native,
             vc.length,
             on_change,
-            [queue._core for queue in self._export_to],
+            [queue.core for queue in self._export_to],
             self.linger,
             check_max_attempts(self.max_attempts, f"combine queue {self.id!r}"),
         )
 
-    def _core_spec(self) -> tuple[Any, ...]:
-        return core_spec(self._core)
+    @property
+    def core(self) -> _core.CombineQueue:
+        """The compiled queue underneath (``percolite._core``), for
+        percolite's own modules; its methods are internal and may change in
+        any release."""
+        return self._core
 
-    def _identity(self) -> dict[str, Any]:
-        """What a store records of this queue: what its stored rows mean."""
+    @property
+    def layout(self) -> dict[str, Any]:
+        """What a store bound to the app records of this queue, what its
+        stored rows mean: ``{"kind", "buckets", "combiner", "key_codec",
+        "value_codec"}`` (a new dict at each call)."""
         return {
             "kind": "combine queue",
             "buckets": self.buckets,

@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from . import _core, _log, _metrics
-from ._app import App, differences
+from ._app import App, app_identity, differences, worker_specs
+from ._args import check_bool, check_int, check_progress, check_retry_options, check_timeout
 from ._export import ExportQueue
 from ._frames import Failures, ParkedWork
 from ._html import env_html
-from ._loader import Loader, check_retry_options
-from ._progress import Progress, check_progress
+from ._loader import Loader
+from ._progress import Progress
 from ._transaction import Transaction
 from .errors import AppMismatch, ClosedError, CommitConflict, Error, SinkBlocked, WorkParked
 
@@ -29,7 +30,7 @@ T = TypeVar("T")
 
 SYNC_MODES: tuple[str, ...] = _core.SYNC_MODES
 
-# Where a store records the app bound to it (App._identity(), as JSON).
+# Where a store records the app bound to it (_app.app_identity(), as JSON).
 _APP_ROW = _core.SYSTEM_ROW_PREFIX + b"app"
 _APP_COLUMN = (b"a", b"identity")
 
@@ -109,8 +110,7 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     if isinstance(fspath, bytes):
         fspath = os.fsdecode(fspath)
     for name, value in (("mode", mode), ("map_size", map_size), ("max_readers", max_readers)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        check_int(name, value)
     if not 0 <= mode <= 0o777:
         raise ValueError(f"mode must be a permission mask between 0 and 0o777, not {mode:#o}")
     if map_size < 1 << 20:
@@ -119,12 +119,9 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
         raise ValueError(f"map_size must be at most 256 TiB (2**48), not {map_size}")
     if not 1 <= max_readers <= 1 << 16:
         raise ValueError(f"max_readers must be between 1 and 65536, not {max_readers}")
-    if not isinstance(create, bool):
-        raise TypeError(f"create must be True or False, not {type(create).__name__}")
-    if not isinstance(upgrade, bool):
-        raise TypeError(f"upgrade must be True or False, not {type(upgrade).__name__}")
-    if not isinstance(restored, bool):
-        raise TypeError(f"restored must be True or False, not {type(restored).__name__}")
+    check_bool("create", create)
+    check_bool("upgrade", upgrade)
+    check_bool("restored", restored)
     if app is not None and not isinstance(app, App):
         raise TypeError(f"app must be a percolite.App, not {type(app).__name__}")
     core = _core.Env.open(
@@ -133,23 +130,11 @@ def open(  # noqa: A001 - mirrors lmdb.open / sqlite3.connect
     env = Env(core, sync=sync)
     if app is not None:
         try:
-            env._bind(app, upgrade=upgrade)
+            env.bind(app, upgrade=upgrade)
         except BaseException:
             env.close()
             raise
     return env
-
-
-def check_timeout(timeout: Any) -> float | None:
-    """``timeout`` checked: a number of seconds >= 0, or None (or infinity)
-    for no limit; TypeError or ValueError naming it otherwise."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number or None, not {type(timeout).__name__}")
-    if not timeout >= 0:  # NaN too
-        raise ValueError(f"timeout must be >= 0 or None, not {timeout}")
-    return None if timeout == float("inf") else float(timeout)
 
 
 # The environment variable that hands a store's target to the child
@@ -226,6 +211,7 @@ class Env:
         self._core = core
         self._sync = sync
         self._app: App | None = None
+        self._bound_revision = 0  # the revision of self._app the store records
         self._workers_running = False
         self._worker_args: dict[str, Any] | None = None  # start_workers' arguments, for bind()
         self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
@@ -270,7 +256,8 @@ class Env:
                 self.start_workers(**restart)
 
     def _bind(self, app: App, *, upgrade: bool = False) -> None:
-        current = app._identity()
+        revision = app.revision
+        current = app_identity(app)
 
         def record(tx: Transaction) -> tuple[list[str], dict[str, Any]]:
             stored = tx.get(_APP_ROW, _APP_COLUMN)
@@ -290,9 +277,10 @@ class Env:
             return found, recorded or {}
 
         found, recorded = self.run(record)
-        self._core.set_observers(app._core_specs())
+        self._core.set_observers(worker_specs(app))
         self._app = app
-        app._envs.add(self)
+        self._bound_revision = revision
+        app.subscribe(self._refuse_app_change, self._follow_app_change)
         if found:
             gone = [
                 tuple(bytes.fromhex(part) for part in key.split(":"))
@@ -323,10 +311,33 @@ class Env:
                 "" if dropped == 1 else "s",
             )
 
+    # The bound app calls these around each change of its declaration (App.subscribe).
+    def _refuse_app_change(self, app: App, what: str) -> None:
+        # Workers run the observers and queues as bound; they would keep
+        # running the old ones while the store recorded the new app.
+        if app is self._app and not self.closed and self._workers_running:
+            raise Error(
+                f"cannot register {what}: workers are running on {self.path}; "
+                "stop them first (env.stop_workers())"
+            )
+
+    def _follow_app_change(self, app: App) -> None:
+        # The app changed in this process: record it, as bind(upgrade=True) would.
+        if app is self._app and not self.closed and app.revision != self._bound_revision:
+            self._bind(app, upgrade=True)
+
     @property
     def app(self) -> App | None:
         """The :class:`percolite.App` bound with ``open(..., app=...)``."""
         return self._app
+
+    @property
+    def core(self) -> _core.Env:
+        """The compiled store handle underneath (``percolite._core``), for
+        percolite's own modules and tools (the console, the testing kit,
+        ``percolite check``); its methods are internal and may change in any
+        release."""
+        return self._core
 
     @property
     def path(self) -> str:
@@ -432,9 +443,6 @@ class Env:
         self._loaders.add(loader)
         return loader
 
-    def _forget_loader(self, loader: Loader) -> None:
-        self._loaders.discard(loader)
-
     # -- workers ------------------------------------------------------------
     @property
     def workers_running(self) -> bool:
@@ -479,8 +487,7 @@ class Env:
             ("worker_index", worker_index or 0),
             ("worker_count", worker_count or 1),
         ):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            check_int(name, value)
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         if worker_count is not None and (worker_count < 1 or not 0 <= worker_index < worker_count):
@@ -673,7 +680,7 @@ class Env:
         records = self._core.work_records(True)
         if observer is not None:
             records = [r for r in records if r["observer"] == observer]
-        return ParkedWork(self._describe_record(r) for r in records)
+        return ParkedWork(describe_record(self._app, r) for r in records)
 
     def _check_observer_names(self, names: list[str]) -> None:
         """ValueError for names that are neither an observer of the bound
@@ -689,20 +696,6 @@ class Env:
                 f"{self._app.name!r} or among the parked work"
             )
 
-    def _describe_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        record["queue"] = None
-        if record["key"] is None:
-            return record
-        kind, _, queue_id = record["observer"].partition(" queue ")
-        record["queue"] = queue_id
-        queue = self._app._queues.get(queue_id) if self._app is not None else None
-        if queue is not None:
-            try:
-                record["key"] = queue.key_codec.decode(record["key"])
-            except Exception:  # noqa: BLE001 - shown as stored rather than not at all
-                pass
-        return record
-
     @property
     def identity(self) -> dict[str, Any] | None:
         """Which store this is, for the sinks it feeds: ``{"store": 32
@@ -712,11 +705,6 @@ class Env:
         copy}``; None for a store that refuses commits and has none yet. A
         ``:memory:`` store is new, with a new identity, at every open."""
         found = self._core.identity(True)
-        return None if found is None else {"store": found[0], "epoch": found[1]}
-
-    def _recorded_identity(self) -> dict[str, Any] | None:
-        """The identity as the store holds it now (None before it is made)."""
-        found = self._core.identity(False)
         return None if found is None else {"store": found[0], "epoch": found[1]}
 
     def sinks(self) -> dict[str, dict[str, Any]]:
@@ -732,12 +720,12 @@ class Env:
         recorded) app as ``{"state": "ok"}``."""
         states: dict[str, dict[str, Any]] = {}
         if self._app is not None:
-            for queue_id, queue in self._app._queues.items():
+            for queue_id, queue in self._app.queues.items():
                 if isinstance(queue, ExportQueue):
                     states[queue_id] = {"state": "ok"}
         else:
             with self.transaction() as tx:
-                for queue_id, layout in self._recorded_queues(tx).items():
+                for queue_id, layout in recorded_queues(tx).items():
                     if layout.get("kind") == "export queue":
                         states[queue_id] = {"state": "ok"}
         for record in self._core.work_records(False):
@@ -793,7 +781,7 @@ class Env:
         wanted = list(names or [])
         for queue_id in queues or []:
             processors = [f"combine queue {queue_id}", f"export queue {queue_id}"]
-            declared = self._app is not None and queue_id in self._app._queues
+            declared = self._app is not None and queue_id in self._app.queues
             if not declared and not parked_names.intersection(processors):
                 raise ValueError(f"no queue named {queue_id!r} in the app or among the parked work")
             wanted += processors
@@ -815,7 +803,7 @@ class Env:
         (the other store's workers), with nothing changed."""
         if not isinstance(queue, str):
             raise TypeError(f"take_over_sink: queue must be a str, not {type(queue).__name__}")
-        declared = self._app._queues.get(queue) if self._app is not None else None
+        declared = self._app.queues.get(queue) if self._app is not None else None
         if not isinstance(declared, ExportQueue):
             raise ValueError(
                 f"take_over_sink: no export queue named {queue!r} in "
@@ -869,8 +857,7 @@ class Env:
         settled, their notifications held meanwhile, and ``lease``); the
         worker leases of every process (``leases``: owner, group, threads,
         expiry, last renewal, live, partitions taken); and this process's commit counters."""
-        if not isinstance(queues, bool):
-            raise TypeError(f"status: queues must be True or False, not {type(queues).__name__}")
+        check_bool("status: queues", queues)
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
         observed = self._core.observed_columns()
@@ -911,16 +898,18 @@ class Env:
                     last_failed_cell=summary["last_cell"],
                 )
             observers.append(entry)
-        depths = self._queue_depths() if queues else {}
+        depths = self.queue_depths() if queues else {}
         sinks = self.sinks()
         for queue_id, state in sinks.items():
             state["waiting"] = depths.get(queue_id)
         return {
             "path": self.path,
-            "identity": self._recorded_identity(),
+            "identity": recorded_identity(self),
             "pending": sum(pending.values()),
             "parked": len(parked),
-            "parked_work": [self._describe_record(r) for r in parked[: self.STATUS_PARKED_LIMIT]],
+            "parked_work": [
+                describe_record(self._app, r) for r in parked[: self.STATUS_PARKED_LIMIT]
+            ],
             "workers": {
                 k: workers[k]
                 for k in ("running", "threads", "queued", "active", "committing", "lease")
@@ -932,27 +921,19 @@ class Env:
             "store": self.stats(),
         }
 
-    def _queue_depths(self) -> dict[str, int]:
-        """Entries queued per queue: the bound app's, or else those of the
-        app the store recorded (a status read without the app's code)."""
+    def queue_depths(self) -> dict[str, int]:
+        """Entries queued per queue, ``{id: count}`` (a scan, as in
+        :meth:`status`): the queues of the bound app, or else those of the
+        app the store recorded (read without the app's code)."""
         with self.transaction() as tx:
             if self._app is not None:
-                return {qid: q.depth(tx) for qid, q in self._app._queues.items()}
+                return {qid: q.depth(tx) for qid, q in self._app.queues.items()}
             depths = {}
-            for queue_id, layout in self._recorded_queues(tx).items():
+            for queue_id, layout in recorded_queues(tx).items():
                 core = _recorded_core_queue(queue_id, layout)
                 if core is not None:
                     depths[queue_id] = sum(1 for _ in tx.scan(prefix=core.entry_row_prefix))
             return depths
-
-    def _recorded_app(self, tx: Transaction) -> dict[str, Any]:
-        """The app the store recorded (``{"name", "observers", "queues"}``), {} for none."""
-        stored = tx.get(_APP_ROW, _APP_COLUMN)
-        return json.loads(stored) if stored is not None else {}
-
-    def _recorded_queues(self, tx: Transaction) -> dict[str, dict[str, Any]]:
-        """The queues of the app the store recorded: ``{id: {"kind", "buckets", ...}}``."""
-        return self._recorded_app(tx).get("queues", {})
 
     def metrics(self) -> dict[str, Any]:
         """Counters and gauges of the store, totals over every process that
@@ -1021,6 +1002,47 @@ class Env:
         """Jupyter's view of the handle: a status card read with
         ``status(queues=False)`` (no queue scan), or "closed"."""
         return env_html(self)
+
+
+def bound_to(app: App) -> list[Env]:
+    """The open handles of this process that ``app`` is bound to."""
+    return [env for env in list(_open_envs) if env.app is app and not env.closed]
+
+
+def recorded_app(tx: Transaction) -> dict[str, Any]:
+    """The app the store recorded (``{"name", "observers", "queues"}``), {} for none."""
+    stored = tx.get(_APP_ROW, _APP_COLUMN)
+    return json.loads(stored) if stored is not None else {}
+
+
+def recorded_queues(tx: Transaction) -> dict[str, dict[str, Any]]:
+    """The queues of the app the store recorded: ``{id: {"kind", "buckets", ...}}``."""
+    return recorded_app(tx).get("queues", {})
+
+
+def recorded_identity(env: Env) -> dict[str, Any] | None:
+    """``env.identity`` as the store holds it now, without making one (None
+    before it is made)."""
+    found = env.core.identity(False)
+    return None if found is None else {"store": found[0], "epoch": found[1]}
+
+
+def describe_record(app: App | None, record: dict[str, Any]) -> dict[str, Any]:
+    """A record of parked or failing work as :meth:`Env.parked` shows it:
+    with ``queue`` (the queue's id for a queue key, else None) and the key
+    decoded by the queue's key codec when ``app`` declares the queue."""
+    record["queue"] = None
+    if record["key"] is None:
+        return record
+    kind, _, queue_id = record["observer"].partition(" queue ")
+    record["queue"] = queue_id
+    queue = app.queues.get(queue_id) if app is not None else None
+    if queue is not None:
+        try:
+            record["key"] = queue.key_codec.decode(record["key"])
+        except Exception:  # noqa: BLE001 - shown as stored rather than not at all
+            pass
+    return record
 
 
 def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:

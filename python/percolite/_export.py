@@ -27,15 +27,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from . import _core
+from ._args import check_max_attempts
 from ._cells import SequencedExport
 from ._html import export_queue_html
 from ._log import failure_text
-from ._observer import check_max_attempts
 from ._queues import (
     accepts,
     check_linger,
     check_queue_options,
-    core_spec,
     encode_or_raise,
     require_transaction,
 )
@@ -143,18 +142,27 @@ class InjectedFault(Exception):
 
 
 class _Injected(threading.local):
-    # Set by a simulation running on this thread: called after each exporter
-    # call returns; True makes the call fail as if the exporter had raised
-    # after sending its batch (the batch stays queued and is sent again).
+    # Set by a simulation running on this thread (inject_exporter_faults).
     exporter_fails: Callable[[], bool] | None = None
 
 
 _injected = _Injected()
 
 
+def inject_exporter_faults(fails: Callable[[], bool] | None) -> None:
+    """For a simulation (``percolite.testing.simulate``) running on this
+    thread: ``fails()`` is called after each exporter call on the thread
+    returns, and True makes the call fail as if the exporter had raised
+    after sending its batch (the batch stays queued and is sent again).
+    None stops the injection."""
+    _injected.exporter_fails = fails
+
+
 class ExportQueue(Generic[K, V]):
     """Entries that leave for an external system once their transaction commits.
 
+    ``ExportQueue[K, V]`` for type checkers: keys of type ``K`` and values of
+    type ``V``, the types of its codecs (``Any`` for a codec given by name).
     Create it with :meth:`percolite.App.export_queue`; see
     ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
     ``batch_size``, ``linger``, ``max_attempts``, ``transient_errors`` (a
@@ -169,8 +177,8 @@ class ExportQueue(Generic[K, V]):
         *,
         buckets: int,
         exporter: Callable[[list[SequencedExport]], Any],
-        key_codec: Any,
-        value_codec: Any,
+        key_codec: str | Codec[K],
+        value_codec: str | Codec[V],
         batch_size: int,
         linger: float = 0.0,
         max_attempts: int | None = _core.DEFAULT_MAX_ATTEMPTS,
@@ -198,8 +206,8 @@ class ExportQueue(Generic[K, V]):
         self.linger = linger
         self.max_attempts = max_attempts
         self.exporter = exporter
-        self.key_codec: Codec = get_codec(key_codec, "key_codec")
-        self.value_codec: Codec = get_codec(value_codec, "value_codec")
+        self.key_codec: Codec[K] = get_codec(key_codec, "key_codec")
+        self.value_codec: Codec[V] = get_codec(value_codec, "value_codec")
         kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
         native = kl is not None and vl is not None
         self._core = _core.ExportQueue.create(
@@ -243,11 +251,18 @@ class ExportQueue(Generic[K, V]):
 
         return run
 
-    def _core_spec(self) -> tuple[Any, ...]:
-        return core_spec(self._core)
+    @property
+    def core(self) -> _core.ExportQueue:
+        """The compiled queue underneath (``percolite._core``), for
+        percolite's own modules; its methods are internal and may change in
+        any release."""
+        return self._core
 
-    def _identity(self) -> dict[str, Any]:
-        """What a store records of this queue: what its stored rows mean."""
+    @property
+    def layout(self) -> dict[str, Any]:
+        """What a store bound to the app records of this queue, what its
+        stored rows mean: ``{"kind", "buckets", "key_codec", "value_codec"}``
+        (a new dict at each call)."""
         return {
             "kind": "export queue",
             "buckets": self.buckets,
@@ -276,7 +291,7 @@ class ExportQueue(Generic[K, V]):
         """How many entries are queued in ``tx``'s view (a scan: for status and tests)."""
         return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
 
-    def bucket_of(self, key: Any) -> int:
+    def bucket_of(self, key: K) -> int:
         """The bucket (in ``range(buckets)``) that queues ``key``'s entries:
         a hash of the encoded key modulo ``buckets``."""
         return self._core.bucket_of(self.key_codec.encode(key))

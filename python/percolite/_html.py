@@ -253,7 +253,7 @@ def app_html(app: App) -> str:
         ]
         body.append(_section("observers"))
         body.append(_table(["name", "observes", "notify", "attempts"], rows))
-    queues = list(app._queues.values())
+    queues = list(app.queues.values())
     if queues:
         rows = [
             [
@@ -290,9 +290,9 @@ def _feeds(queue: Any) -> str:
     queue's export queues and change observer."""
     if not hasattr(queue, "combiner"):
         return "→ exporter " + _code(_name(queue.exporter))
-    parts = ["→ export queue " + _code(q.id) for q in queue._export_to]
-    if queue._on_change is not None:
-        parts.append("→ on_change " + _code(_name(queue._on_change)))
+    parts = ["→ export queue " + _code(q.id) for q in queue.export_queues]
+    if queue.change_observer is not None:
+        parts.append("→ on_change " + _code(_name(queue.change_observer)))
     return "<br>".join(parts)
 
 

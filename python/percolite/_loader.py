@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import _core
+from ._args import check_int, check_retry_options
 from .errors import ClosedError, CommitConflict, Error
 
 if TYPE_CHECKING:
@@ -45,33 +46,6 @@ class _Job:
         self.future = future
         self.attempts = 0
         self.result: Any = None
-
-
-def check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
-    """An int argument (TypeError otherwise, bools too) in [low, high]
-    (ValueError), ``high`` None for no upper bound."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if high is None and value < low:
-        raise ValueError(f"{name} must be >= {low}, not {value}")
-    if high is not None and not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high:,}, not {value:,}")
-
-
-def check_retry_options(retries_name: str, retries: Any, backoff: Any, max_backoff: Any) -> None:
-    """The retry options of :meth:`Env.run` and :class:`Loader`, checked:
-    ``retries`` an int >= 0 or None; ``backoff`` and ``max_backoff`` finite
-    numbers >= 0. TypeError or ValueError naming the option."""
-    if retries is not None:
-        if not isinstance(retries, int) or isinstance(retries, bool):
-            raise TypeError(f"{retries_name} must be an int or None, not {type(retries).__name__}")
-        if retries < 0:
-            raise ValueError(f"{retries_name} must be >= 0 or None, not {retries}")
-    for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-        if not 0 <= value < float("inf"):
-            raise ValueError(f"{name} must be a finite number >= 0, not {value}")
 
 
 class Loader:
@@ -210,7 +184,6 @@ class Loader:
         self._core.close()
         self._thread.join()
         self._closed = True
-        self._env._forget_loader(self)
 
     def __enter__(self) -> Loader:
         return self
@@ -261,7 +234,7 @@ class Loader:
         try:
             job.result = job.fn(tx, *job.args, **job.kwargs)
             if tx.state in ("active", "closed"):
-                self._core.commit(tx._tx, token)  # its result comes back through core.next
+                self._core.commit(tx.core, token)  # its result comes back through core.next
             else:  # fn committed or aborted the transaction itself
                 job.future.set_result(job.result)
                 self._finish(token)

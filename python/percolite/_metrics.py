@@ -32,6 +32,7 @@ from . import _core
 
 __all__ = [
     "FLUSH_SECONDS",
+    "flush",
     "pending_by_observer",
     "prometheus_text",
     "read",
@@ -94,7 +95,7 @@ class _Recorder:
     def _sources(self) -> Iterable[tuple[int, Sample]]:
         envs = [env for env in list(self.envs) if not env.closed]
         if envs:
-            core = envs[0]._core  # one backend per path and process
+            core = envs[0].core  # one backend per path and process
             stats = core.stats()
             process: Sample = {
                 ("commits", ""): stats["commits"] - self.own_commits,
@@ -110,7 +111,7 @@ class _Recorder:
         queues = {}
         for env in envs:
             sample: Sample = {}
-            for o in env._core.worker_stats()["observers"]:
+            for o in env.core.worker_stats()["observers"]:
                 for key in ("runs", "commits", "conflicts", "deferrals"):
                     name = ("observer_" + key, o["name"])
                     sample[name] = sample.get(name, 0) + o[key]
@@ -119,8 +120,8 @@ class _Recorder:
                     sample[name] = sample.get(name, 0) + n
             yield id(env), sample
             if env.app is not None:
-                for queue_id, queue in env.app._queues.items():
-                    queues[id(queue._core)] = (queue_id, queue._core)
+                for queue_id, queue in env.app.queues.items():
+                    queues[id(queue.core)] = (queue_id, queue.core)
         for key, (queue_id, core) in queues.items():
             batches, entries = core.counters()
             yield key, {("queue_batches", queue_id): batches, ("queue_entries", queue_id): entries}
@@ -210,16 +211,30 @@ _recorders: dict[str, _Recorder] = {}
 _recorders_lock = threading.Lock()
 
 
+def _key(env: Any) -> str:
+    # A ":memory:" store is its own store: one recorder per handle.
+    return env.path if env.path != ":memory:" else f":memory:{id(env)}"
+
+
 def recorder_for(env: Any) -> _Recorder:
-    """The recorder of ``env``'s store in this process (a ``:memory:`` store
-    is its own store: one recorder per handle)."""
-    key = env.path if env.path != ":memory:" else f":memory:{id(env)}"
+    """The recorder of ``env``'s store in this process."""
+    key = _key(env)
     with _recorders_lock:
         recorder = _recorders.get(key)
         if recorder is None or recorder.stop.is_set():
             recorder = _recorders[key] = _Recorder(key)
         recorder.envs.add(env)
         return recorder
+
+
+def flush(env: Any) -> None:
+    """This process's counts of ``env``'s store go to the store now (as
+    :meth:`percolite.Env.metrics` does first); nothing once the store's
+    recorder has retired (its handles closed)."""
+    with _recorders_lock:
+        recorder = _recorders.get(_key(env))
+    if recorder is not None and env in recorder.envs:
+        recorder.flush()
 
 
 def _le(bound: float | None) -> str:
@@ -251,9 +266,9 @@ def _decode(stored: dict[str, Any]) -> Sample:
 def pending_by_observer(env: Any) -> dict[str, int]:
     """Notifications waiting in ``env``'s store, by the name of the observer
     of their column ("(no observer)" for a column no observer has now)."""
-    names = {(f, q): name for f, q, _notify, name in env._core.observed_columns()}
+    names = {(f, q): name for f, q, _notify, name in env.core.observed_columns()}
     pending_by: dict[str, int] = {}
-    for column, n in env._core.pending_by_column().items():
+    for column, n in env.core.pending_by_column().items():
         name = names.get(column, "(no observer)")
         pending_by[name] = pending_by.get(name, 0) + n
     return pending_by
@@ -299,8 +314,8 @@ def read(env: Any) -> dict[str, Any]:
     for record in parked:
         parked_by[record["observer"]] = parked_by.get(record["observer"], 0) + 1
     pending_by = pending_by_observer(env)
-    depths = env._queue_depths()
-    leases = [h for h in env._core.lease_holders() if h["live"]]
+    depths = env.queue_depths()
+    leases = [h for h in env.core.lease_holders() if h["live"]]
     sinks = env.sinks()
     syncs = counters["syncs"]
     gauges = {

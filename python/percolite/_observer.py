@@ -7,7 +7,7 @@ Shared by :class:`percolite.App`'s observers and by the queues' processors
 from __future__ import annotations
 
 import enum
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from . import _core
 from ._transaction import Transaction
@@ -18,7 +18,6 @@ __all__ = [
     "STRONG",
     "WEAK",
     "ObserverTransaction",
-    "check_max_attempts",
 ]
 
 
@@ -63,22 +62,3 @@ class ObserverTransaction(Transaction):
 
     def __enter__(self) -> NoReturn:
         raise Error("an observer's transaction is managed by percolite; do not use it in 'with'")
-
-
-def check_max_attempts(max_attempts: Any, what: str) -> int:
-    """The core's form of ``max_attempts`` (0 for None: retry forever);
-    TypeError or ValueError naming ``what`` for anything but None or an int
-    from 1 to the core's limit."""
-    if max_attempts is None:
-        return 0
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise TypeError(
-            f"{what}: max_attempts must be an int >= 1 or None (retry forever), "
-            f"not {type(max_attempts).__name__}"
-        )
-    if not 1 <= max_attempts <= _core.MAX_ATTEMPTS_LIMIT:
-        raise ValueError(
-            f"{what}: max_attempts must be between 1 and {_core.MAX_ATTEMPTS_LIMIT} "
-            f"(or None: retry forever), not {max_attempts}"
-        )
-    return max_attempts

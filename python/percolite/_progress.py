@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ._args import check_progress
+
 __all__ = ["Progress", "available"]
 
 
@@ -21,12 +23,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def check_progress(enabled: Any) -> None:
-    """ValueError unless ``enabled`` is True, False or ``"auto"``."""
-    if not isinstance(enabled, bool) and enabled != "auto":
-        raise ValueError(f"progress must be True, False or 'auto', not {enabled!r}")
 
 
 def _wanted(enabled: Any, stream: Any) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _core
+from ._args import check_int
 from ._observer import WEAK
 from ._transaction import Transaction
 from .codecs import Codec
@@ -49,8 +50,7 @@ def check_queue_options(
     if not isinstance(queue_id, str):
         raise TypeError(f"{kind} id must be a str, not {type(queue_id).__name__}")
     for name, value in (("buckets", buckets), (batch_name, batch)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        check_int(name, value)
     if not queue_id:
         raise ValueError(f"{kind} id must not be empty")
     if any(c == ":" or ord(c) < 0x20 or ord(c) == 0x7F for c in queue_id):
@@ -88,20 +88,20 @@ def require_transaction(tx: Any, what: str, queue: Any = None) -> Any:
             f"{what} needs a percolite.Transaction (from env.transaction(), env.run, "
             f"a loader or an observer) as its first argument, not {type(tx).__name__}"
         )
-    app = tx._app
+    app = tx.app
     if queue is not None and app is not None:
-        bound = app._queues.get(queue.id)
-        if bound is not queue and (bound is None or bound._identity() != queue._identity()):
+        bound = app.queues.get(queue.id)
+        if bound is not queue and (bound is None or bound.layout != queue.layout):
             has = "has no queue" if bound is None else "declares another queue"
             raise ValueError(
                 f"{what}: the store is bound to app {app.name!r}, which {has} named "
                 f"{queue.id!r}: what you add would never be processed there. Declare the queue "
                 "on that app, or bind the app that declares it"
             )
-    return tx._tx
+    return tx.core
 
 
-def encode_or_raise(codec: Codec, obj: Any, what: str) -> bytes:
+def encode_or_raise(codec: Codec[Any], obj: Any, what: str) -> bytes:
     """``codec.encode(obj)``, re-raising a failure with ``what`` in front."""
     try:
         return codec.encode(obj)

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _core
-from ._cells import BytesLike, Cell, Column
+from ._cells import BytesLike, Cell, column_of
 from ._frames import Scan
+
+if TYPE_CHECKING:
+    from ._app import App
 
 __all__ = ["Transaction"]
 
@@ -82,9 +85,21 @@ class Transaction:
 
     def __init__(self, core_transaction: Any, app: Any = None) -> None:
         self._tx = core_transaction
-        # The app bound to the store when the transaction began (None when
-        # unknown): queues check that they belong to it (_queues.py).
         self._app = app
+
+    @property
+    def app(self) -> App | None:
+        """The :class:`percolite.App` bound to the store when the transaction
+        began (None for none, and in an observer's transaction): a queue's
+        ``add`` checks that the queue belongs to it."""
+        return self._app
+
+    @property
+    def core(self) -> _core.Transaction:
+        """The compiled transaction underneath (``percolite._core``), for
+        percolite's own modules; its methods are internal and may change in
+        any release."""
+        return self._tx
 
     # -- reads ------------------------------------------------------------
     @overload
@@ -151,7 +166,7 @@ class Transaction:
                     f"not {type(columns).__name__}"
                 )
             columns = list(columns)  # each item is checked by the core
-        make_column = Column._from_bytes
+        make_column = column_of
         for part_prefix, part_start, part_end in _user_ranges(prefix, start, end):
             if part_end is not None and part_start is not None and part_start >= part_end:
                 continue

@@ -55,8 +55,9 @@ def test_linger_folds_a_stream_of_updates_in_fewer_runs(backend, store_path, tmp
 def test_the_scanner_backs_off_while_it_finds_only_known_work(backend, tmp_path, observed):
     """Commits elsewhere wake the scanner; while its scans find only the
     lingering bucket the workers already hold, it waits longer between them
-    (``SCAN_PAUSE_FIRST`` doubling to ``SCAN_PAUSE_MAX``) instead of scanning after every commit, also
-    after commits that start runs (``observed``: a stream follows each run).
+    (``SCAN_PAUSE_FIRST`` doubling to ``SCAN_PAUSE_MAX``) instead of scanning
+    after every commit, also after commits that start runs (``observed``: a
+    stream follows each run).
 
     Counted against the pauses, not timed: a pause is a sleep, so in a stream
     of T seconds the scanner begins at most ``most_scans(T)`` scans however

@@ -4,15 +4,20 @@ that error, and --strict warns about an ignore that silences nothing, so
 scripts/check-types.sh fails if a mistake stops being caught."""
 
 import percolite
+from percolite.codecs import FLOAT64, INT64, STR
 
 app = percolite.App()
-words = app.combine_queue("words", combiner="sum")
-out = app.export_queue("out", lambda entries: None, value_codec="int64")
+words = app.combine_queue("words", combiner="sum", key_codec=STR, value_codec=INT64)
+out = app.export_queue("out", lambda entries: None, value_codec=INT64)
 
 
-@app.export_queue("later", value_codec="int64")
+@app.export_queue("later", value_codec=INT64)
 def later(entries: list[percolite.SequencedExport]) -> None:
     pass
+
+
+app.combine_queue("n", value_codec=42)  # type: ignore[arg-type]
+floats = app.combine_queue("floats", key_codec=STR, value_codec=FLOAT64)
 
 
 @app.observer(("doc", "text"))  # type: ignore[type-var]
@@ -33,6 +38,8 @@ def load(tx: percolite.Transaction, text: str) -> None:
     later.add(tx, "k", "not an int")  # type: ignore[arg-type]
     total = words.get(tx, "a")
     total + 1  # type: ignore[operator]
+    floats.add(tx, [("a", "1.5")])  # type: ignore[list-item]
+    app.queues["words"] = words  # type: ignore[index]
     value = tx.get("row", ("f", "q"))
     value + b"!"  # type: ignore[operator]
 

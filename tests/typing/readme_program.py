@@ -1,17 +1,19 @@
-"""The README's example, annotated as a user with a type checker writes it: it must
+"""The README's example, annotated as a user with a type checker writes it (its
+queues declared with codec objects, which type their keys and values): it must
 pass `mypy --strict` against the installed package (scripts/check-types.sh, CI)."""
 
 import sqlite3
 import tempfile
 
 import percolite
+from percolite.codecs import INT64, STR, Codec
 from percolite.exporters import SQLite
 
 work = tempfile.mkdtemp()
 app = percolite.App()
-words = app.combine_queue("words", combiner="sum")
+words = app.combine_queue("words", combiner="sum", key_codec=STR, value_codec=INT64)
 out = app.export_queue(
-    "out", SQLite(f"{work}/out.sqlite", "counts", key="word", columns="n"), value_codec="int64"
+    "out", SQLite(f"{work}/out.sqlite", "counts", key="word", columns="n"), value_codec=INT64
 )
 
 
@@ -56,3 +58,44 @@ def counted(tx: percolite.Transaction) -> int:
 def observed(tx: percolite.ObserverTransaction, changes: list[percolite.Change[str, int]]) -> int:
     """The transaction handlers really get, and a result that is ignored."""
     return len(changes)
+
+
+# Codec names keep working: the queue is typed with Any, so nothing is refused.
+by_name = app.combine_queue("by_name", key_codec="bytes", value_codec="float64")
+
+
+@app.export_queue("late", value_codec="json")
+def late(entries: list[percolite.SequencedExport]) -> None:
+    pass
+
+
+def add_by_name(tx: percolite.Transaction) -> None:
+    by_name.add(tx, {b"k": 1.5})
+    late.add(tx, "k", {"any": ["json"]})
+
+
+class Point(Codec[tuple[int, int]]):
+    """A codec of the user's own: its type parameter types the queue."""
+
+    name = "point"
+
+    def encode(self, value: tuple[int, int]) -> bytes:
+        return f"{value[0]},{value[1]}".encode()
+
+    def decode(self, data: bytes) -> tuple[int, int]:
+        x, y = data.decode().split(",")
+        return int(x), int(y)
+
+
+points = app.combine_queue("points", combiner="last", key_codec=Point(), value_codec=STR)
+
+
+def latest(tx: percolite.Transaction) -> dict[tuple[int, int], str]:
+    points.add(tx, {(1, 2): "here"})
+    return dict(points.scan(tx))
+
+
+def declared(a: percolite.App) -> list[str]:
+    """The app's declaration, read through its public views."""
+    kinds = [str(queue.layout["kind"]) for queue in a.queues.values()]
+    return kinds + [o.name for o in a.observers] + [str(a.revision)]

@@ -1,9 +1,9 @@
-"""What every exporter of this package shares: connection pools that are
-safe across fork(), the check of an entry's seq, and argument checks."""
+"""What every exporter of this package shares: connection pools and locks
+that are safe across fork(), and the check of an entry's seq. Their
+argument checks are percolite's (``percolite._args``)."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -81,15 +81,37 @@ def _check_store(store: Any, epoch: Any) -> tuple[str, int]:
     return store, epoch
 
 
-# Fork safety: objects whose locks must be new in a forked child (a lock held
-# by another thread at fork time would never be released there).
+# Fork safety: a lock held by another thread at fork time would never be
+# released in the forked child, so every ForkSafeLock is new there.
 
-_FORK_AWARE: weakref.WeakSet = weakref.WeakSet()
+_FORK_SAFE_LOCKS: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+class ForkSafeLock:
+    """A mutex (use it in ``with``) that is released in a forked child,
+    whichever thread of the parent held it at the fork."""
+
+    __slots__ = ("_lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _FORK_SAFE_LOCKS.add(self)
+
+    def renew(self) -> None:
+        """A new, released lock in place of this one: for a forked child,
+        whose only thread (the one that forked) did not hold it."""
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 def _renew_locks_after_fork() -> None:
-    for obj in list(_FORK_AWARE):
-        obj._lock = threading.Lock()
+    for lock in list(_FORK_SAFE_LOCKS):
+        lock.renew()
 
 
 if hasattr(os, "register_at_fork"):
@@ -108,11 +130,10 @@ class _Pool:
 
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._idle: list[Any] = []
         self._pid = os.getpid()
         self._closed = False
-        _FORK_AWARE.add(self)
 
     def _adopt_process(self) -> None:
         # Called with _lock held: in a forked child, forget the parent's connections.
@@ -158,31 +179,8 @@ def _check_seq(entry: Any) -> int:
     return seq
 
 
-def _positive(number: Any, name: str) -> float:
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {number!r}")
-    return number
-
-
-def _require_directory(path: str) -> None:
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            errno.ENOENT, f"the directory {directory!r} of {path!r} does not exist", path
-        )
-
-
 # Exported files are created owner-only, like the store, whatever the umask.
 DEFAULT_FILE_MODE = 0o600
-
-
-def _file_mode(mode: Any) -> int:
-    """``mode`` checked: an int permission mask from 0 to 0o777."""
-    if isinstance(mode, bool) or not isinstance(mode, int):
-        raise TypeError(f"mode must be an int permission mask, not {type(mode).__name__}")
-    if not 0 <= mode <= 0o777:
-        raise ValueError(f"mode must be a permission mask between 0 and 0o777, not {mode:#o}")
-    return mode
 
 
 def _open_created(path: str, flags: int, mode: int) -> int:

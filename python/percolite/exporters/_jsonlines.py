@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterable
 from typing import Any
 
+from .._args import check_file_mode, check_parent_directory
 from ..errors import ClosedError
 from ._common import (
-    _FORK_AWARE,
     ADOPT,
     APPLY,
     DEFAULT_FILE_MODE,
     UNCHECKED,
+    ForkSafeLock,
     _check_seq,
     _check_store,
     _claim,
-    _file_mode,
     _log_adopted,
     _open_created,
-    _require_directory,
 )
 
 
@@ -112,16 +110,15 @@ class JSONLines:
     """
 
     def __init__(self, path: Any, *, mode: int = DEFAULT_FILE_MODE) -> None:
-        self.mode: int = _file_mode(mode)
+        self.mode: int = check_file_mode(mode)
         self.path: str = os.path.abspath(os.fspath(path))
-        _require_directory(self.path)
-        self._lock = threading.Lock()  # one call of this object at a time
+        check_parent_directory(self.path)
+        self._lock = ForkSafeLock()  # one call of this object at a time
         self._offset = 0  # how far this object has read the file
         self._file_id: tuple | None = None  # (device, inode) read so far
         self._last_seq: dict[Any, Any] = {}  # key -> highest seq in the file up to _offset
         self._owner: list[Any] = []  # [store, epoch] of the file's last owner line
         self._closed = False
-        _FORK_AWARE.add(self)
 
     def __call__(self, entries: Iterable[Any]) -> None:
         """Appends the newest entry of each key in ``entries`` (a list of

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import _core
+from .._args import check_positive_seconds
 from ..errors import SinkBusy
-from ._common import _positive
 from ._sql import _quote, _SQLExporter
 
 _POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
@@ -79,7 +79,7 @@ class Postgres(_SQLExporter):
             self._psycopg.conninfo.conninfo_to_dict(dsn)
         except self._psycopg.Error as exc:
             raise ValueError(f"bad PostgreSQL DSN {self.safe_dsn!r}: {exc}") from None
-        self.connect_timeout: float = _positive(connect_timeout, "connect_timeout")
+        self.connect_timeout: float = check_positive_seconds(connect_timeout, "connect_timeout")
         self._set_up(table, key, columns, create)
         if len(self.owner_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
             raise ValueError(

@@ -5,20 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .._args import check_file_mode, check_parent_directory, check_positive_seconds
 from ..errors import SinkBusy
-from ._common import (
-    _FORK_AWARE,
-    DEFAULT_FILE_MODE,
-    _file_mode,
-    _open_created,
-    _positive,
-    _require_directory,
-)
+from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _open_created
 from ._sql import _quote, _SQLExporter
 
 
@@ -89,19 +82,18 @@ class SQLite(_SQLExporter):
         timeout: float = 30.0,
         mode: int = DEFAULT_FILE_MODE,
     ) -> None:
-        self.mode: int = _file_mode(mode)
+        self.mode: int = check_file_mode(mode)
         self.path: str = os.path.abspath(os.fspath(path))
         if os.fspath(path) == ":memory:":
             raise ValueError(
                 "SQLite needs a file: every connection to ':memory:' is a new database"
             )
-        _require_directory(self.path)
-        self.timeout: float = float(_positive(timeout, "timeout"))
+        check_parent_directory(self.path)
+        self.timeout: float = float(check_positive_seconds(timeout, "timeout"))
         self._set_up(table, key, columns, create)
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits.
-        self._lock = threading.Lock()
-        _FORK_AWARE.add(self)
+        self._lock = ForkSafeLock()
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files

@@ -42,8 +42,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._app import App
+from .._args import check_int
 from .._env import Env
-from .._loader import check_int
 from ._run import BACKENDS, RunSummary, StuckError, run_until_idle
 from ._simulation import Faults, Simulation, simulate
 

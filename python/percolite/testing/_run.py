@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._args import check_int
 from .._env import Env
-from .._loader import check_int
 from .._log import capture_failures, shown
 from ..errors import Error
 
@@ -66,7 +66,7 @@ def run_until_idle(env: Env, *, max_runs: int = 100_000, raise_errors: bool = Tr
     if not isinstance(raise_errors, bool):
         raise TypeError(f"raise_errors must be True or False, not {raise_errors!r}")
     with capture_failures() as captured:
-        result: dict[str, Any] = env._core.run_here(max_runs, raise_errors)
+        result: dict[str, Any] = env.core.run_here(max_runs, raise_errors)
         raised = captured.exception
     if result["failed"]:
         if raised is not None:

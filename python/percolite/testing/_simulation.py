@@ -22,12 +22,11 @@ import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from .. import _export
 from .._app import App
-from .._env import Env
+from .._args import check_int
+from .._env import Env, bound_to
 from .._env import open as open_store
-from .._export import ExportQueue
-from .._loader import check_int
+from .._export import ExportQueue, InjectedFault, inject_exporter_faults
 from .._log import capture_failures, shown
 from .._transaction import Transaction
 from ..errors import CommitConflict, Error
@@ -99,20 +98,22 @@ class Simulation:
     the simulation as a context manager); ``stats``, how many of each event
     there were, every key present (``STAT_KEYS``: ``steps``, ``loads``,
     ``load_conflicts``, ``runs``, ``commits``, ``conflicts``, ``failures``,
-    ``parked``, ``deferrals``, ``exports``, ``crashes``, ``delays``)."""
+    ``parked``, ``deferrals``, ``exports``, ``crashes``, ``delays``);
+    ``directory``, the temporary directory of a ``backend="lmdb"`` run's
+    store (None in memory), removed by :meth:`close`."""
 
     seed: int
     trace: list[str] = dataclasses.field(repr=False)
     env: Env
     stats: dict[str, int]
-    _directory: str | None = dataclasses.field(default=None, init=False, repr=False)
+    directory: str | None = dataclasses.field(default=None, repr=False)
 
     def close(self) -> None:
         """Closes the final store (and removes it, for ``backend="lmdb"``)."""
         self.env.close()
-        if self._directory is not None:
-            shutil.rmtree(self._directory, ignore_errors=True)
-            self._directory = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
 
     def __enter__(self) -> Simulation:
         return self
@@ -154,8 +155,8 @@ class _Scheduler:
         self.held: list[Any] = [None] * workers  # each worker's run, begun and not finished
         self.clients = workers
         self.export_columns = {
-            queue._core.notify_column[:2]
-            for queue in app._queues.values()
+            queue.core.notify_column[:2]
+            for queue in app.queues.values()
             if isinstance(queue, ExportQueue)
         }
         self.runnable: list[Any] | None = None  # pending work, read again after a commit
@@ -198,7 +199,7 @@ class _Scheduler:
     # -- workers ------------------------------------------------------------
     def begin_run(self, worker: int) -> None:
         if self.runnable is None:
-            self.runnable = self.env._core.runnable()
+            self.runnable = self.env.core.runnable()
         taken = {run.cell_key for run in self.held if run is not None}
         free = [n for n in self.runnable if n[0] not in taken]
         if not free:
@@ -206,16 +207,14 @@ class _Scheduler:
         cell_key, row_hash, stamp, family, qualifier = free[self.rng.randrange(len(free))]
         exporting = (family, qualifier) in self.export_columns
         fail = not exporting and self.chance("observer_errors")
-        _export._injected.exporter_fails = (
-            (lambda: self.chance("exporter_errors")) if exporting else None
-        )
+        inject_exporter_faults((lambda: self.chance("exporter_errors")) if exporting else None)
         try:
             with capture_failures() as captured:
-                run = self.env._core.begin_run(cell_key, row_hash, stamp, fail)
+                run = self.env.core.begin_run(cell_key, row_hash, stamp, fail)
                 raised = captured.exception
         finally:
-            _export._injected.exporter_fails = None
-        injected = fail or isinstance(raised, _export.InjectedFault)
+            inject_exporter_faults(None)
+        injected = fail or isinstance(raised, InjectedFault)
         if run.outcome in ("failed", "parked") and not injected and self.raise_errors:
             if raised is not None:
                 raise raised
@@ -324,7 +323,7 @@ class _Scheduler:
         if self.waiting or self.open_loads or any(run is not None for run in self.held):
             return False
         if self.runnable is None:
-            self.runnable = self.env._core.runnable()
+            self.runnable = self.env.core.runnable()
         return not self.runnable
 
 
@@ -372,15 +371,14 @@ def simulate(
     """
     if not isinstance(app, App):
         raise TypeError(f"simulate needs a percolite.App, not {type(app).__name__}")
-    for bound in list(app._envs):
-        if not bound.closed and bound.workers_running:
+    for bound in bound_to(app):
+        if bound.workers_running:
             raise ValueError(
                 f"app {app.name!r} is bound elsewhere with workers running (store "
                 f"{bound.path}): a simulation runs the app's observers and exporters itself, "
                 "one at a time; stop those workers first (env.stop_workers())"
             )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, not {type(seed).__name__}")
+    check_int("seed", seed)
     if faults is None:
         faults = Faults()
     elif not isinstance(faults, Faults):
@@ -419,6 +417,4 @@ def simulate(
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
         raise
-    simulation = Simulation(seed, scheduler.trace, env, dict(scheduler.stats))
-    simulation._directory = directory
-    return simulation
+    return Simulation(seed, scheduler.trace, env, dict(scheduler.stats), directory)

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import _metrics
 from .._app import App
-from .._env import shown_target
+from .._env import describe_record, recorded_app, recorded_identity, recorded_queues, shown_target
 from ..codecs import Codec, get_codec
 from ..errors import Error
 from . import _graph
@@ -117,7 +117,7 @@ class Monitor:
         process's own counts first go to the store, as env.metrics() does:
         a console beside workers shows them without waiting for a flush)."""
         try:
-            self.env._recorder.flush()
+            _metrics.flush(self.env)
         except Exception:  # noqa: BLE001 - a store that refuses commits: show what it has
             pass
         metrics = _metrics.read(self.env)
@@ -165,20 +165,20 @@ class Monitor:
             "backend": backend,
             "location": shown_target(env.path),
             "size_bytes": size,
-            "identity": env._recorded_identity(),
+            "identity": recorded_identity(env),
             "app": app.name if app is not None else self._recorded_app_name(),
             "app_bound": app is not None,
         }
 
     def _recorded_app_name(self) -> str | None:
         with self.env.transaction() as tx:
-            return self.env._recorded_app(tx).get("name")
+            return recorded_app(tx).get("name")
 
     def groups(self) -> list[dict[str, Any]]:
         """Worker groups and their pools' leases, from the store."""
         now = time.time()
         groups: dict[str, list[dict[str, Any]]] = {}
-        for holder in self.env._core.lease_holders():
+        for holder in self.env.core.lease_holders():
             host, _, rest = holder["owner"].partition(":")
             pid, _, _suffix = rest.partition(":")
             groups.setdefault(holder["group"], []).append(
@@ -325,7 +325,7 @@ class Monitor:
                 if queues.get(queue_id, {}).get("kind") == "export queue":
                     edge_rates[(f"queue:{queue_id}", f"sink:{queue_id}")] = rate
         return _graph.build(
-            observed=env._core.observed_columns(),
+            observed=env.core.observed_columns(),
             queues=queues,
             writes=counters.get("observer_writes", {}),
             rates=edge_rates,
@@ -343,7 +343,7 @@ class Monitor:
         if app is not None:
             return _graph.declared_queues(app)
         with self.env.transaction() as tx:
-            recorded = self.env._recorded_queues(tx)
+            recorded = recorded_queues(tx)
         return {
             qid: {"kind": q.get("kind"), "export_to": [], "sink": None}
             for qid, q in recorded.items()
@@ -367,7 +367,7 @@ class Monitor:
             raise ValueError(f"status must be 'parked', 'failing' or 'all', not {status!r}")
         if not 1 <= limit <= 10_000:
             raise ValueError(f"limit must be from 1 to 10000, not {limit}")
-        records = self.env._core.work_records(status == "parked")
+        records = self.env.core.work_records(status == "parked")
         if status == "failing":
             records = [r for r in records if not r["parked"]]
         groups: dict[str, dict[str, Any]] = {}
@@ -395,7 +395,7 @@ class Monitor:
                 "cell": [_b64(raw["row"]), _b64(raw["family"]), _b64(raw["qualifier"])],
                 "key": _b64(raw["key"]),
             }
-            described = self.env._describe_record(dict(raw))
+            described = describe_record(self.env.app, dict(raw))
             key = described["key"]
             group["items"].append(
                 {
@@ -428,15 +428,15 @@ class Monitor:
                 key = None if handle["key"] is None else _unb64(handle["key"], "item")
             except (ValueError, KeyError, TypeError):
                 raise ValueError(f"item is not a parked item's handle: {item[:60]!r}") from None
-            retried = self.env._core.retry_parked([name], False, cell, key)
+            retried = self.env.core.retry_parked([name], False, cell, key)
             return {"retried": retried, "what": f"one item of {name}"}
-        parked_names = {r["observer"] for r in self.env._core.work_records(True)}
+        parked_names = {r["observer"] for r in self.env.core.work_records(True)}
         if observer is not None:
-            observed = {name for _f, _q, _n, name in self.env._core.observed_columns()}
+            observed = {name for _f, _q, _n, name in self.env.core.observed_columns()}
             if observer not in observed | parked_names:
                 raise ValueError(f"no observer named {observer!r} in this store")
             return {
-                "retried": self.env._core.retry_parked([observer]),
+                "retried": self.env.core.retry_parked([observer]),
                 "what": f"observer {observer!r}",
             }
         if queue is not None:
@@ -450,7 +450,7 @@ class Monitor:
             ):
                 raise ValueError(f"no queue named {queue!r} in this store")
             processors = [f"combine queue {queue}", f"export queue {queue}"]
-            return {"retried": self.env._core.retry_parked(processors), "what": f"queue {queue!r}"}
+            return {"retried": self.env.core.retry_parked(processors), "what": f"queue {queue!r}"}
         return {"retried": self.env.retry_parked(), "what": "all parked work"}
 
     def take_over(self, queue: str) -> dict[str, Any]:
@@ -536,10 +536,10 @@ class Monitor:
         self, queue_id: str, *, prefix: str | None, after: str | None, limit: int
     ) -> dict[str, Any]:
         app = self.env.app
-        declared = app._queues.get(queue_id) if app is not None else None
-        if declared is None or declared._identity()["kind"] != "combine queue":
+        declared = app.queues.get(queue_id) if app is not None else None
+        if declared is None or declared.layout["kind"] != "combine queue":
             with self.env.transaction() as tx:
-                recorded = self.env._recorded_queues(tx).get(queue_id)
+                recorded = recorded_queues(tx).get(queue_id)
             if recorded is None:
                 raise ValueError(f"no combine queue named {queue_id!r} in this store")
             if recorded.get("kind") != "combine queue":

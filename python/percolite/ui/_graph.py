@@ -134,11 +134,11 @@ def build(
 def declared_queues(app: Any) -> dict[str, dict[str, Any]]:
     """The queues ``app`` declares, as :func:`build` takes them."""
     out = {}
-    for queue_id, queue in app._queues.items():
+    for queue_id, queue in app.queues.items():
         exporter = getattr(queue, "exporter", None)
         out[queue_id] = {
-            "kind": queue._identity()["kind"],
-            "export_to": [q.id for q in getattr(queue, "_export_to", [])],
+            "kind": queue.layout["kind"],
+            "export_to": [q.id for q in getattr(queue, "export_queues", ())],
             "sink": repr(exporter) if exporter is not None else None,
         }
     return out
