@@ -9,14 +9,13 @@
 #include <pybind11/pybind11.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 
 #include "bindings.h"
 #include "errors.h"
+#include "percolite/mutex.h"
 
 namespace percolite::bindings {
 namespace {
@@ -27,30 +26,33 @@ class Loader : public std::enable_shared_from_this<Loader> {
 
   // Takes a slot for one more job; false when `timeout` seconds (< 0: no
   // limit) passed or the loader closed first.
-  bool Acquire(double timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto ready = [&] { return closed_ || in_flight_ < max_in_flight_; };
+  bool Acquire(double timeout) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (timeout < 0) {
-      slots_cv_.wait(lock, ready);
-    } else if (!slots_cv_.wait_for(lock, std::chrono::duration<double>(timeout), ready)) {
-      return false;
+      while (!SlotOrClosedLocked()) slots_cv_.Wait(&mu_);
+    } else {
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+      bool woken = true;  // false once the deadline passed
+      while (!SlotOrClosedLocked() && woken) woken = slots_cv_.WaitUntil(&mu_, deadline);
+      if (!SlotOrClosedLocked()) return false;
     }
     if (closed_) return false;
     ++in_flight_;
     return true;
   }
 
-  void Release() {
+  void Release() EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (in_flight_ > 0) --in_flight_;
     }
-    slots_cv_.notify_one();
-    events_cv_.notify_all();  // a flush may be waiting for the last one
+    slots_cv_.Signal();
+    events_cv_.SignalAll();  // a flush may be waiting for the last one
   }
 
   // A job for the loader thread.
-  void Post(uint64_t token) { Push(Event{token, false, CommitResult{}}); }
+  void Post(uint64_t token) EXCLUDES(mu_) { Push(Event{token, false, CommitResult{}}); }
 
   // Submits `transaction`'s commit; its result reaches `Next` under `token`.
   void Commit(const std::shared_ptr<Transaction>& transaction, uint64_t token) {
@@ -62,13 +64,15 @@ class Loader : public std::enable_shared_from_this<Loader> {
 
   // Up to `limit` events, waiting up to `timeout` seconds for the first:
   // (token, is_commit, exception or None, commit_ts).
-  py::list Next(double timeout, size_t limit) {
+  py::list Next(double timeout, size_t limit) EXCLUDES(mu_) {
     std::deque<Event> taken;
     {
       py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(mu_);
-      events_cv_.wait_for(lock, std::chrono::duration<double>(timeout),
-                          [&] { return !events_.empty() || closed_; });
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+      MutexLock lock(&mu_);
+      bool woken = true;  // false once the deadline passed
+      while (events_.empty() && !closed_ && woken) woken = events_cv_.WaitUntil(&mu_, deadline);
       while (!events_.empty() && taken.size() < limit) {
         taken.push_back(std::move(events_.front()));
         events_.pop_front();
@@ -82,19 +86,19 @@ class Loader : public std::enable_shared_from_this<Loader> {
     return out;
   }
 
-  size_t in_flight() {
-    std::lock_guard<std::mutex> lock(mu_);
+  size_t in_flight() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return in_flight_;
   }
 
   // Wakes every waiter; Acquire refuses from now on.
-  void Close() {
+  void Close() EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       closed_ = true;
     }
-    slots_cv_.notify_all();
-    events_cv_.notify_all();
+    slots_cv_.SignalAll();
+    events_cv_.SignalAll();
   }
 
  private:
@@ -104,20 +108,22 @@ class Loader : public std::enable_shared_from_this<Loader> {
     CommitResult result;
   };
 
-  void Push(Event event) {
+  void Push(Event event) EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       events_.push_back(std::move(event));
     }
-    events_cv_.notify_one();
+    events_cv_.Signal();
   }
 
+  bool SlotOrClosedLocked() const REQUIRES(mu_) { return closed_ || in_flight_ < max_in_flight_; }
+
   const size_t max_in_flight_;
-  std::mutex mu_;
-  std::condition_variable slots_cv_, events_cv_;
-  std::deque<Event> events_;  // GUARDED_BY(mu_)
-  size_t in_flight_ = 0;      // GUARDED_BY(mu_)
-  bool closed_ = false;       // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar slots_cv_, events_cv_;
+  std::deque<Event> events_ GUARDED_BY(mu_);
+  size_t in_flight_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

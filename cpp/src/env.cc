@@ -3,12 +3,12 @@
 #include <pthread.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "percolite/mutex.h"
 #include "percolite/open_backend.h"
 #include "percolite/transaction.h"
 
@@ -18,9 +18,9 @@ namespace {
 // Handles being closed by threads of their own (~Env on a worker thread).
 // Never destroyed: such a thread may still run while statics are destroyed.
 struct Closing {
-  std::mutex mu;
-  std::condition_variable done;
-  size_t threads = 0;  // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar done;
+  size_t threads GUARDED_BY(mu) = 0;
 };
 
 Closing& Closers() {
@@ -30,7 +30,9 @@ Closing& Closers() {
     // A child created by fork() has none of the parent's threads, so it
     // waits for none of them: it starts afresh (the parent's threads may
     // wait on `done`), leaving the parent's copy locked and unused.
-    pthread_atfork([] { closing->mu.lock(); }, [] { closing->mu.unlock(); },
+    // (The analysis cannot follow a lock held across fork().)
+    pthread_atfork([]() NO_THREAD_SAFETY_ANALYSIS { closing->mu.Lock(); },
+                   []() NO_THREAD_SAFETY_ANALYSIS { closing->mu.Unlock(); },
                    [] { closing = new Closing; });
   });
   return *closing;
@@ -79,7 +81,7 @@ Env::~Env() {
   // its own stops the pool and closes the handle.
   std::shared_ptr<Workers> workers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers = std::move(workers_);
   }
   if (workers && workers->ForkedAway()) {
@@ -87,7 +89,7 @@ Env::~Env() {
   }
   Closing& closing = Closers();
   {
-    std::lock_guard<std::mutex> lock(closing.mu);
+    MutexLock lock(&closing.mu);
     ++closing.threads;
   }
   std::thread([&closing, workers = std::move(workers), transactions = transactions_]() mutable {
@@ -99,8 +101,8 @@ Env::~Env() {
     // finalizes).
     workers.reset();
     transactions.reset();
-    std::lock_guard<std::mutex> lock(closing.mu);
-    if (--closing.threads == 0) closing.done.notify_all();
+    MutexLock lock(&closing.mu);
+    if (--closing.threads == 0) closing.done.SignalAll();
   }).detach();
 }
 
@@ -114,7 +116,7 @@ void Env::SetObservers(std::vector<Observer> observers) {
   std::shared_ptr<Backend> store = backend();
   std::vector<ObservedColumn> columns;
   for (const Observer& o : observers) columns.push_back(o.column);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (workers_) throw Error(ErrorCode::kWrongState, "observers cannot change while workers run");
   store->SetObservedColumns(columns);
   observers_ = std::move(observers);
@@ -132,10 +134,10 @@ void Env::StartWorkers(const WorkerOptions& options) {
   }
   backend();       // throws when closed
   MakeIdentity();  // before any export: a sink learns its store from it
-  std::lock_guard<std::mutex> starting(start_stop_mu_);
+  MutexLock starting(&start_stop_mu_);
   std::shared_ptr<Workers> workers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (workers_) throw Error(ErrorCode::kWrongState, "workers are already running");
     workers = std::make_shared<Workers>(transactions_, observers_, options);
     workers_ = workers;
@@ -143,7 +145,7 @@ void Env::StartWorkers(const WorkerOptions& options) {
   try {
     workers->Start();
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers_.reset();
     throw;
   }
@@ -167,8 +169,8 @@ void Env::StopWorkers() {
   {
     // Only to take the pool, not while it stops: an observer Stop waits for
     // may call StartWorkers on this handle.
-    std::lock_guard<std::mutex> started(start_stop_mu_);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock started(&start_stop_mu_);
+    MutexLock lock(&mu_);
     workers = std::move(workers_);
     if (workers && workers->ForkedAway()) {
       // The parent's threads do not exist in a forked child: never join them.
@@ -177,14 +179,14 @@ void Env::StopWorkers() {
     }
   }
   if (workers) workers->Stop();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (workers) stopped_workers_ = workers;
 }
 
 std::shared_ptr<Workers> Env::StepWorkers() {
   MakeIdentity();
   backend();  // throws when closed
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (workers_) {
     throw Error(ErrorCode::kWrongState,
                 "run_until_idle(): workers run on this handle; stop them first "
@@ -199,13 +201,19 @@ std::shared_ptr<Workers> Env::StepWorkers() {
 
 RunHereSummary Env::RunHere(const RunHereOptions& options) {
   RefuseOnWorkerThread("run_until_idle()");
-  std::unique_lock<std::mutex> one_at_a_time(run_here_mu_, std::try_to_lock);
-  if (!one_at_a_time.owns_lock()) {
+  if (!run_here_mu_.TryLock()) {
     throw Error(ErrorCode::kWrongState,
                 "run_until_idle(): it is already running on this handle in another thread; "
                 "call it from one thread at a time");
   }
-  return StepWorkers()->RunHere(options);
+  try {
+    RunHereSummary summary = StepWorkers()->RunHere(options);
+    run_here_mu_.Unlock();
+    return summary;
+  } catch (...) {
+    run_here_mu_.Unlock();
+    throw;
+  }
 }
 
 namespace {
@@ -219,7 +227,7 @@ bool Env::WaitIdle(double timeout_seconds) {
   std::shared_ptr<Backend> store = backend();
   std::shared_ptr<Workers> workers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers = workers_;
   }
   if (workers) return workers->WaitIdle(timeout_seconds);
@@ -254,17 +262,19 @@ bool Env::WaitIdle(double timeout_seconds) {
 
 WorkerStats Env::GetWorkerStats() const {
   std::shared_ptr<Workers> workers;
+  WorkerStats stats;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers = workers_ ? workers_ : stopped_workers_;
+    if (!workers) {
+      for (const Observer& o : observers_) {
+        ObserverStats os;
+        os.column = o.column;
+        stats.observers.push_back(os);
+      }
+    }
   }
   if (workers) return workers->Stats();
-  WorkerStats stats;
-  for (const Observer& o : observers_) {
-    ObserverStats os;
-    os.column = o.column;
-    stats.observers.push_back(os);
-  }
   return stats;
 }
 
@@ -340,8 +350,8 @@ size_t Env::DropNotifications(const std::vector<std::pair<std::string, std::stri
 void Env::WaitForClosing() {
   RefuseOnWorkerThread("WaitForClosing()");
   Closing& closing = Closers();
-  std::unique_lock<std::mutex> lock(closing.mu);
-  closing.done.wait(lock, [&] { return closing.threads == 0; });
+  MutexLock lock(&closing.mu);
+  while (closing.threads != 0) closing.done.Wait(&closing.mu);
 }
 
 void Env::Close() {

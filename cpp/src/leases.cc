@@ -99,7 +99,7 @@ Leases::~Leases() { Stop(); }
 
 void Leases::Start() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (started_) throw Error(ErrorCode::kWrongState, "the lease was already taken");
     started_ = true;
   }
@@ -109,22 +109,22 @@ void Leases::Start() {
 
 void Leases::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
   Remove();
 }
 
 bool Leases::Mine(uint64_t row_hash) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return mine_[row_hash % kLeasePartitions];
 }
 
 uint32_t Leases::Share() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<uint32_t>(std::count(mine_.begin(), mine_.end(), true));
 }
 
@@ -186,7 +186,7 @@ void Leases::Adopt(const std::vector<std::string>& live) {
   const uint32_t share = static_cast<uint32_t>(std::count(mine.begin(), mine.end(), true));
   bool changed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     changed = mine != mine_ || changes_ == 0;
     if (changed) {
       mine_ = std::move(mine);
@@ -198,7 +198,7 @@ void Leases::Adopt(const std::vector<std::string>& live) {
 
 void Leases::Refresh() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = std::chrono::steady_clock::now();
     if (!started_ || stopping_ || now - refreshed_ < std::chrono::milliseconds(kLeaseRefreshMs)) {
       return;
@@ -225,17 +225,20 @@ void Leases::Loop() {
   pthread_setname_np(pthread_self(), "pc-lease");
   const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options_.lease_seconds / 3));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    if (cv_.wait_for(lock, every, [this] { return stopping_; })) break;
-    lock.unlock();
+    const auto deadline = std::chrono::steady_clock::now() + every;
+    bool woken = true;  // false once the deadline passed
+    while (!stopping_ && woken) woken = cv_.WaitUntil(&mu_, deadline);
+    if (stopping_) break;
+    lock.Unlock();
     try {
       Renew();
     } catch (const Error&) {
       // The store is closing or failing: keep the last share; the next
       // round tries again (and the lease lapses if none succeeds).
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

@@ -26,19 +26,19 @@ Transaction::Transaction(std::shared_ptr<TransactionSource> source,
 
 Transaction::~Transaction() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (state_ == State::kActive) ReleaseLocked(State::kAborted);
   }
   if (auto source = source_.lock()) source->Forget(this);
 }
 
 Transaction::State Transaction::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return state_;
 }
 
 std::optional<uint64_t> Transaction::commit_ts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return commit_ts_;
 }
 
@@ -75,7 +75,7 @@ void Transaction::ReleaseLocked(State s) {
 std::optional<std::string> Transaction::Get(const CellRef& cell) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   auto it = writes_.find(key);
   if (it != writes_.end()) {
@@ -89,7 +89,7 @@ std::optional<std::string> Transaction::Get(const CellRef& cell) {
 void Transaction::Set(const CellRef& cell, std::string_view value) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   writes_[std::move(key)] = BufferedWrite{false, std::string(value)};
 }
@@ -97,7 +97,7 @@ void Transaction::Set(const CellRef& cell, std::string_view value) {
 void Transaction::Delete(const CellRef& cell) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   writes_[std::move(key)] = BufferedWrite{true, std::string()};
 }
@@ -105,7 +105,7 @@ void Transaction::Delete(const CellRef& cell) {
 void Transaction::Purge(const CellRef& cell) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   writes_[std::move(key)] = BufferedWrite{true, std::string(), true};
 }
@@ -143,7 +143,7 @@ void Transaction::PurgeStamps(std::string_view row, std::string_view family,
     AppendEscapedPart(&end, family);
     end = PrefixSuccessor(end);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   purged_.emplace_back(std::move(from), std::move(end));
 }
@@ -158,7 +158,7 @@ bool Transaction::Purged(std::string_view key) const {
 void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   Mutation m;
   m.key = std::move(key);
@@ -176,7 +176,7 @@ struct Transaction::Savepoint::State {
 };
 
 Transaction::Savepoint Transaction::Save() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   auto state = std::make_shared<Savepoint::State>();
   state->writes = writes_;
@@ -190,7 +190,7 @@ Transaction::Savepoint Transaction::Save() const {
 
 void Transaction::RollbackTo(const Savepoint& savepoint) {
   if (!savepoint.state_) throw Error(ErrorCode::kInvalidArgument, "an empty savepoint");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   const Savepoint::State& state = *savepoint.state_;
   if (state.stamped > stamped_.size()) {
@@ -203,14 +203,14 @@ void Transaction::RollbackTo(const Savepoint& savepoint) {
 }
 
 size_t Transaction::StampedCount() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stamped_.size();
 }
 
 void Transaction::SetWeakNotification(const CellRef& cell) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   for (const std::string& existing : extras_.weak_notifications) {
     if (existing == key) return;
@@ -219,14 +219,14 @@ void Transaction::SetWeakNotification(const CellRef& cell) {
 }
 
 void Transaction::SetTrigger(std::string cell_key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   extras_.trigger = std::move(cell_key);
   observer_run_.store(true, std::memory_order_relaxed);
 }
 
 void Transaction::DeferTrigger(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   if (!extras_.trigger) {
     throw Error(ErrorCode::kWrongState, "only an observer run can be deferred");
@@ -236,29 +236,29 @@ void Transaction::DeferTrigger(double seconds) {
 }
 
 double Transaction::DeferredSeconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return deferred_seconds_;
 }
 
 void Transaction::SetHurried() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   hurried_ = true;
 }
 
 bool Transaction::Hurried() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return hurried_;
 }
 
 bool Transaction::NotificationPending(const std::string& cell_key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   return snapshot_->NotificationStamp(cell_key).has_value();
 }
 
 ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_after, size_t limit) {
   if (limit == 0) limit = 1;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   const std::string& from = resume_after ? *resume_after : range.from;
   const bool exclusive = resume_after != nullptr;
@@ -312,13 +312,15 @@ bool Transaction::Visit(const ScanRange& range, const std::string* resume_after,
   if (!range.columns.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "visiting cells by column is not supported");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   const std::string& from = resume_after ? *resume_after : range.from;
   const bool exclusive = resume_after != nullptr;
   // Own writes merge in as in Scan: before, or instead of, the snapshot's cell.
   auto own = exclusive ? writes_.upper_bound(from) : writes_.lower_bound(from);
+  // Both lambdas run inside snapshot_->Visit, before it returns: under `lock`.
   auto own_before = [&](std::string_view key) {  // emits own writes below `key`
+    mu_.AssertHeld();
     for (; own != writes_.end() && std::string_view(own->first) < key; ++own) {
       if (!range.end.empty() && own->first >= range.end) return true;
       if (!own->second.is_delete && !visit(own->first, own->second.value)) return false;
@@ -328,6 +330,7 @@ bool Transaction::Visit(const ScanRange& range, const std::string* resume_after,
   bool stopped = false;
   const bool exhausted = snapshot_->Visit(from, exclusive, range.end,
                                           [&](std::string_view key, std::string_view value) {
+                                            mu_.AssertHeld();
                                             if (!own_before(key)) {
                                               stopped = true;
                                               return false;
@@ -360,7 +363,7 @@ size_t Transaction::Count(const ScanRange& range, const std::string* resume_afte
     throw Error(ErrorCode::kInvalidArgument, "counting cells by column is not supported");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     CheckActive();
     const std::string& from = resume_after ? *resume_after : range.from;
     auto own = resume_after ? writes_.upper_bound(from) : writes_.lower_bound(from);
@@ -419,7 +422,7 @@ std::shared_ptr<Backend> Transaction::BackendLocked() const {
 }
 
 void Transaction::AfterCommit(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   CheckActive();
   after_commit_.push_back(std::move(fn));
 }
@@ -428,7 +431,7 @@ void Transaction::CountWrite(std::string_view kind, std::string_view name, uint6
   // Only observer runs feed the graph: any other transaction (a loader's, an
   // adder's) pays one load here, no lock and no string.
   if (!observer_run_.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // A handful of targets per run: a linear search, comparing in place.
   const size_t size = kind.size() + 1 + name.size();
   for (auto& [target, count] : write_counts_) {
@@ -445,14 +448,14 @@ void Transaction::CountWrite(std::string_view kind, std::string_view name, uint6
 }
 
 std::vector<std::pair<std::string, uint64_t>> Transaction::WriteCounts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return write_counts_;
 }
 
 void Transaction::Commit() {
   std::vector<std::function<void()>> after;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     CommitLocked();
     after.swap(after_commit_);
   }
@@ -489,7 +492,7 @@ void Transaction::CommitAsync(CommitCallback done) {
   std::vector<Mutation> mutations;
   CommitExtras extras;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     CheckActive();
     if (!HasWritesLocked()) {
       ReleaseLocked(State::kCommitted);
@@ -503,7 +506,7 @@ void Transaction::CommitAsync(CommitCallback done) {
   if (!backend) {  // nothing to write: committed without touching the store
     std::vector<std::function<void()>> after;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       after.swap(after_commit_);
     }
     for (auto& fn : after) fn();
@@ -519,7 +522,7 @@ void Transaction::CommitAsync(CommitCallback done) {
     if (result.status.ok()) latency->Record(std::chrono::steady_clock::now() - began);
     std::vector<std::function<void()>> after;
     {
-      std::lock_guard<std::mutex> lock(self->mu_);
+      MutexLock lock(&self->mu_);
       if (result.status.ok()) self->commit_ts_ = result.commit_ts;
       self->state_ = result.status.ok() ? State::kCommitted : State::kAborted;
       after.swap(self->after_commit_);
@@ -532,19 +535,19 @@ void Transaction::CommitAsync(CommitCallback done) {
   try {
     backend->CommitAsync(start_ts_, std::move(mutations), std::move(extras), std::move(finish));
   } catch (...) {  // refused before it was queued: nothing was written
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     state_ = State::kAborted;
     throw;
   }
 }
 
 void Transaction::Abort() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (state_ == State::kActive) ReleaseLocked(State::kAborted);
 }
 
 void Transaction::AbortFromClose() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   source_closed_ = true;
   if (state_ == State::kActive) ReleaseLocked(State::kClosed);
 }
@@ -559,14 +562,14 @@ Error TransactionSource::ClosedError() const {
 }
 
 std::shared_ptr<Backend> TransactionSource::backend() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (backend_ == nullptr) throw ClosedError();
   backend_->CheckUsable();
   return backend_;
 }
 
 bool TransactionSource::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return backend_ == nullptr;
 }
 
@@ -574,14 +577,14 @@ std::shared_ptr<Transaction> TransactionSource::Begin() {
   std::shared_ptr<Backend> backend = this->backend();
   std::shared_ptr<Transaction> transaction(
       new Transaction(shared_from_this(), backend->BeginSnapshot()));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (backend_ == nullptr) throw ClosedError();
   active_.emplace(transaction.get(), transaction);
   return transaction;
 }
 
 void TransactionSource::Forget(Transaction* transaction) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   active_.erase(transaction);
 }
 
@@ -589,7 +592,7 @@ std::shared_ptr<Backend> TransactionSource::Close() {
   std::shared_ptr<Backend> backend;
   std::vector<std::shared_ptr<Transaction>> active;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (backend_ == nullptr) return nullptr;
     backend = std::move(backend_);
     for (auto& [raw, weak] : active_) {

@@ -56,7 +56,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -64,6 +63,7 @@
 #include "percolite/failures.h"
 #include "percolite/identity.h"
 #include "percolite/leases.h"
+#include "percolite/mutex.h"
 #include "percolite/notifications.h"
 #include "percolite/transaction.h"
 #include "percolite/workers.h"
@@ -82,25 +82,25 @@ class Env : public std::enable_shared_from_this<Env> {
   static void WaitForClosing();
 
   std::shared_ptr<Transaction> Begin();
-  void Close();
+  void Close() EXCLUDES(mu_, start_stop_mu_);
   bool closed() const;
   // The store's location: its canonical directory, or ":memory:".
   const std::string& path() const { return path_; }
   const BackendCapabilities& capabilities() const { return capabilities_; }
 
-  void SetObservers(std::vector<Observer> observers);
-  void StartWorkers(const WorkerOptions& options);
-  void StopWorkers();
-  bool WaitIdle(double timeout_seconds);
+  void SetObservers(std::vector<Observer> observers) EXCLUDES(mu_);
+  void StartWorkers(const WorkerOptions& options) EXCLUDES(mu_, start_stop_mu_);
+  void StopWorkers() EXCLUDES(mu_, start_stop_mu_);
+  bool WaitIdle(double timeout_seconds) EXCLUDES(mu_);
   // Runs the pending work in the calling thread until none is left
   // (Workers::RunHere); throws kWrongState while workers run or from an
   // observer. The counters join GetWorkerStats' until workers start.
-  RunHereSummary RunHere(const RunHereOptions& options);
+  RunHereSummary RunHere(const RunHereOptions& options) EXCLUDES(mu_, run_here_mu_);
   // The pool RunHere runs in, not started, for a scheduler of this
   // process's own that runs work step by step (Workers::BeginRun); one per
   // handle, so its counters add up. Throws kWrongState while workers run.
-  std::shared_ptr<Workers> StepWorkers();
-  WorkerStats GetWorkerStats() const;
+  std::shared_ptr<Workers> StepWorkers() EXCLUDES(mu_);
+  WorkerStats GetWorkerStats() const EXCLUDES(mu_);
   std::vector<ObservedColumn> ObservedColumns() const { return backend()->ObservedColumns(); }
 
   // The store's identity and epoch (identity.h), read now; none when the
@@ -134,16 +134,16 @@ class Env : public std::enable_shared_from_this<Env> {
   const std::string path_;
   const BackendCapabilities capabilities_;
   const std::shared_ptr<TransactionSource> transactions_;
-  mutable std::mutex mu_;
-  std::vector<Observer> observers_;           // GUARDED_BY(mu_)
-  std::shared_ptr<Workers> workers_;          // GUARDED_BY(mu_)
-  std::shared_ptr<Workers> stopped_workers_;  // GUARDED_BY(mu_): counters stay visible
-  std::shared_ptr<Workers> step_workers_;     // GUARDED_BY(mu_): StepWorkers
-  std::mutex run_here_mu_;                    // held by the one RunHere running
-  std::atomic<bool> identity_made_{false};    // MakeIdentity succeeded
+  mutable Mutex mu_;
+  std::vector<Observer> observers_ GUARDED_BY(mu_);
+  std::shared_ptr<Workers> workers_ GUARDED_BY(mu_);
+  std::shared_ptr<Workers> stopped_workers_ GUARDED_BY(mu_);  // counters stay visible
+  std::shared_ptr<Workers> step_workers_ GUARDED_BY(mu_);     // StepWorkers
+  Mutex run_here_mu_;                                         // held by the one RunHere running
+  std::atomic<bool> identity_made_{false};                    // MakeIdentity succeeded
   // Held while StartWorkers starts a pool and while StopWorkers takes it, so
   // no pool is stopped while its threads are still being started.
-  std::mutex start_stop_mu_;
+  Mutex start_stop_mu_ ACQUIRED_BEFORE(mu_);
 };
 
 }  // namespace percolite

@@ -31,15 +31,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "percolite/mutex.h"
 #include "percolite/transaction.h"
 
 namespace percolite {
@@ -76,19 +75,19 @@ class Leases {
 
   // Takes the lease (one renewal, on this thread: its errors are thrown
   // here), then renews it in the background.
-  void Start();
+  void Start() EXCLUDES(mu_);
   // Stops renewing and deletes the lease (best effort). Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(mu_);
   // Reads the leases again (no write) and recomputes this pool's share, at
   // most once per kLeaseRefreshMs: the pool's scanner calls it as it runs,
   // so a pool that joins or stops is seen in a fraction of a second, not at
   // the next renewal. Errors keep the last share.
-  void Refresh();
+  void Refresh() EXCLUDES(mu_);
 
   // Whether a notification of this row hash is in this pool's share.
-  bool Mine(uint64_t row_hash) const;
+  bool Mine(uint64_t row_hash) const EXCLUDES(mu_);
   // How many partitions this pool takes, and how often its share changed.
-  uint32_t Share() const;
+  uint32_t Share() const EXCLUDES(mu_);
   uint64_t Changes() const { return changes_.load(); }
   const std::string& owner() const { return owner_; }
 
@@ -97,23 +96,23 @@ class Leases {
   static std::vector<LeaseHolder> Holders(Transaction& transaction, double now_unix);
 
  private:
-  void Renew();
-  void Loop();
+  void Renew() EXCLUDES(mu_);
+  void Loop() EXCLUDES(mu_);
   void Remove();
   // Sets this pool's share from the live owners (sorted); reports a change.
-  void Adopt(const std::vector<std::string>& live);
+  void Adopt(const std::vector<std::string>& live) EXCLUDES(mu_);
 
   const std::weak_ptr<TransactionSource> source_;
   const LeaseOptions options_;
   const std::string owner_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<bool> mine_;  // GUARDED_BY(mu_), by partition
-  bool stopping_ = false;   // GUARDED_BY(mu_)
-  bool started_ = false;    // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<bool> mine_ GUARDED_BY(mu_);  // by partition
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool started_ GUARDED_BY(mu_) = false;
   std::atomic<uint64_t> changes_{0};
-  std::chrono::steady_clock::time_point refreshed_{};  // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point refreshed_ GUARDED_BY(mu_){};
   std::thread thread_;
 };
 

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define PERCOLITE_THREAD_ANNOTATION(x) __attribute__((x))
@@ -40,6 +41,8 @@
 #define ACQUIRED_AFTER(...) PERCOLITE_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
 // A function called with the lock held (REQUIRES) or not held (EXCLUDES).
 #define REQUIRES(...) PERCOLITE_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+// A function called with the lock held at least shared (a SharedMutex's readers).
+#define REQUIRES_SHARED(...) PERCOLITE_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define EXCLUDES(...) PERCOLITE_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 // A function called with a reader-writer lock held at least shared.
 #define REQUIRES_SHARED(...) PERCOLITE_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
@@ -50,8 +53,14 @@
 #define ACQUIRE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
 #define RELEASE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) PERCOLITE_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
+// The same for a SharedMutex taken shared.
+#define ACQUIRE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
+#define RELEASE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
+#define TRY_ACQUIRE_SHARED(...) \
+  PERCOLITE_THREAD_ANNOTATION(try_acquire_shared_capability(__VA_ARGS__))
 // A function that checks at run time that the lock is held.
 #define ASSERT_CAPABILITY(x) PERCOLITE_THREAD_ANNOTATION(assert_capability(x))
+#define ASSERT_SHARED_CAPABILITY(x) PERCOLITE_THREAD_ANNOTATION(assert_shared_capability(x))
 // A function that returns a reference to the given lock.
 #define RETURN_CAPABILITY(x) PERCOLITE_THREAD_ANNOTATION(lock_returned(x))
 // Turns the analysis off for one function; the reason goes beside it.
@@ -102,6 +111,52 @@ class SCOPED_CAPABILITY MutexLock {
  private:
   Mutex* const mu_;
   bool held_ = true;
+};
+
+// A std::shared_mutex the analysis knows as a lock that readers share: a
+// member GUARDED_BY it may be read with the lock held shared or exclusive,
+// and written only with it held exclusive.
+class CAPABILITY("mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void Lock() ACQUIRE() { mu_.lock(); }
+  void Unlock() RELEASE() { mu_.unlock(); }
+  void LockShared() ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void UnlockShared() RELEASE_SHARED() { mu_.unlock_shared(); }
+  // Tells the analysis the caller holds the lock exclusive (AssertHeld) or
+  // at least shared (AssertReaderHeld); no run-time check.
+  void AssertHeld() ASSERT_CAPABILITY(this) {}
+  void AssertReaderHeld() ASSERT_SHARED_CAPABILITY(this) {}
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds a SharedMutex exclusive from construction to destruction.
+class SCOPED_CAPABILITY WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~WriterMutexLock() RELEASE() { mu_->Unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex* const mu_;
+};
+
+// Holds a SharedMutex shared from construction to destruction.
+class SCOPED_CAPABILITY ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex* mu) ACQUIRE_SHARED(mu) : mu_(mu) { mu_->LockShared(); }
+  ~ReaderMutexLock() RELEASE() { mu_->UnlockShared(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  SharedMutex* const mu_;
 };
 
 // A std::condition_variable whose waits name the Mutex they release.

@@ -32,7 +32,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +40,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/mutex.h"
 
 namespace percolite {
 
@@ -79,20 +79,20 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   Transaction& operator=(const Transaction&) = delete;
 
   uint64_t start_ts() const { return start_ts_; }
-  State state() const;
-  std::optional<uint64_t> commit_ts() const;
+  State state() const EXCLUDES(mu_);
+  std::optional<uint64_t> commit_ts() const EXCLUDES(mu_);
 
-  std::optional<std::string> Get(const CellRef& cell);
-  void Set(const CellRef& cell, std::string_view value);
-  void Delete(const CellRef& cell);
+  std::optional<std::string> Get(const CellRef& cell) EXCLUDES(mu_);
+  void Set(const CellRef& cell, std::string_view value) EXCLUDES(mu_);
+  void Delete(const CellRef& cell) EXCLUDES(mu_);
 
   // Buffers a stamped write (backend.h): the qualifier gets the commit_ts and a
   // sequence number appended, so adders of queue entries never collide. Not
   // visible to this transaction's own reads.
-  void AddStamped(const CellRef& cell, std::string_view value);
+  void AddStamped(const CellRef& cell, std::string_view value) EXCLUDES(mu_);
   // Removes a cell a stamped write created, without a tombstone (backend.h,
   // Mutation::purge). Only for consumed queue entries.
-  void Purge(const CellRef& cell);
+  void Purge(const CellRef& cell) EXCLUDES(mu_);
   // Purges every cell of `row`/`family` whose qualifier sorts from
   // `first_stamp` (kStampSize bytes, backend.h) to anything that begins with
   // `last_stamp`, as one range (Mutation::purge_end), without tombstones and
@@ -102,28 +102,28 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // are never in the range). This transaction's reads stop seeing the purged
   // cells; its own writes are applied after the purge.
   void PurgeStamps(std::string_view row, std::string_view family, std::string_view first_stamp,
-                   std::string_view last_stamp);
+                   std::string_view last_stamp) EXCLUDES(mu_);
   // How many stamped writes are buffered (the index the next one gets).
-  size_t StampedCount() const;
+  size_t StampedCount() const EXCLUDES(mu_);
 
   // Asks for a weak notification of this cell when the transaction commits
   // (notifications.h). Never causes a conflict.
-  void SetWeakNotification(const CellRef& cell);
+  void SetWeakNotification(const CellRef& cell) EXCLUDES(mu_);
 
   // Workers only: makes this transaction an observer run for the notification
   // of `cell_key`, and tells whether that notification is pending in its snapshot.
-  void SetTrigger(std::string cell_key);
-  bool NotificationPending(const std::string& cell_key);
+  void SetTrigger(std::string cell_key) EXCLUDES(mu_);
+  bool NotificationPending(const std::string& cell_key) EXCLUDES(mu_);
   // Observer runs only: asks the workers to abort this run and run the
   // notification again after `seconds` (workers.h, "Deferring"). The largest
   // request wins; DeferredSeconds() is 0 when none was made.
-  void DeferTrigger(double seconds);
-  double DeferredSeconds() const;
+  void DeferTrigger(double seconds) EXCLUDES(mu_);
+  double DeferredSeconds() const EXCLUDES(mu_);
   // Observer runs only: whether the workers brought this run forward because
   // a thread waits for them to go idle (workers.h, "Hurrying"). A run that
   // would defer itself only to gather more work (a lingering queue) goes on.
-  void SetHurried();
-  bool Hurried() const;
+  void SetHurried() EXCLUDES(mu_);
+  bool Hurried() const EXCLUDES(mu_);
 
   // What this observer run wrote, by target, for the app's dataflow graph
   // (the workers add a committed run's counts to its observer's):
@@ -131,21 +131,22 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // (counted by the bindings, so a queue's internal rows never show), and
   // "queue:ID", entries added to queue ID (counted where queue entries are
   // written). Only in observer runs (SetTrigger); elsewhere nothing is kept.
-  void CountWrite(std::string_view kind, std::string_view name, uint64_t n = 1);
-  std::vector<std::pair<std::string, uint64_t>> WriteCounts() const;
+  void CountWrite(std::string_view kind, std::string_view name, uint64_t n = 1) EXCLUDES(mu_);
+  std::vector<std::pair<std::string, uint64_t>> WriteCounts() const EXCLUDES(mu_);
 
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
-  ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit);
+  ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit)
+      EXCLUDES(mu_);
   // Calls visit(encoded key, value) for the cells Scan would return (this
   // transaction's own writes and purges included), in key order, with views
   // valid only during the call, until it returns false; nothing is copied.
   // Returns true when the range was exhausted. range.columns must be empty,
   // and the visitor must not use this transaction.
   bool Visit(const ScanRange& range, const std::string* resume_after,
-             const Snapshot::CellVisitor& visit);
+             const Snapshot::CellVisitor& visit) EXCLUDES(mu_);
   // How many cells Scan would visit from resume_after (nullptr: from the
   // start), at most `limit`, without copying them. range.columns must be empty.
-  size_t Count(const ScanRange& range, const std::string* resume_after, size_t limit);
+  size_t Count(const ScanRange& range, const std::string* resume_after, size_t limit) EXCLUDES(mu_);
 
   // What the transaction has buffered so far (writes, stamped writes,
   // purges, weak notifications), to go back to: RollbackTo drops everything
@@ -157,16 +158,16 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
     struct State;
     std::shared_ptr<const State> state_;
   };
-  Savepoint Save() const;
-  void RollbackTo(const Savepoint& savepoint);
+  Savepoint Save() const EXCLUDES(mu_);
+  void RollbackTo(const Savepoint& savepoint) EXCLUDES(mu_);
 
   // Runs `fn` once this transaction has committed, on the thread that learns
   // it (Commit's caller, or before CommitAsync's `done`); never when it
   // aborts or fails. For reports that must not claim what did not commit.
-  void AfterCommit(std::function<void()> fn);
+  void AfterCommit(std::function<void()> fn) EXCLUDES(mu_);
 
   // Commits; throws kConflict (and the transaction is aborted) on a write-write conflict.
-  void Commit();
+  void Commit() EXCLUDES(mu_);
   // Submits the commit without waiting for it (Backend::CommitAsync): the
   // transaction leaves kActive at once (kCommitting; every later call but
   // Abort throws kWrongState) and `done` gets the result once the backend
@@ -176,9 +177,9 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // (a result with commit_ts 0). Throws, without calling `done`, what Commit
   // throws for a transaction that cannot be submitted (finished, closed).
   // `done` must not block; it may begin and submit other transactions.
-  void CommitAsync(CommitCallback done);
+  void CommitAsync(CommitCallback done) EXCLUDES(mu_);
   // Discards the buffered writes and releases the snapshot. Idempotent.
-  void Abort();
+  void Abort() EXCLUDES(mu_);
 
  private:
   friend class TransactionSource;
@@ -189,32 +190,32 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   };
 
   Transaction(std::shared_ptr<TransactionSource> source, std::unique_ptr<Snapshot> snapshot);
-  void CheckActive() const;                        // REQUIRES(mu_)
-  void CommitLocked();                             // REQUIRES(mu_)
-  void ReleaseLocked(State s);                     // REQUIRES(mu_)
-  bool HasWritesLocked() const;                    // REQUIRES(mu_)
-  std::vector<Mutation> TakeMutationsLocked();     // REQUIRES(mu_)
-  std::shared_ptr<Backend> BackendLocked() const;  // REQUIRES(mu_)
-  void AbortFromClose();
+  void CheckActive() const REQUIRES(mu_);
+  void CommitLocked() REQUIRES(mu_);
+  void ReleaseLocked(State s) REQUIRES(mu_);
+  bool HasWritesLocked() const REQUIRES(mu_);
+  std::vector<Mutation> TakeMutationsLocked() REQUIRES(mu_);
+  std::shared_ptr<Backend> BackendLocked() const REQUIRES(mu_);
+  void AbortFromClose() EXCLUDES(mu_);
   static void ValidateCell(const CellRef& cell);
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::weak_ptr<TransactionSource> source_;
-  std::unique_ptr<Snapshot> snapshot_;  // GUARDED_BY(mu_)
+  std::unique_ptr<Snapshot> snapshot_ GUARDED_BY(mu_);
   const uint64_t start_ts_;
-  State state_ = State::kActive;                 // GUARDED_BY(mu_)
-  bool source_closed_ = false;                   // GUARDED_BY(mu_)
-  std::optional<uint64_t> commit_ts_;            // GUARDED_BY(mu_)
-  std::map<std::string, BufferedWrite> writes_;  // GUARDED_BY(mu_), by encoded key
-  CommitExtras extras_;                          // GUARDED_BY(mu_)
-  std::vector<Mutation> stamped_;                // GUARDED_BY(mu_)
+  State state_ GUARDED_BY(mu_) = State::kActive;
+  bool source_closed_ GUARDED_BY(mu_) = false;
+  std::optional<uint64_t> commit_ts_ GUARDED_BY(mu_);
+  std::map<std::string, BufferedWrite> writes_ GUARDED_BY(mu_);  // by encoded key
+  CommitExtras extras_ GUARDED_BY(mu_);
+  std::vector<Mutation> stamped_ GUARDED_BY(mu_);
   // Purged ranges of encoded keys, [from, end); hidden from this transaction's reads.
-  std::vector<std::pair<std::string, std::string>> purged_;     // GUARDED_BY(mu_)
-  bool Purged(std::string_view key) const;                      // REQUIRES(mu_)
-  double deferred_seconds_ = 0;                                 // GUARDED_BY(mu_)
-  std::vector<std::function<void()>> after_commit_;             // GUARDED_BY(mu_)
-  bool hurried_ = false;                                        // GUARDED_BY(mu_)
-  std::vector<std::pair<std::string, uint64_t>> write_counts_;  // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, std::string>> purged_ GUARDED_BY(mu_);
+  bool Purged(std::string_view key) const REQUIRES(mu_);
+  double deferred_seconds_ GUARDED_BY(mu_) = 0;
+  std::vector<std::function<void()>> after_commit_ GUARDED_BY(mu_);
+  bool hurried_ GUARDED_BY(mu_) = false;
+  std::vector<std::pair<std::string, uint64_t>> write_counts_ GUARDED_BY(mu_);
   std::atomic<bool> observer_run_{false};  // set with the trigger: CountWrite keeps counts
 };
 
@@ -227,23 +228,23 @@ class TransactionSource : public std::enable_shared_from_this<TransactionSource>
   TransactionSource& operator=(const TransactionSource&) = delete;
 
   // A new transaction on a fresh snapshot; throws kClosed after Close.
-  std::shared_ptr<Transaction> Begin();
+  std::shared_ptr<Transaction> Begin() EXCLUDES(mu_);
   // The backend; throws kClosed after Close (and kWrongState in a forked child).
-  std::shared_ptr<Backend> backend() const;
-  bool closed() const;
+  std::shared_ptr<Backend> backend() const EXCLUDES(mu_);
+  bool closed() const EXCLUDES(mu_);
   // Aborts the active transactions and refuses new ones; returns the backend
   // (null when already closed), for its owner to release. Idempotent.
-  std::shared_ptr<Backend> Close();
+  std::shared_ptr<Backend> Close() EXCLUDES(mu_);
 
  private:
   friend class Transaction;
-  void Forget(Transaction* transaction);
+  void Forget(Transaction* transaction) EXCLUDES(mu_);
   Error ClosedError() const;
 
   const std::string location_;  // for messages
-  mutable std::mutex mu_;
-  std::shared_ptr<Backend> backend_;                           // GUARDED_BY(mu_); null once closed
-  std::map<Transaction*, std::weak_ptr<Transaction>> active_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::shared_ptr<Backend> backend_ GUARDED_BY(mu_);  // null once closed
+  std::map<Transaction*, std::weak_ptr<Transaction>> active_ GUARDED_BY(mu_);
 };
 
 }  // namespace percolite

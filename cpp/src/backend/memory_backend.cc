@@ -27,10 +27,12 @@ bool IsLive(const Version* v) { return v != nullptr && v->state == VersionState:
 // The tables as commit_rules.h uses them, on the newest versions.
 class MemoryTables {
  public:
-  // Writes land at commit_ts.
-  MemoryTables(MemoryBackend* store, uint64_t commit_ts) : s_(store), ts_(commit_ts) {}
+  // Writes land at commit_ts. Lives only inside CommitNow's locked scope.
+  MemoryTables(MemoryBackend* store, uint64_t commit_ts) REQUIRES(store->mu_, store->snapshots_mu_)
+      : s_(store), ts_(commit_ts) {}
 
   std::optional<uint64_t> CellWrittenTs(std::string_view key) {
+    AssertLocked();
     auto it = s_->data_.find(key);
     if (it == s_->data_.end() || it->second.empty()) return std::nullopt;
     const Version& newest = it->second.back();
@@ -38,24 +40,29 @@ class MemoryTables {
     return newest.ts;
   }
   std::optional<uint64_t> AckTs(std::string_view cell_key) {
+    AssertLocked();
     auto it = s_->ack_.find(cell_key);
     if (it == s_->ack_.end()) return std::nullopt;
     return it->second;
   }
   std::optional<uint64_t> NotificationStampAt(std::string_view key) {
+    AssertLocked();
     auto it = s_->notify_.find(key);
     if (it == s_->notify_.end() || !IsLive(&it->second.back())) return std::nullopt;
     return ReadUint64BE(it->second.back().value);
   }
   void PutCell(std::string_view key, uint64_t, bool is_delete, std::string_view value) {
+    AssertLocked();
     Put(&s_->data_, false, key, is_delete ? VersionState::kDeleted : VersionState::kLive, value);
   }
   void PurgeCell(std::string_view key) {
+    AssertLocked();
     auto it = s_->data_.find(key);
     if (it == s_->data_.end() || it->second.back().state == VersionState::kPurged) return;
     Append(&s_->data_, false, it, VersionState::kPurged, "");
   }
   void PurgeRange(std::string_view from, std::string_view end) {
+    AssertLocked();
     for (auto it = s_->data_.lower_bound(from); it != s_->data_.end() && it->first < end; ++it) {
       if (it->second.back().state != VersionState::kPurged) {
         Append(&s_->data_, false, it, VersionState::kPurged, "");
@@ -63,6 +70,7 @@ class MemoryTables {
     }
   }
   void PutNotification(std::string_view key, uint64_t stamp) {
+    AssertLocked();
     auto it = s_->notify_.find(key);
     if (it == s_->notify_.end() || !IsLive(&it->second.back())) ++s_->live_notifications_;
     std::string value;
@@ -70,16 +78,25 @@ class MemoryTables {
     Put(&s_->notify_, true, key, VersionState::kLive, value);
   }
   void RemoveNotification(std::string_view key) {
+    AssertLocked();
     auto it = s_->notify_.find(key);
     if (it == s_->notify_.end() || !IsLive(&it->second.back())) return;
     --s_->live_notifications_;
     Append(&s_->notify_, true, it, VersionState::kDeleted, "");
   }
-  void PutAck(std::string_view cell_key, uint64_t) { s_->ack_[std::string(cell_key)] = ts_; }
+  void PutAck(std::string_view cell_key, uint64_t) {
+    AssertLocked();
+    s_->ack_[std::string(cell_key)] = ts_;
+  }
 
  private:
+  // The methods above are called by commit_rules.h's templates, which cannot
+  // name the store's locks; the constructor required both, and they are held
+  // for as long as this object lives.
+  void AssertLocked() const ASSERT_CAPABILITY(s_->mu_) ASSERT_CAPABILITY(s_->snapshots_mu_) {}
+
   void Put(Table* table, bool notify, std::string_view key, VersionState state,
-           std::string_view value) {
+           std::string_view value) REQUIRES(s_->mu_, s_->snapshots_mu_) {
     auto it = table->find(key);
     if (it == table->end()) {
       it = table->emplace(std::string(key), MemoryBackend::Versions{}).first;
@@ -90,7 +107,8 @@ class MemoryTables {
     }
     Append(table, notify, it, state, value);
   }
-  void Append(Table*, bool notify, Table::iterator it, VersionState state, std::string_view value) {
+  void Append(Table*, bool notify, Table::iterator it, VersionState state, std::string_view value)
+      REQUIRES(s_->mu_, s_->snapshots_mu_) {
     MemoryBackend::Versions& versions = it->second;
     if (versions.back().ts == ts_) {  // written twice by one commit (a purge, then a set)
       versions.back().state = state;
@@ -122,7 +140,7 @@ class MemorySnapshot final : public Snapshot {
 
   std::optional<std::string> Get(std::string_view encoded_key) override {
     CheckOpen("reading from");
-    std::shared_lock<std::shared_mutex> lock(store_->mu_);
+    ReaderMutexLock lock(&store_->mu_);
     auto it = store_->data_.find(encoded_key);
     if (it == store_->data_.end()) return std::nullopt;
     const Version* v = VisibleAt(it->second, start_ts());
@@ -138,17 +156,17 @@ class MemorySnapshot final : public Snapshot {
     constexpr size_t kChunk = 4096;
     std::string resume(from);
     bool after = exclusive;
+    MemoryBackend* const store = store_.get();
     for (;;) {
-      std::shared_lock<std::shared_mutex> lock(store_->mu_);
-      const Table& data = store_->data_;
-      auto it = after ? data.upper_bound(resume) : data.lower_bound(resume);
-      for (size_t seen = 0; it != data.end(); ++it) {
+      ReaderMutexLock lock(&store->mu_);
+      auto it = after ? store->data_.upper_bound(resume) : store->data_.lower_bound(resume);
+      for (size_t seen = 0; it != store->data_.end(); ++it) {
         if (!end.empty() && std::string_view(it->first) >= end) return true;
         const Version* v = VisibleAt(it->second, start_ts());
         if (IsLive(v) && !visit(it->first, v->value)) return false;
         if (++seen == kChunk) break;
       }
-      if (it == data.end()) return true;
+      if (it == store->data_.end()) return true;
       resume = it->first;
       after = true;
     }
@@ -159,7 +177,7 @@ class MemorySnapshot final : public Snapshot {
     std::string row;
     if (!RowOfCellKey(cell_key, &row)) return std::nullopt;
     const std::string key = NotificationKey(RowHash(row), cell_key);
-    std::shared_lock<std::shared_mutex> lock(store_->mu_);
+    ReaderMutexLock lock(&store_->mu_);
     auto it = store_->notify_.find(key);
     if (it == store_->notify_.end()) return std::nullopt;
     const Version* v = VisibleAt(it->second, start_ts());
@@ -189,23 +207,20 @@ class MemorySnapshot final : public Snapshot {
 class MemoryWorkWatch final : public WorkWatch {
  public:
   explicit MemoryWorkWatch(std::shared_ptr<MemoryBackend> store) : store_(std::move(store)) {
-    std::lock_guard<std::mutex> lock(store_->watch_mu_);
+    MutexLock lock(&store_->watch_mu_);
     commits_seen_ = store_->commit_events_;
     waiters_seen_ = store_->waiter_events_;
   }
 
   unsigned Wait(int timeout_ms) override {
-    std::unique_lock<std::mutex> lock(store_->watch_mu_);
-    auto events = [&] {
-      unsigned e = kTimeout;
-      if (store_->commit_events_ != commits_seen_) e |= kCommitted;
-      if (store_->waiter_events_ != waiters_seen_) e |= kWaiterSignal;
-      if (interrupted_) e |= kInterrupted;
-      return e;
-    };
-    store_->watch_cv_.wait_for(lock, std::chrono::milliseconds(std::max(0, timeout_ms)),
-                               [&] { return events() != kTimeout; });
-    const unsigned e = events();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
+    MutexLock lock(&store_->watch_mu_);
+    bool woken = true;  // false once the deadline passed
+    while (EventsLocked() == kTimeout && woken) {
+      woken = store_->watch_cv_.WaitUntil(&store_->watch_mu_, deadline);
+    }
+    const unsigned e = EventsLocked();
     commits_seen_ = store_->commit_events_;
     waiters_seen_ = store_->waiter_events_;
     interrupted_ = false;
@@ -214,17 +229,25 @@ class MemoryWorkWatch final : public WorkWatch {
 
   void Interrupt() override {
     {
-      std::lock_guard<std::mutex> lock(store_->watch_mu_);
+      MutexLock lock(&store_->watch_mu_);
       interrupted_ = true;
     }
-    store_->watch_cv_.notify_all();
+    store_->watch_cv_.SignalAll();
   }
 
  private:
+  unsigned EventsLocked() const REQUIRES(store_->watch_mu_) {
+    unsigned e = kTimeout;
+    if (store_->commit_events_ != commits_seen_) e |= kCommitted;
+    if (store_->waiter_events_ != waiters_seen_) e |= kWaiterSignal;
+    if (interrupted_) e |= kInterrupted;
+    return e;
+  }
+
   std::shared_ptr<MemoryBackend> store_;
-  uint64_t commits_seen_ = 0;  // GUARDED_BY(store_->watch_mu_)
-  uint64_t waiters_seen_ = 0;  // GUARDED_BY(store_->watch_mu_)
-  bool interrupted_ = false;   // GUARDED_BY(store_->watch_mu_)
+  uint64_t commits_seen_ GUARDED_BY(store_->watch_mu_) = 0;
+  uint64_t waiters_seen_ GUARDED_BY(store_->watch_mu_) = 0;
+  bool interrupted_ GUARDED_BY(store_->watch_mu_) = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -259,17 +282,17 @@ std::unique_ptr<Snapshot> MemoryBackend::BeginSnapshot() {
   CheckUsable();
   // Under the shared lock, so no commit collects what this snapshot is about
   // to read between reading ts_ and registering it.
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   const uint64_t start_ts = ts_;
   {
-    std::lock_guard<std::mutex> snapshots_lock(snapshots_mu_);
+    MutexLock snapshots_lock(&snapshots_mu_);
     snapshots_.insert(start_ts);
   }
   return std::make_unique<MemorySnapshot>(shared_from_this(), start_ts);
 }
 
 void MemoryBackend::ForgetSnapshot(uint64_t start_ts) {
-  std::lock_guard<std::mutex> lock(snapshots_mu_);
+  MutexLock lock(&snapshots_mu_);
   auto it = snapshots_.find(start_ts);
   if (it != snapshots_.end()) snapshots_.erase(it);
 }
@@ -292,10 +315,10 @@ CommitResult MemoryBackend::CommitNow(uint64_t start_ts, const std::vector<Mutat
   std::vector<Notification> written;
   CommitResult result;
   {
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    WriterMutexLock lock(&mu_);
     if (state_.closed()) throw Error(ErrorCode::kClosed, "committing: the memory store is closed");
     // Held with mu_ (in that order, as BeginSnapshot does): collection reads the open snapshots.
-    std::lock_guard<std::mutex> snapshots_lock(snapshots_mu_);
+    MutexLock snapshots_lock(&snapshots_mu_);
     MemoryTables tables(this, ts_ + 1);
     result.status = ValidateCommit(tables, start_ts, mutations, extras);
     if (!result.status.ok()) {
@@ -309,10 +332,10 @@ CommitResult MemoryBackend::CommitNow(uint64_t start_ts, const std::vector<Mutat
   commits_.fetch_add(1);
   sink_.Offer(written);
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    MutexLock lock(&watch_mu_);
     ++commit_events_;
   }
-  watch_cv_.notify_all();
+  watch_cv_.SignalAll();
   return result;
 }
 
@@ -356,7 +379,7 @@ void MemoryBackend::CollectKey(Table* table, const std::string& key, uint64_t ol
 }
 
 size_t MemoryBackend::VersionCountForTesting() const {
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [key, versions] : data_) n += versions.size();
   for (const auto& [key, versions] : notify_) n += versions.size();
@@ -365,7 +388,7 @@ size_t MemoryBackend::VersionCountForTesting() const {
 
 std::vector<ObservedColumn> MemoryBackend::ObservedColumns() {
   CheckUsable();
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   std::vector<ObservedColumn> columns;
   DecodeObservedColumns(observed_, &columns);
   return columns;
@@ -374,7 +397,7 @@ std::vector<ObservedColumn> MemoryBackend::ObservedColumns() {
 void MemoryBackend::SetObservedColumns(const std::vector<ObservedColumn>& columns) {
   CheckUsable();
   std::string encoded = EncodeObservedColumns(columns);
-  std::unique_lock<std::shared_mutex> lock(mu_);
+  WriterMutexLock lock(&mu_);
   if (!strong_.Load(encoded)) {
     throw Error(ErrorCode::kInvalidArgument, "the observed columns cannot be stored");
   }
@@ -383,14 +406,14 @@ void MemoryBackend::SetObservedColumns(const std::vector<ObservedColumn>& column
 
 uint64_t MemoryBackend::PendingNotifications() {
   CheckUsable();
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   return live_notifications_;
 }
 
 bool MemoryBackend::ScanNotifications(std::string_view after, size_t limit,
                                       std::vector<Notification>* out) {
   CheckUsable();
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   auto it = after.empty() ? notify_.begin() : notify_.upper_bound(after);
   size_t taken = 0;
   for (; it != notify_.end(); ++it) {
@@ -406,7 +429,7 @@ bool MemoryBackend::ScanNotifications(std::string_view after, size_t limit,
 
 std::map<std::pair<std::string, std::string>, uint64_t> MemoryBackend::CountPendingByColumn() {
   CheckUsable();
-  std::shared_lock<std::shared_mutex> lock(mu_);
+  ReaderMutexLock lock(&mu_);
   std::map<std::pair<std::string, std::string>, uint64_t> counts;
   for (const auto& [key, versions] : notify_) {
     if (IsLive(&versions.back())) CountByColumn(key, &counts);
@@ -427,10 +450,10 @@ std::unique_ptr<WorkWatch> MemoryBackend::WatchForWork() {
 
 bool MemoryBackend::SignalWaiting() {
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    MutexLock lock(&watch_mu_);
     ++waiter_events_;
   }
-  watch_cv_.notify_all();
+  watch_cv_.SignalAll();
   return true;
 }
 

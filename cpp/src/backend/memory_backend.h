@@ -22,14 +22,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +34,7 @@
 #include "commit_rules.h"
 #include "handle_state.h"
 #include "percolite/backend.h"
+#include "percolite/mutex.h"
 #include "sink_slot.h"
 
 namespace percolite {
@@ -55,30 +53,31 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
   void CheckUsable() const override;
   bool ForkedAway() const override;
 
-  std::unique_ptr<Snapshot> BeginSnapshot() override;
+  std::unique_ptr<Snapshot> BeginSnapshot() override EXCLUDES(mu_, snapshots_mu_);
   void CommitAsync(uint64_t start_ts, std::vector<Mutation> mutations, CommitExtras extras,
-                   CommitCallback done) override;
+                   CommitCallback done) override EXCLUDES(mu_);
   CommitResult Commit(uint64_t start_ts, std::vector<Mutation> mutations,
-                      CommitExtras extras) override;
+                      CommitExtras extras) override EXCLUDES(mu_);
 
-  std::vector<ObservedColumn> ObservedColumns() override;
-  void SetObservedColumns(const std::vector<ObservedColumn>& columns) override;
+  std::vector<ObservedColumn> ObservedColumns() override EXCLUDES(mu_);
+  void SetObservedColumns(const std::vector<ObservedColumn>& columns) override EXCLUDES(mu_);
 
-  uint64_t PendingNotifications() override;
+  uint64_t PendingNotifications() override EXCLUDES(mu_);
   bool ScanNotifications(std::string_view after, size_t limit,
-                         std::vector<Notification>* out) override;
-  std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override;
+                         std::vector<Notification>* out) override EXCLUDES(mu_);
+  std::map<std::pair<std::string, std::string>, uint64_t> CountPendingByColumn() override
+      EXCLUDES(mu_);
   std::vector<std::string> VerifyStructure() override;
   std::optional<std::string> DamagedMark() override { return std::nullopt; }
 
   void SetNotificationSink(NotificationSink* sink) override;
   void ClearNotificationSink(NotificationSink* sink) override;
   std::unique_ptr<WorkWatch> WatchForWork() override;
-  bool SignalWaiting() override;
+  bool SignalWaiting() override EXCLUDES(watch_mu_);
 
   BackendStats Stats() const override;
   // How many versions the tables hold (tests: collection keeps this bounded).
-  size_t VersionCountForTesting() const;
+  size_t VersionCountForTesting() const EXCLUDES(mu_);
 
   void ReleaseHandle() override { Close(); }
   void Close() override;
@@ -103,26 +102,26 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
   // Validates and applies one commit under the exclusive lock; delivers its
   // notifications after releasing it.
   CommitResult CommitNow(uint64_t start_ts, const std::vector<Mutation>& mutations,
-                         const CommitExtras* extras);
-  void ForgetSnapshot(uint64_t start_ts);
-  // Whether an open snapshot began in [from, to) (snapshots_mu_ held).
-  bool SnapshotBetweenLocked(uint64_t from, uint64_t to) const;
-  // Drops versions that no open snapshot can read (mu_ held exclusively, and
-  // snapshots_mu_).
-  void CollectLocked();
-  void CollectKey(Table* table, const std::string& key, uint64_t oldest);
+                         const CommitExtras* extras) EXCLUDES(mu_, snapshots_mu_, watch_mu_);
+  void ForgetSnapshot(uint64_t start_ts) EXCLUDES(snapshots_mu_);
+  // Whether an open snapshot began in [from, to).
+  bool SnapshotBetweenLocked(uint64_t from, uint64_t to) const REQUIRES(snapshots_mu_);
+  // Drops versions that no open snapshot can read.
+  void CollectLocked() REQUIRES(mu_, snapshots_mu_);
+  void CollectKey(Table* table, const std::string& key, uint64_t oldest) REQUIRES(mu_);
 
   const BackendOptions options_;
   HandleState state_;  // forked away, closed (CheckUsable)
 
-  mutable std::shared_mutex mu_;  // readers shared; commits exclusive
-  Table data_;                    // GUARDED_BY(mu_)
-  Table notify_;                  // GUARDED_BY(mu_), by NotificationKey; value: the stamp
-  std::map<std::string, uint64_t, std::less<>> ack_;  // GUARDED_BY(mu_)
-  uint64_t ts_ = 0;                                   // GUARDED_BY(mu_): the last commit_ts
-  uint64_t live_notifications_ = 0;                   // GUARDED_BY(mu_)
-  std::string observed_;                              // GUARDED_BY(mu_)
-  StrongColumns strong_;                              // GUARDED_BY(mu_)
+  // Readers shared; commits exclusive. Taken before snapshots_mu_.
+  mutable SharedMutex mu_ ACQUIRED_BEFORE(snapshots_mu_);
+  Table data_ GUARDED_BY(mu_);
+  Table notify_ GUARDED_BY(mu_);  // by NotificationKey; value: the stamp
+  std::map<std::string, uint64_t, std::less<>> ack_ GUARDED_BY(mu_);
+  uint64_t ts_ GUARDED_BY(mu_) = 0;  // the last commit_ts
+  uint64_t live_notifications_ GUARDED_BY(mu_) = 0;
+  std::string observed_ GUARDED_BY(mu_);
+  StrongColumns strong_ GUARDED_BY(mu_);
   // Keys that got a version at ts (or lost one to a purge): their older
   // versions may be collected once every open snapshot began at or after ts.
   struct Collectable {
@@ -130,18 +129,18 @@ class MemoryBackend final : public Backend, public std::enable_shared_from_this<
     bool notify;
     std::string key;
   };
-  std::deque<Collectable> collectable_;  // GUARDED_BY(mu_), in ts order
+  std::deque<Collectable> collectable_ GUARDED_BY(mu_);  // in ts order
 
-  mutable std::mutex snapshots_mu_;
-  std::multiset<uint64_t> snapshots_;  // GUARDED_BY(snapshots_mu_): start_ts of open snapshots
+  mutable Mutex snapshots_mu_;
+  std::multiset<uint64_t> snapshots_ GUARDED_BY(snapshots_mu_);  // start_ts of open snapshots
 
   SinkSlot sink_;
 
   // Wakes watches: a counter per kind of event.
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  uint64_t commit_events_ = 0;  // GUARDED_BY(watch_mu_)
-  uint64_t waiter_events_ = 0;  // GUARDED_BY(watch_mu_)
+  Mutex watch_mu_;
+  CondVar watch_cv_;
+  uint64_t commit_events_ GUARDED_BY(watch_mu_) = 0;
+  uint64_t waiter_events_ GUARDED_BY(watch_mu_) = 0;
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, tombstones_collected_{0};
 };

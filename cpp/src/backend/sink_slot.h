@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,6 +12,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/mutex.h"
 #include "percolite/status.h"
 
 namespace percolite {
@@ -22,25 +22,25 @@ namespace percolite {
 class SinkSlot {
  public:
   // Throws kWrongState with `taken` as the message when another sink is set.
-  void Set(NotificationSink* sink, const std::string& taken) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Set(NotificationSink* sink, const std::string& taken) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (sink_ != nullptr && sink_ != sink) throw Error(ErrorCode::kWrongState, taken);
     sink_ = sink;
   }
-  void Clear(NotificationSink* sink) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Clear(NotificationSink* sink) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (sink_ == sink) sink_ = nullptr;
   }
   // Hands `written` to the sink, if one is set (a sink must not block).
-  void Offer(const std::vector<Notification>& written) {
+  void Offer(const std::vector<Notification>& written) EXCLUDES(mu_) {
     if (written.empty()) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (sink_) sink_->Offer(written);
   }
 
  private:
-  std::mutex mu_;
-  NotificationSink* sink_ = nullptr;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  NotificationSink* sink_ GUARDED_BY(mu_) = nullptr;
 };
 
 // Counts the notification stored under `notification_key`

@@ -209,7 +209,7 @@ bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
   // Only a run from the start of its bucket lingers; one after a cursor goes on.
   if (seconds_ <= 0 || !cursor.empty()) return false;
   if (transaction.Hurried()) {  // a thread waits for the workers, which have nothing else
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     short_.erase(bucket_row);
     return false;
   }
@@ -225,7 +225,7 @@ bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
 double Linger::For(const std::string& bucket_row, size_t found, bool short_batch) {
   const auto now = std::chrono::steady_clock::now();
   const double step = seconds_ / 4;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t& taken = taken_[bucket_row];
   if (!short_batch) {
     short_.erase(bucket_row);

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -22,6 +21,7 @@
 
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
+#include "percolite/mutex.h"
 #include "percolite/notifications.h"
 #include "percolite/queue_limits.h"
 #include "percolite/status.h"
@@ -147,7 +147,7 @@ class Linger {
   // Transaction::DeferTrigger) and returns true: the caller returns ok without
   // writing anything.
   bool Defer(Transaction& transaction, const std::string& bucket_row, const std::string& cursor,
-             const std::string& entry_row, std::string_view family, size_t full);
+             const std::string& entry_row, std::string_view family, size_t full) EXCLUDES(mu_);
 
  private:
   struct Short {
@@ -156,12 +156,12 @@ class Linger {
   };
   // The seconds to defer a run of `bucket_row` that found `found` entries
   // (`short_batch`: fewer than a full run), or 0 to process now.
-  double For(const std::string& bucket_row, size_t found, bool short_batch);
+  double For(const std::string& bucket_row, size_t found, bool short_batch) EXCLUDES(mu_);
 
   const double seconds_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Short> short_;     // GUARDED_BY(mu_)
-  std::unordered_map<std::string, uint64_t> taken_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unordered_map<std::string, Short> short_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint64_t> taken_ GUARDED_BY(mu_);
 };
 
 // How a queue runs one bucket. Both queues run the same steps in one
