@@ -75,7 +75,7 @@ bool Workers::Mine(uint64_t row_hash) const {
 
 void Workers::Start() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (started_) throw Error(ErrorCode::kWrongState, "workers were already started");
     started_ = true;
   }
@@ -103,14 +103,14 @@ void Workers::Start() {
 
 void Workers::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
     stop_requested_ = true;
   }
   backend_->ClearNotificationSink(this);
-  work_cv_.notify_all();
-  idle_cv_.notify_all();
+  work_cv_.SignalAll();
+  idle_cv_.SignalAll();
   if (watch_) watch_->Interrupt();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
@@ -121,8 +121,8 @@ void Workers::Stop() {
   // a failed one recorded, as a worker would.
   std::deque<Committed> committed;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    commit_cv_.wait(lock, [this] { return in_flight_ == 0; });
+    MutexLock lock(&mu_);
+    while (in_flight_ != 0) commit_cv_.Wait(&mu_);
     committed.swap(committed_);
   }
   {
@@ -131,7 +131,7 @@ void Workers::Stop() {
     for (Committed& c : committed) SettleCommitted(c.run, c.result);
   }
   if (leases_) leases_->Stop();  // others take over at once
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   entries_.clear();
   ready_->Clear();
   delayed_.clear();
@@ -159,13 +159,13 @@ Workers::Enqueued Workers::EnqueueLocked(const Notification& notification) {
   const size_t lane = entry.lane;
   entries_.emplace(notification.cell_key, std::move(entry));
   ready_->Push(lane, notification.cell_key);
-  work_cv_.notify_one();
+  work_cv_.Signal();
   // One no observer here runs is only taken off the queue: not new work.
   return lane < observers_.size() ? Enqueued::kNew : Enqueued::kHeld;
 }
 
 void Workers::Offer(const std::vector<Notification>& notifications) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_) return;
   for (const Notification& n : notifications) {
     if (Mine(n.row_hash)) EnqueueLocked(n);
@@ -253,7 +253,7 @@ BegunRun Workers::BeginRunUncounted(const Notification& notification, bool hurri
 
 Status Workers::CallObserver(const Observer& observer, BegunRun* run, bool fail) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_[run->observer_index].runs;
     ++stats_[run->observer_index].running;
   }
@@ -268,7 +268,7 @@ Status Workers::CallObserver(const Observer& observer, BegunRun* run, bool fail)
                              records = run->parked_records](const WorkRecord& r) {
         ++*parked;
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(&mu_);
           ++stats_[index].parked;
         }
         if (options_.on_failure) records->push_back(r);  // reported by ReportParked
@@ -279,7 +279,7 @@ Status Workers::CallObserver(const Observer& observer, BegunRun* run, bool fail)
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --stats_[run->observer_index].running;
   }
   return status;
@@ -329,8 +329,8 @@ void Workers::ReportParked(BegunRun& run) {
 
 void Workers::SubmitCommit(std::string key, BegunRun run) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    commit_cv_.wait(lock, [this] { return in_flight_ < kMaxCommitsInFlight; });
+    MutexLock lock(&mu_);
+    while (in_flight_ >= kMaxCommitsInFlight) commit_cv_.Wait(&mu_);
     ++in_flight_;
   }
   std::shared_ptr<Transaction> transaction = std::move(run.transaction);
@@ -365,7 +365,7 @@ void Workers::SubmitCommit(std::string key, BegunRun run) {
     }
     // Everything under the lock, the notifications too: once in_flight_
     // reaches 0, Stop may return and this pool be destroyed.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --in_flight_;
     if (outcome != RunOutcome::kReady) {
       AfterRunLocked(committed->key, outcome, run);
@@ -376,9 +376,9 @@ void Workers::SubmitCommit(std::string key, BegunRun run) {
     if (waiters_ > 0 || Clock::now() < external_hurry_until_) HurryLocked();
     // A worker looks again: at what is ready or came back, and at delayed_,
     // which may have a retry (a conflict) sooner than any worker waits for.
-    work_cv_.notify_one();
-    if (IdleLocked()) idle_cv_.notify_all();
-    commit_cv_.notify_all();
+    work_cv_.Signal();
+    if (IdleLocked()) idle_cv_.SignalAll();
+    commit_cv_.SignalAll();
   };
   try {
     if (committed->run.previous_failure) {
@@ -431,8 +431,8 @@ void Workers::Settle(TransactionSource& source, const Observer& observer, const 
 }
 
 void Workers::Count(const BegunRun& run) {
-  if (run.observer_index >= stats_.size()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  if (run.observer_index >= observers_.size()) return;  // stats_ has one per observer
+  MutexLock lock(&mu_);
   ObserverStats& stats = stats_[run.observer_index];
   switch (run.outcome) {
     case RunOutcome::kCommitted:
@@ -506,7 +506,7 @@ std::vector<Notification> Workers::Runnable() {
 
 RunHereSummary Workers::RunHere(const RunHereOptions& options) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (started_) throw Error(ErrorCode::kWrongState, "RunHere: the pool runs threads");
   }
   // Observers running here are refused what they are refused on a worker.
@@ -561,20 +561,20 @@ void Workers::WorkerLoop() {
   pthread_setname_np(pthread_self(), "pc-worker");  // shown by top -H, perf, py-spy
   t_on_worker_thread = true;
   t_stop_flag = &stop_requested_;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
     if (stopping_) return;
     if (!committed_.empty()) {  // a commit came back: settle it first
       Committed committed = std::move(committed_.front());
       committed_.pop_front();
       ++active_;
-      lock.unlock();
+      lock.Unlock();
       const RunOutcome outcome = SettleCommitted(committed.run, committed.result);
-      lock.lock();
+      lock.Lock();
       --active_;
       AfterRunLocked(committed.key, outcome, committed.run);
-      if (!ready_->empty()) work_cv_.notify_one();
-      if (IdleLocked()) idle_cv_.notify_all();
+      if (!ready_->empty()) work_cv_.Signal();
+      if (IdleLocked()) idle_cv_.SignalAll();
       continue;
     }
     const auto now = Clock::now();
@@ -582,12 +582,12 @@ void Workers::WorkerLoop() {
     if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
     if (ready_->empty()) {
       if (delayed_.empty()) {
-        work_cv_.wait(lock);
+        work_cv_.Wait(&mu_);
       } else {
-        // A copy: wait_until reads the deadline again after waking, and
+        // A copy: WaitUntil reads the deadline again after waking, and
         // another worker may erase the node it lives in meanwhile.
         const Clock::time_point until = delayed_.begin()->first;
-        work_cv_.wait_until(lock, until);
+        work_cv_.WaitUntil(&mu_, until);
       }
       continue;
     }
@@ -606,7 +606,7 @@ void Workers::WorkerLoop() {
     const Notification notification = it->second.notification;
     const bool hurried = it->second.hurried;
     ++active_;
-    lock.unlock();
+    lock.Unlock();
 
     BegunRun report = BeginRun(notification, hurried, /*fail=*/false);
     RunOutcome outcome = report.outcome;
@@ -618,12 +618,12 @@ void Workers::WorkerLoop() {
       outcome = FinishRun(report, /*conflict=*/false);
     }
 
-    lock.lock();
+    lock.Lock();
     --active_;
     ready_->Done(lane);
     if (!submitted) AfterRunLocked(key, outcome, report);
-    if (!ready_->empty()) work_cv_.notify_one();
-    if (IdleLocked()) idle_cv_.notify_all();
+    if (!ready_->empty()) work_cv_.Signal();
+    if (IdleLocked()) idle_cv_.SignalAll();
   }
 }
 
@@ -713,19 +713,19 @@ void Workers::HurryLocked() {
       ++it;
     }
   }
-  if (any) work_cv_.notify_all();
+  if (any) work_cv_.SignalAll();
 }
 
 bool Workers::WaitIdle(double timeout_seconds) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++waiters_;
     HurryLocked();
   }
   struct Leave {
     Workers* self;
     ~Leave() {
-      std::lock_guard<std::mutex> lock(self->mu_);
+      MutexLock lock(&self->mu_);
       --self->waiters_;
     }
   } leave{this};
@@ -733,20 +733,20 @@ bool Workers::WaitIdle(double timeout_seconds) {
   for (;;) {
     bool local_idle;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       local_idle = IdleLocked();
     }
     if (local_idle && backend_->PendingNotifications() == 0) return true;
     auto now = Clock::now();
     if (now >= deadline) return false;
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait_for(lock,
-                      std::min<Clock::duration>(std::chrono::milliseconds(10), deadline - now));
+    MutexLock lock(&mu_);
+    idle_cv_.WaitFor(&mu_,
+                     std::min<Clock::duration>(std::chrono::milliseconds(10), deadline - now));
   }
 }
 
 WorkerStats Workers::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WorkerStats s;
   s.running = started_ && !stopping_;
   s.threads = options_.threads;

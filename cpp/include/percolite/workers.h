@@ -109,13 +109,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -124,6 +122,7 @@
 #include "percolite/backend.h"
 #include "percolite/failures.h"
 #include "percolite/leases.h"
+#include "percolite/mutex.h"
 #include "percolite/notifications.h"
 #include "percolite/status.h"
 #include "percolite/transaction.h"
@@ -276,12 +275,12 @@ class Workers final : public NotificationSink {
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
 
-  void Start();
-  void Stop();
-  bool WaitIdle(double timeout_seconds);
+  void Start() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
+  bool WaitIdle(double timeout_seconds) EXCLUDES(mu_);
   // Runs what is pending in the calling thread (see "Running here"); throws
   // kWrongState on a started pool.
-  RunHereSummary RunHere(const RunHereOptions& options);
+  RunHereSummary RunHere(const RunHereOptions& options) EXCLUDES(mu_);
   // One run in two steps, for a scheduler that holds several runs open at
   // once (a simulation): BeginRun checks the notification is pending and
   // runs its observer (with `fail`, the observer is not called and the run
@@ -289,15 +288,15 @@ class Workers final : public NotificationSink {
   // `conflict`, it is aborted as if it had lost a conflict). Each settles
   // failures (recorded, parked) and counts the outcome as a worker thread
   // does. A worker thread's run is BeginRun then FinishRun.
-  BegunRun BeginRun(const Notification& notification, bool hurried, bool fail);
+  BegunRun BeginRun(const Notification& notification, bool hurried, bool fail) EXCLUDES(mu_);
   // The pending notifications an observer of this pool observes, in the
   // order the store keeps them.
   std::vector<Notification> Runnable();
-  RunOutcome FinishRun(BegunRun& run, bool conflict);
-  WorkerStats Stats() const;
+  RunOutcome FinishRun(BegunRun& run, bool conflict) EXCLUDES(mu_);
+  WorkerStats Stats() const EXCLUDES(mu_);
 
   // Called by the backend after a commit of this process: the notifications it wrote.
-  void Offer(const std::vector<Notification>& notifications) override;
+  void Offer(const std::vector<Notification>& notifications) override EXCLUDES(mu_);
 
   // True on a thread of any worker pool (an observer is running on it).
   static bool OnWorkerThread();
@@ -324,44 +323,51 @@ class Workers final : public NotificationSink {
   // observer here runs, or a raised stamp), an entry held and running, or
   // one held (waiting, or left for later when the queue is full).
   enum class Enqueued { kNew, kRunning, kHeld };
-  // REQUIRES(mu_), and Mine(notification.row_hash).
-  Enqueued EnqueueLocked(const Notification& notification);
-  void WorkerLoop();
+  // Only for a notification Mine(notification.row_hash).
+  Enqueued EnqueueLocked(const Notification& notification) REQUIRES(mu_);
+  void WorkerLoop() EXCLUDES(mu_);
   // Hands a kReady run's commit to the backend's writer (CommitAsync); its
   // result comes back through committed_.
-  void SubmitCommit(std::string key, BegunRun run);
+  void SubmitCommit(std::string key, BegunRun run) EXCLUDES(mu_);
   // Settles a run whose commit came back (conflict, failure recorded),
-  // counts it and reports its parked keys. No lock held.
-  RunOutcome SettleCommitted(BegunRun& run, const CommitResult& result);
-  // REQUIRES(mu_): what a settled run leaves of its entry (done, again,
-  // retried later, deferred).
-  void AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run);
-  void ReportParked(BegunRun& run);
+  // counts it and reports its parked keys.
+  RunOutcome SettleCommitted(BegunRun& run, const CommitResult& result) EXCLUDES(mu_);
+  // What a settled run leaves of its entry (done, again, retried later,
+  // deferred).
+  void AfterRunLocked(const std::string& key, RunOutcome outcome, const BegunRun& run)
+      REQUIRES(mu_);
+  // Reports the queue keys a run parked (on_failure). Like on_recovery, a
+  // callback that may call Stats: never under mu_.
+  void ReportParked(BegunRun& run) EXCLUDES(mu_);
   // Reports a committed run that ended earlier failures (on_recovery).
-  void ReportRecovered(const BegunRun& run);
-  // REQUIRES(mu_): the delayed runs (retries, deferrals) due by `now` become ready.
-  void ReleaseDueLocked(Clock::time_point now);
-  // REQUIRES(mu_): no run going, none ready, no commit in flight or unsettled.
-  bool IdleLocked() const;
+  void ReportRecovered(const BegunRun& run) EXCLUDES(mu_);
+  // The delayed runs (retries, deferrals) due by `now` become ready.
+  void ReleaseDueLocked(Clock::time_point now) REQUIRES(mu_);
+  // No run going, none ready, no commit in flight or unsettled.
+  bool IdleLocked() const REQUIRES(mu_);
   // The scanner thread's loop and one scan of it, on from *position
   // (workers/scanner.cc).
-  void ScannerLoop();
-  ScanCounts ScanOnce(std::string* position);
-  RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run);
-  BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail);
+  void ScannerLoop() EXCLUDES(mu_);
+  ScanCounts ScanOnce(std::string* position) EXCLUDES(mu_);
+  RunOutcome RunOne(const Notification& notification, bool hurried, BegunRun* run) EXCLUDES(mu_);
+  BegunRun BeginRunUncounted(const Notification& notification, bool hurried, bool fail)
+      EXCLUDES(mu_);
   // Calls the observer of a begun run in its transaction, counted as running
   // meanwhile: what it returned, or raised (or `fail` injected), as a status.
-  Status CallObserver(const Observer& observer, BegunRun* run, bool fail);
+  Status CallObserver(const Observer& observer, BegunRun* run, bool fail) EXCLUDES(mu_);
   // Settles a run that threw `e`: conflict, gone, or a failure recorded.
-  void Settle(TransactionSource& source, const Observer& observer, const Error& e, BegunRun* run);
+  void Settle(TransactionSource& source, const Observer& observer, const Error& e, BegunRun* run)
+      EXCLUDES(mu_);
   // Records a failed run in the store (failures.h): kFailed, or kParked
   // when it was the last attempt; kGone when the store closed meanwhile.
-  RunOutcome RecordFailed(TransactionSource& source, const Observer& observer, BegunRun* run);
+  // Its commit's callback takes mu_.
+  RunOutcome RecordFailed(TransactionSource& source, const Observer& observer, BegunRun* run)
+      EXCLUDES(mu_);
   // Adds a settled run's outcome to stats_.
-  void Count(const BegunRun& run);
-  // REQUIRES(mu_), while a thread waits: when nothing but hurried runs is
-  // ready, deferred runs not hurried before become ready now.
-  void HurryLocked();
+  void Count(const BegunRun& run) EXCLUDES(mu_);
+  // While a thread waits: when nothing but hurried runs is ready, deferred
+  // runs not hurried before become ready now.
+  void HurryLocked() REQUIRES(mu_);
   const Observer* Find(const Cell& cell, size_t* index) const;
 
   std::weak_ptr<TransactionSource> source_;
@@ -369,24 +375,24 @@ class Workers final : public NotificationSink {
   const std::vector<Observer> observers_;
   const WorkerOptions options_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;                        // workers wait here
-  std::condition_variable idle_cv_;                        // WaitIdle waits here
-  std::unordered_map<std::string, Entry> entries_;         // GUARDED_BY(mu_), by cell key
-  std::unique_ptr<Lanes> ready_;                           // GUARDED_BY(mu_), by observer
-  std::multimap<Clock::time_point, std::string> delayed_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar work_cv_;                                                        // workers wait here
+  CondVar idle_cv_;                                                        // WaitIdle waits here
+  std::unordered_map<std::string, Entry> entries_ GUARDED_BY(mu_);         // by cell key
+  const std::unique_ptr<Lanes> ready_ PT_GUARDED_BY(mu_);                  // by observer
+  std::multimap<Clock::time_point, std::string> delayed_ GUARDED_BY(mu_);  // retries, deferrals
   // Hurry as if a thread waited here until then: a wait in another process
   // touched the signal file (ScannerLoop).
-  Clock::time_point external_hurry_until_{};  // GUARDED_BY(mu_)
-  std::vector<ObserverStats> stats_;          // GUARDED_BY(mu_)
-  int active_ = 0;                            // GUARDED_BY(mu_)
-  int waiters_ = 0;                           // GUARDED_BY(mu_), in WaitIdle
-  size_t deferred_count_ = 0;                 // GUARDED_BY(mu_): entries with `deferred`
-  size_t hurried_ready_ = 0;                  // GUARDED_BY(mu_): entries with `hurry_ready`
-  bool stopping_ = false;                     // GUARDED_BY(mu_)
-  std::atomic<bool> stop_requested_{false};   // stopping_, for StopRequested() without mu_
-  bool started_ = false;                      // GUARDED_BY(mu_)
-  uint64_t scans_ = 0;                        // GUARDED_BY(mu_)
+  Clock::time_point external_hurry_until_ GUARDED_BY(mu_){};
+  std::vector<ObserverStats> stats_ GUARDED_BY(mu_);  // one per observer, in observers_ order
+  int active_ GUARDED_BY(mu_) = 0;
+  int waiters_ GUARDED_BY(mu_) = 0;            // in WaitIdle
+  size_t deferred_count_ GUARDED_BY(mu_) = 0;  // entries with `deferred`
+  size_t hurried_ready_ GUARDED_BY(mu_) = 0;   // entries with `hurry_ready`
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> stop_requested_{false};  // stopping_, for StopRequested() without mu_
+  bool started_ GUARDED_BY(mu_) = false;
+  uint64_t scans_ GUARDED_BY(mu_) = 0;
   // Runs whose commits the writer has (SubmitCommit): their entries stay
   // running until a worker settles what came back.
   struct Committed {
@@ -394,9 +400,9 @@ class Workers final : public NotificationSink {
     BegunRun run;
     CommitResult result;
   };
-  size_t in_flight_ = 0;               // GUARDED_BY(mu_): submitted, not come back
-  std::deque<Committed> committed_;    // GUARDED_BY(mu_): come back, not settled
-  std::condition_variable commit_cv_;  // a full pool's workers wait here for room
+  size_t in_flight_ GUARDED_BY(mu_) = 0;             // submitted, not come back
+  std::deque<Committed> committed_ GUARDED_BY(mu_);  // come back, not settled
+  CondVar commit_cv_;  // a full pool's workers wait here for room; Stop, for none out
 
   std::unique_ptr<Leases> leases_;    // when sharing by lease
   std::unique_ptr<WorkWatch> watch_;  // the scanner sleeps in it; Stop interrupts it

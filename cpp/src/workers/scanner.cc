@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <mutex>
 #include <random>
 
 #include "lanes.h"
@@ -57,7 +56,7 @@ ScanCounts Workers::ScanOnce(std::string* position) {
   ScanCounts counts;
   size_t room;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_ || entries_.size() >= options_.queue_capacity) return counts;
     room = options_.queue_capacity - entries_.size();
     ++scans_;
@@ -65,7 +64,7 @@ ScanCounts Workers::ScanOnce(std::string* position) {
   const std::vector<Notification> found =
       ScanPending(*backend_, position, std::min(kScanBudget, room * 2));
   counts.found = found.size();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const Notification& n : found) {
     if (!Mine(n.row_hash)) {
       ++counts.others;
@@ -94,7 +93,7 @@ void Workers::ScannerLoop() {
   for (;;) {
     ScanCounts counts;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) break;
     }
     try {
@@ -105,20 +104,23 @@ void Workers::ScannerLoop() {
     }
     const unsigned events = watch_->Wait(kScanSafetyNetMs);
     if (events & WorkWatch::kWaiterSignal) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       external_hurry_until_ = Clock::now() + kExternalHurry;
       HurryLocked();
     }
     const std::chrono::milliseconds pause = pacer.After(counts);
     const Clock::time_point resume = Clock::now() + pause;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // While the workers are busy, scanning on every commit is wasted work:
     // local commits are handed over directly. Rescan at most every
-    // kBusyRescan then, or sooner once the pool goes idle.
+    // kBusyRescan then, or sooner once the pool goes idle (one wait: the
+    // first signal ends it).
     if (!stopping_ && (!ready_->empty() || active_ >= options_.threads)) {
-      idle_cv_.wait_for(lock, kBusyRescan);
+      idle_cv_.WaitFor(&mu_, kBusyRescan);
     }
-    idle_cv_.wait_until(lock, resume, [this] { return stopping_; });
+    while (!stopping_) {
+      if (!idle_cv_.WaitUntil(&mu_, resume)) break;
+    }
   }
 }
 
