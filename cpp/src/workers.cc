@@ -10,7 +10,6 @@
 #include "percolite/transaction.h"
 #include "records.h"
 #include "workers/lanes.h"
-#include "workers/scanner.h"
 
 namespace percolite {
 namespace {
