@@ -2,13 +2,12 @@
 // binding follows; each class is bound in its own file.
 #include <pybind11/pybind11.h>
 
+#include <chrono>
 #include <exception>
 #include <string>
 
 #include "bindings.h"
 #include "errors.h"
-#include <chrono>
-
 #include "percolite/backend.h"
 #include "percolite/combine_queue.h"
 #include "percolite/env.h"
