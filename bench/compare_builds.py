@@ -380,9 +380,10 @@ def _current_revision(current: Side) -> dict[str, Any]:
 def plan(args: argparse.Namespace, has_baseline: bool) -> list[tuple[int, Measurement, str]]:
     """(repetition, measurement, side) in the order they run: per repetition
     every measurement, its two sides back to back, which side goes first
-    alternating from one pair to the next."""
+    alternating from one repetition to the next for each measurement (a count
+    of pairs across measurements would give an even number of measurements
+    the same order in every repetition)."""
     steps = []
-    pairs = 0
     for repetition in range(args.repeat):
         for measurement in MEASUREMENTS:
             if measurement.name not in args.only:
@@ -390,9 +391,8 @@ def plan(args: argparse.Namespace, has_baseline: bool) -> list[tuple[int, Measur
             if not (measurement.baseline and has_baseline):
                 steps.append((repetition, measurement, "current"))
                 continue
-            order = run_order(("current", "baseline"), pairs)
+            order = run_order(("current", "baseline"), repetition)
             steps.extend((repetition, measurement, side) for side in order)
-            pairs += 1
     return steps
 
 

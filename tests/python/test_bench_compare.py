@@ -180,10 +180,20 @@ def test_ratios_and_order(compare: ModuleType) -> None:
         (0, "commit", "current"),
         (0, "commit", "baseline"),
         (0, "memory", "current"),
-        (0, "hotkeys", "baseline"),
         (0, "hotkeys", "current"),
+        (0, "hotkeys", "baseline"),
     ]
     assert len(steps) == 3 * 5
+    # Each measurement's first side alternates from one repetition to the next,
+    # however many measurements there are (six by default: an even number).
+    for names in (["commit", "memory", "hotkeys"], [m.name for m in compare.MEASUREMENTS]):
+        args = argparse.Namespace(repeat=4, only=names)
+        steps = [(rep, m.name, side) for rep, m, side in compare.plan(args, has_baseline=True)]
+        for name in {"commit", "hotkeys"} & set(names):
+            firsts = [
+                next(side for r, n, side in steps if r == rep and n == name) for rep in range(4)
+            ]
+            assert firsts == ["current", "baseline", "current", "baseline"], (name, names)
     no_baseline = compare.plan(args, has_baseline=False)
     assert {side for _rep, _m, side in no_baseline} == {"current"}
 
