@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include "bindings.h"
 #include "errors.h"
@@ -73,6 +74,25 @@ PYBIND11_MODULE(_core, m) {
       py::arg("text"),
       "text with every password in it replaced by ***: a postgresql:// URI's user:PASSWORD@, a "
       "password= query parameter, libpq's key=value password=...; the rest as written");
+  m.def(
+      "processor_name",
+      [](std::string_view kind, std::string_view queue_id) {
+        return percolite::QueueProcessorName(kind, queue_id);
+      },
+      py::arg("kind"), py::arg("queue_id"),
+      "the observer name the processor of queue queue_id runs under, kind 'combine queue' or "
+      "'export queue' ('combine queue totals'); ValueError for another kind");
+  m.def(
+      "parse_processor_name",
+      [](std::string_view name) -> py::object {
+        const auto parsed = percolite::ParseQueueProcessorName(name);
+        if (!parsed) return py::none();
+        return py::make_tuple(parsed->first, parsed->second);
+      },
+      py::arg("name"),
+      "(kind, queue id) of the queue whose processor runs under observer name `name`, kind "
+      "'combine queue' or 'export queue'; None for any other name (only those two prefixes "
+      "count: 'my queue x' is no queue's)");
 
   // Order matters: a signature names a class bound earlier by its Python name
   // and a later one by its C++ name (Env.begin returns "percolite::Transaction"),
@@ -88,6 +108,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("SEQ_INDEX_BITS") = percolite::kSeqIndexBits;
   m.attr("MAX_BUCKETS") = percolite::kMaxBuckets;
   m.attr("MAX_LINGER_SECONDS") = percolite::kMaxLingerSeconds;
+  m.attr("QUEUE_KINDS") = py::make_tuple(percolite::kCombineQueueKind, percolite::kExportQueueKind);
   m.attr("NOTIFY_STRONG") = static_cast<int>(percolite::NotifyKind::kStrong);
   m.attr("NOTIFY_WEAK") = static_cast<int>(percolite::NotifyKind::kWeak);
   m.attr("SYNC_MODES") = py::make_tuple("full", "meta", "none");  // as ParseSync reads them

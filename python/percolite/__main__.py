@@ -197,7 +197,7 @@ def _parked_summary(records: list[dict]) -> None:
         last = max(group, key=lambda r: r["last_failure_unix"] or 0)
         n = len(group)
         if last["queue"] is not None:
-            who = f"{observer.partition(' queue ')[0]} queue {last['queue']!r}"
+            who = _queue_named(observer)
             counted = f"{n} key{'s' if n != 1 else ''}"
             where = f"key {shown(last['key'])}"
         else:
@@ -224,10 +224,16 @@ def _retry_commands(db: str, records: list[dict]) -> None:
             if queue is None:
                 print(f"  only observer {observer!r}: {retry} --observer {shlex.quote(observer)}")
             else:
-                who = f"{observer.partition(' queue ')[0]} queue {queue!r}"
-                print(f"  only {who}: {retry} --queue {shlex.quote(queue)}")
+                print(f"  only {_queue_named(observer)}: {retry} --queue {shlex.quote(queue)}")
     if shown_db != db:
         print(f"  (with the store in ${TARGET_VARIABLE})")
+
+
+def _queue_named(processor: str) -> str:
+    """The queue whose processor runs as observer ``processor``, as messages
+    name it: "combine queue 'totals'"."""
+    kind, queue_id = _core.parse_processor_name(processor) or ("queue", processor)
+    return f"{kind} {queue_id!r}"
 
 
 def _attempts(record: dict) -> str:

@@ -585,9 +585,10 @@ class Env:
             by_observer[record["observer"]] = by_observer.get(record["observer"], 0) + 1
         parts = []
         for name, n in sorted(by_observer.items()):
-            kind, _, queue_id = name.partition(" queue ")
-            if queue_id and kind in ("combine", "export"):
-                parts.append(f"{n} key{'s' if n != 1 else ''} of {kind} queue {queue_id!r}")
+            processor = _core.parse_processor_name(name)
+            if processor is not None:
+                kind, queue_id = processor
+                parts.append(f"{n} key{'s' if n != 1 else ''} of {kind} {queue_id!r}")
             else:
                 parts.append(f"{n} of observer {name!r}")
         blocked = self._blocked_queues(parked)
@@ -618,9 +619,9 @@ class Env:
         sink refusing the store: ``{queue_id: the sink's error message}``."""
         blocked = {}
         for record in records:
-            if record["sink"] == "refused":
-                queue_id = record["observer"].partition(" queue ")[2]
-                blocked[queue_id] = record["error"]["message"]
+            processor = _core.parse_processor_name(record["observer"])
+            if record["sink"] == "refused" and processor is not None:
+                blocked[processor[1]] = record["error"]["message"]
         return blocked
 
     def process(
@@ -729,9 +730,10 @@ class Env:
                     if layout.get("kind") == "export queue":
                         states[queue_id] = {"state": "ok"}
         for record in self._core.work_records(False):
-            kind, _, queue_id = record["observer"].partition(" queue ")
-            if kind != "export" or record["sink"] is None:
+            processor = _core.parse_processor_name(record["observer"])
+            if processor is None or processor[0] != "export queue" or record["sink"] is None:
                 continue
+            queue_id = processor[1]
             name = "failing" if record["sink"] == "down" else "refused"
             state = states.get(queue_id)
             if name == "failing" and state is not None and state["state"] == "refused":
@@ -780,7 +782,7 @@ class Env:
         parked_names = {r["observer"] for r in self._core.work_records(True)}
         wanted = list(names or [])
         for queue_id in queues or []:
-            processors = [f"combine queue {queue_id}", f"export queue {queue_id}"]
+            processors = queue_processors(queue_id)
             declared = self._app is not None and queue_id in self._app.queues
             if not declared and not parked_names.intersection(processors):
                 raise ValueError(f"no queue named {queue_id!r} in the app or among the parked work")
@@ -820,7 +822,9 @@ class Env:
         if identity is None:
             raise Error(f"take_over_sink: {self.path} has no identity yet (it refuses commits)")
         done = dict(take_over(identity["store"], identity["epoch"]))
-        done["retried"] = self._core.retry_parked([f"export queue {queue}"], True)
+        done["retried"] = self._core.retry_parked(
+            [_core.processor_name("export queue", queue)], True
+        )
         # Taking over a sink nobody owned and that held nothing is routine (a
         # new store's default sink); anything else is worth a warning.
         routine = done["previous_owner"] is None and not done["rows_cleared"]
@@ -1034,8 +1038,10 @@ def describe_record(app: App | None, record: dict[str, Any]) -> dict[str, Any]:
     record["queue"] = None
     if record["key"] is None:
         return record
-    kind, _, queue_id = record["observer"].partition(" queue ")
-    record["queue"] = queue_id
+    processor = _core.parse_processor_name(record["observer"])
+    if processor is None:
+        return record
+    queue_id = record["queue"] = processor[1]
     queue = app.queues.get(queue_id) if app is not None else None
     if queue is not None:
         try:
@@ -1043,6 +1049,12 @@ def describe_record(app: App | None, record: dict[str, Any]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - shown as stored rather than not at all
             pass
     return record
+
+
+def queue_processors(queue_id: str) -> list[str]:
+    """The observer names the processor of queue ``queue_id`` may run under,
+    one per kind of queue: operators name a queue by its id alone."""
+    return [_core.processor_name(kind, queue_id) for kind in _core.QUEUE_KINDS]
 
 
 def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "percolite/env.h"
 #include "percolite/export_queue.h"
 #include "percolite/notifications.h"
+#include "percolite/queue_limits.h"
 #include "percolite/transaction.h"
 #include "percolite/workers.h"
 #include "test_util.h"
@@ -144,6 +146,46 @@ TEST_CASE("A queue's observer is its processor on its notify column, retried wit
   CHECK(exporting.max_attempts == 0);
   CHECK(exporting.wait_for_commit);
   CHECK(static_cast<bool>(exporting.fn));
+}
+
+TEST_CASE("A queue's processor name parses back to its kind and id; no other name does",
+          "[queues]") {
+  using percolite::ParseQueueProcessorName;
+  using percolite::QueueProcessorName;
+  using Parsed = std::optional<std::pair<std::string, std::string>>;
+  Sink sink;
+  // The names the queues run under, as AsObserver gives them.
+  CHECK(ParseQueueProcessorName(MakeTotals()->AsObserver().column.observer) ==
+        Parsed({"combine queue", "totals"}));
+  CHECK(ParseQueueProcessorName(MakeOutbox(&sink)->AsObserver().column.observer) ==
+        Parsed({"export queue", "outbox"}));
+
+  // Ids may hold spaces, " queue " and the other kind: the id is the rest.
+  for (const char* id : {"x", "a b", "a queue b", "export queue y", " ", "é\x01"}) {
+    for (const char* kind : {"combine queue", "export queue"}) {
+      CAPTURE(kind, id);
+      const std::string name = QueueProcessorName(kind, id);
+      CHECK(name == std::string(kind) + " " + id);
+      CHECK(ParseQueueProcessorName(name) == Parsed({kind, id}));
+    }
+  }
+
+  // An observer of the user's may contain " queue " or a kind without being a
+  // queue's processor; only the exact prefixes count, with a non-empty id.
+  for (const char* name :
+       {"my queue x", "Combine queue x", "combine  queue x", "combine queue", "combine queue ",
+        "export queue", "export queue ", "export queues x", "xexport queue y", "queue x",
+        " combine queue x", "combine-queue x", ""}) {
+    CAPTURE(name);
+    CHECK_FALSE(ParseQueueProcessorName(name).has_value());
+  }
+
+  // Building refuses a kind it could not parse back.
+  for (const char* kind : {"combine", "export", "my queue", "queue", "", "combine queue "}) {
+    CAPTURE(kind);
+    CHECK_THROWS_WITH(QueueProcessorName(kind, "x"),
+                      Catch::Contains("a queue's kind is 'combine queue' or 'export queue'"));
+  }
 }
 
 TEST_CASE("A combine queue registered as its observer folds every update through the workers",

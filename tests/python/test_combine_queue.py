@@ -23,6 +23,7 @@ import pytest
 from _combine_checks import assert_both_guarantees, chain_violations, reference_sums
 from _isolated import run_child_json
 from conftest import open_store
+from percolite import _core
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -232,6 +233,34 @@ def test_registering_while_workers_run_is_an_error(backend, tmp_path):
         assert "workers are running" in message, message
     assert sorted(r["names"]) == ["combine queue r1", "combine queue r2"]
     assert r["idle"]
+
+
+def test_the_core_names_each_queue_processor_and_reads_the_name_back(tmp_path):
+    # What the status, the console and `percolite retry` read in observer
+    # names: the names the store runs, parsed by the core that made them. An
+    # observer of the user's may contain " queue " and is still no queue's.
+    app = percolite.App("names")
+    app.combine_queue("totals", combiner="sum")
+    app.export_queue("a queue b", exporter=lambda entries: None)
+    app.observer(("f", "q"), name="my queue x")(lambda tx, row, column: None)
+    with open_store("lmdb", tmp_path / "db", app=app, sync="none") as env:
+        names = [o["name"] for o in env.status()["observers"]]
+    parsed = {name: _core.parse_processor_name(name) for name in names}
+    assert parsed == {
+        "combine queue totals": ("combine queue", "totals"),
+        "export queue a queue b": ("export queue", "a queue b"),
+        "my queue x": None,
+    }
+    assert _core.QUEUE_KINDS == ("combine queue", "export queue")
+    for kind in _core.QUEUE_KINDS:
+        for queue_id in ("q", "a queue b", "export queue c", " "):
+            name = _core.processor_name(kind, queue_id)
+            assert name == f"{kind} {queue_id}"
+            assert _core.parse_processor_name(name) == (kind, queue_id)
+    for name in ("combine queue", "combine queue ", "Combine queue x", "export queues x", ""):
+        assert _core.parse_processor_name(name) is None, name
+    with pytest.raises(ValueError, match="'combine queue' or 'export queue', not 'combine'"):
+        _core.processor_name("combine", "totals")
 
 
 def test_accepted_declarations():

@@ -1,9 +1,14 @@
 // percolite/queue_limits.h: the limits both queues (combine_queue.h,
-// export_queue.h) check when they are created; the Python package reads them
-// from percolite._core rather than repeating them.
+// export_queue.h) check when they are created, and the names their
+// processors run under; the Python package reads them from percolite._core
+// rather than repeating them.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 
 namespace percolite {
 
@@ -13,5 +18,23 @@ constexpr uint32_t kMaxBuckets = 999999;
 // The longest a short batch may wait for more entries (see Lingering in
 // export_queue.h).
 constexpr double kMaxLingerSeconds = 3600;
+
+// The kinds of queue, as messages, layouts and processor names spell them.
+constexpr std::string_view kCombineQueueKind = "combine queue";
+constexpr std::string_view kExportQueueKind = "export queue";
+
+// The observer name a queue's processor runs under: "<kind> <id>" ("combine
+// queue totals"). Failure records keep it and operators name the processor by
+// it, so it must not change. Throws kInvalidArgument unless `kind` is one of
+// the two above.
+std::string QueueProcessorName(std::string_view kind, std::string_view id);
+
+// The (kind, id) that QueueProcessorName turned into `name`, or nullopt when
+// `name` is no queue's processor. Only the exact prefixes "combine queue "
+// and "export queue " count, followed by a non-empty id (no queue has an
+// empty one): an observer of the user's may be named "my queue x", and
+// splitting at " queue " would take it for a queue "x" of kind "my". The id
+// is the rest of the name as it is, " queue " included.
+std::optional<std::pair<std::string, std::string>> ParseQueueProcessorName(std::string_view name);
 
 }  // namespace percolite

@@ -40,19 +40,13 @@ std::string BucketName(uint32_t bucket) {
   return digits;
 }
 
-std::string ProcessorName(std::string_view kind, std::string_view id) {
-  std::string name(kind);
-  name.append(" ").append(id);
-  return name;
-}
-
 ObservedColumn ProcessorColumn(std::string_view kind, const std::string& id,
                                const std::string& notify_family) {
   ObservedColumn column;
   column.family = notify_family;
   column.qualifier = std::string(kNotifyQualifier);
   column.kind = NotifyKind::kWeak;
-  column.observer = ProcessorName(kind, id);
+  column.observer = QueueProcessorName(kind, id);
   return column;
 }
 
@@ -435,4 +429,27 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
 }
 
 }  // namespace queue_rows
+
+// Build and parse side by side: what one writes the other must read back.
+std::string QueueProcessorName(std::string_view kind, std::string_view id) {
+  if (kind != kCombineQueueKind && kind != kExportQueueKind) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "a queue's kind is '" + std::string(kCombineQueueKind) + "' or '" +
+                    std::string(kExportQueueKind) + "', not '" + std::string(kind) + "'");
+  }
+  std::string name(kind);
+  name.append(" ").append(id);
+  return name;
+}
+
+std::optional<std::pair<std::string, std::string>> ParseQueueProcessorName(std::string_view name) {
+  for (std::string_view kind : {kCombineQueueKind, kExportQueueKind}) {
+    if (name.size() > kind.size() + 1 && name.substr(0, kind.size()) == kind &&
+        name[kind.size()] == ' ') {
+      return std::make_pair(std::string(kind), std::string(name.substr(kind.size() + 1)));
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace percolite

@@ -43,14 +43,9 @@ void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets
 
 std::string BucketName(uint32_t bucket);  // 6 decimal digits
 
-// The observer name of a queue's processor: "<kind> <id>" ("combine queue
-// totals"). Failure records keep it and operators name the processor by it,
-// so it must not change; the Python package builds and splits these names
-// too (at " queue ").
-std::string ProcessorName(std::string_view kind, std::string_view id);
-
 // The column a queue's processor observes, WEAK: the "notify" cells of its
-// bucket rows (family `notify_family`), under ProcessorName(kind, id).
+// bucket rows (family `notify_family`), under QueueProcessorName(kind, id)
+// (queue_limits.h, defined with the rest of the queues' rows here).
 ObservedColumn ProcessorColumn(std::string_view kind, const std::string& id,
                                const std::string& notify_family);
 

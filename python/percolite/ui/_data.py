@@ -19,9 +19,16 @@ import time
 from itertools import pairwise
 from typing import Any
 
-from .. import _metrics
+from .. import _core, _metrics
 from .._app import App
-from .._env import describe_record, recorded_app, recorded_identity, recorded_queues, shown_target
+from .._env import (
+    describe_record,
+    queue_processors,
+    recorded_app,
+    recorded_identity,
+    recorded_queues,
+    shown_target,
+)
 from ..codecs import Codec, get_codec
 from ..errors import Error
 from . import _graph
@@ -211,13 +218,14 @@ class Monitor:
         queue_ids = set(status["queues"]) | set(status["sinks"])
         rows = []
         for o in status["observers"]:
-            kind, _, queue_id = o["name"].partition(" queue ")
-            is_queue = kind in ("combine", "export") and bool(queue_id)
+            processor = _core.parse_processor_name(o["name"])
+            is_queue = processor is not None
+            kind, queue_id = processor if processor is not None else ("observer", "")
             sink = status["sinks"].get(queue_id) if is_queue else None
             rows.append(
                 {
                     "name": o["name"],
-                    "kind": f"{kind} queue" if is_queue else "observer",
+                    "kind": kind,
                     "queue": queue_id if is_queue else None,
                     "column": [_text(o["family"]), _text(o["qualifier"])],
                     "notify": o["notify"],
@@ -372,7 +380,8 @@ class Monitor:
             records = [r for r in records if not r["parked"]]
         groups: dict[str, dict[str, Any]] = {}
         for raw in records:
-            kind, _, queue_id = raw["observer"].partition(" queue ")
+            processor = _core.parse_processor_name(raw["observer"])
+            queue_id = processor[1] if processor is not None else None
             is_queue = raw["key"] is not None
             if observer is not None and raw["observer"] != observer:
                 continue
@@ -440,16 +449,9 @@ class Monitor:
                 "what": f"observer {observer!r}",
             }
         if queue is not None:
-            if (
-                queue not in self._queues()
-                and not {
-                    f"combine queue {queue}",
-                    f"export queue {queue}",
-                }
-                & parked_names
-            ):
+            processors = queue_processors(queue)
+            if queue not in self._queues() and not parked_names.intersection(processors):
                 raise ValueError(f"no queue named {queue!r} in this store")
-            processors = [f"combine queue {queue}", f"export queue {queue}"]
             return {"retried": self.env.core.retry_parked(processors), "what": f"queue {queue!r}"}
         return {"retried": self.env.retry_parked(), "what": "all parked work"}
 

@@ -22,9 +22,9 @@ import html
 import math
 from typing import Any
 
-__all__ = ["build", "declared", "declared_queues", "layout", "svg"]
+from .. import _core
 
-_QUEUE_PROCESSOR_KINDS = ("combine queue", "export queue")
+__all__ = ["build", "declared", "declared_queues", "layout", "svg"]
 
 
 def _node_id(kind: str, name: str) -> str:
@@ -87,7 +87,8 @@ def build(
     for queue_id, queue in queues.items():
         kind = queue.get("kind", "queue")
         queue_node = node("queue", queue_id, queue_kind=kind, backlog=depths.get(queue_id))
-        processors[f"{kind} {queue_id}"] = queue_node
+        if kind in _core.QUEUE_KINDS:
+            processors[_core.processor_name(kind, queue_id)] = queue_node
     for queue_id, queue in queues.items():
         for target in queue.get("export_to") or []:
             edge(_node_id("queue", queue_id), node("queue", target), "exports to")
@@ -100,9 +101,10 @@ def build(
     for family, _qualifier, notify, name in observed:
         if name in processors:
             continue  # a queue's own notifications: the queue's node says it
-        kind, _, queue_id = name.partition(" queue ")
-        if queue_id and kind in ("combine", "export"):
-            processors[name] = node("queue", queue_id, queue_kind=f"{kind} queue")
+        processor = _core.parse_processor_name(name)
+        if processor is not None:
+            kind, queue_id = processor
+            processors[name] = node("queue", queue_id, queue_kind=kind)
             continue
         observer = node(
             "observer",
