@@ -14,6 +14,8 @@
 
 namespace percolite::bindings {
 
+// Longer than our functions usually are: one chained table of the class's
+// bound methods, which reads best whole, as the Python class it becomes.
 void BindCombineQueue(py::module_& m) {
   py::class_<percolite::CombineQueue, std::shared_ptr<percolite::CombineQueue>>(m, "CombineQueue")
       .def_static(

@@ -23,29 +23,11 @@
 namespace py = pybind11;
 namespace pb = percolite::bindings;
 
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "percolite core (C++17 on LMDB). Use the 'percolite' package, not this module.";
+namespace {
 
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const percolite::Error& e) {
-      pb::TranslateError(e);
-    }
-  });
-
-  // A handle freed on a worker thread is closed by a thread of its own
-  // (env.h), which releases Python callables and may run observers' last
-  // runs: the interpreter waits for those threads before it finalizes, since
-  // it ends a thread that takes the GIL then (pthread_exit, which aborts the
-  // process when it unwinds a C++ destructor). Registered at import, so it
-  // runs after percolite's own hook that closes the open handles (atexit
-  // runs the last registered first), and waits for what their close frees.
-  py::module_::import("atexit").attr("register")(py::cpp_function([] {
-    py::gil_scoped_release release;
-    percolite::Env::WaitForClosing();
-  }));
-
+// Targets, passwords and the names queue processors run under: rules the
+// core owns, which Python asks for instead of restating.
+void BindNames(py::module_& m) {
   {
     py::tuple names(percolite::BackendNames().size());
     size_t i = 0;
@@ -93,16 +75,9 @@ PYBIND11_MODULE(_core, m) {
       "(kind, queue id) of the queue whose processor runs under observer name `name`, kind "
       "'combine queue' or 'export queue'; None for any other name (only those two prefixes "
       "count: 'my queue x' is no queue's)");
+}
 
-  // Order matters: a signature names a class bound earlier by its Python name
-  // and a later one by its C++ name (Env.begin returns "percolite::Transaction"),
-  // so this order keeps the docstrings as they are.
-  pb::BindEnv(m);
-  pb::BindCombineQueue(m);
-  pb::BindExportQueue(m);
-  pb::BindTransaction(m);
-  pb::BindLoader(m);
-
+void BindConstants(py::module_& m) {
   // ---- Constants: limits, layout facts and defaults of the core, which the
   // Python package reads from here instead of repeating them.
   m.attr("SEQ_INDEX_BITS") = percolite::kSeqIndexBits;
@@ -133,4 +108,43 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEFAULT_COMBINE_BUCKETS") = combine.buckets;
   m.attr("DEFAULT_BUFFER_SIZE") = combine.buffer_size;
   m.attr("DEFAULT_BATCH_SIZE") = percolite::ExportQueueOptions().batch_size;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "percolite core (C++17 on LMDB). Use the 'percolite' package, not this module.";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const percolite::Error& e) {
+      pb::TranslateError(e);
+    }
+  });
+
+  // A handle freed on a worker thread is closed by a thread of its own
+  // (env.h), which releases Python callables and may run observers' last
+  // runs: the interpreter waits for those threads before it finalizes, since
+  // it ends a thread that takes the GIL then (pthread_exit, which aborts the
+  // process when it unwinds a C++ destructor). Registered at import, so it
+  // runs after percolite's own hook that closes the open handles (atexit
+  // runs the last registered first), and waits for what their close frees.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    py::gil_scoped_release release;
+    percolite::Env::WaitForClosing();
+  }));
+
+  BindNames(m);
+
+  // Order matters: a signature names a class bound earlier by its Python name
+  // and a later one by its C++ name (Env.begin returns "percolite::Transaction"),
+  // so this order keeps the docstrings as they are.
+  pb::BindEnv(m);
+  pb::BindCombineQueue(m);
+  pb::BindExportQueue(m);
+  pb::BindTransaction(m);
+  pb::BindLoader(m);
+
+  BindConstants(m);
 }

@@ -18,6 +18,8 @@ void CountFamilyWrite(Tx& tx, const CellArg& cell) { tx.CountWrite("family", cel
 
 }  // namespace
 
+// Longer than our functions usually are: one chained table of the class's
+// bound methods, which reads best whole, as the Python class it becomes.
 void BindTransaction(py::module_& m) {
   py::class_<Tx, std::shared_ptr<Tx>>(m, "Transaction")
       .def_property_readonly("start_ts", &Tx::start_ts)
