@@ -131,17 +131,20 @@ def test_worker_serves_metrics_on_localhost_and_refuses_a_port_in_use(tmp_path):
         text=True,
     )
     try:
+        # The server is up before the workers (a port in use stops the worker
+        # before it does any work), so the first pages may show no lease yet.
         deadline = time.monotonic() + 30
-        page = None
-        while time.monotonic() < deadline and page is None:
+        page, found = None, {}
+        while time.monotonic() < deadline and found.get(("percolite_lease_holders", ()), 0) < 1:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     page = r.read().decode()
+                found = samples(page)
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         assert page is not None, "no metrics served"
-        found = samples(page)
-        assert found[("percolite_lease_holders", ())] >= 1.0
+        assert found[("percolite_lease_holders", ())] >= 1.0, page
         assert found[("percolite_queue_depth", (("queue", "counts"),))] == 0.0
         busy = run_command(worker_command(db, port, "--until-idle"), cwd=TESTS_DIR, timeout=60)
         assert busy.returncode == 2
