@@ -165,7 +165,10 @@ def test_overlapping_worker_processes_still_commit_each_notification_once(tmp_pa
     documents = make_documents(300)
     load_documents(db, documents, events=True)
     command = worker_command(db, "--threads", "4", "--until-idle")
-    env = environment(OBSERVER_SLEEP="0.003")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # Held until both processes run: a late start on a busy machine still overlaps.
+    env = environment(OBSERVER_SLEEP="0.003", START_GATE=str(gate), GATE_PROCESSES="2")
     workers = [
         subprocess.Popen(
             command,
