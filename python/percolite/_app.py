@@ -227,6 +227,13 @@ class App:
         with the traceback and no longer run until
         :meth:`Env.retry_parked` (or ``percolite retry``) puts it back.
         """
+        if callable(column):
+            # A bare @app.observer would make `register` the function's name
+            # and register nothing: refuse it here.
+            raise TypeError(
+                "App.observer takes the observed column first: write "
+                "@app.observer((family, qualifier)), not a bare @app.observer"
+            )
         check_max_attempts(max_attempts, f"observer for {column!r}")
 
         def register(fn: ObserverFn) -> ObserverFn:

@@ -63,6 +63,17 @@ def test_a_non_callable_observer_raises_type_error(fn):
     assert app.observers == []
 
 
+def test_a_bare_observer_decorator_raises_instead_of_registering_nothing():
+    app = percolite.App()
+    with pytest.raises(TypeError, match=r"write @app.observer\(\(family, qualifier\)\)"):
+
+        @app.observer
+        def count(tx, row, column):  # pragma: no cover - never registered
+            pass
+
+    assert app.observers == []
+
+
 def test_an_observer_with_the_wrong_arity_raises_type_error_naming_it():
     app = percolite.App()
 
