@@ -95,10 +95,11 @@ def test_self_quick_reports_every_figure(tmp_path: Path) -> None:
     assert [run["side"] for run in memory_runs] == ["current", "current"]
     for run in memory_runs:
         assert run["report"]["settings"]["backend"] == "memory"
-    # A and B back to back, the first side alternating from one pair to the next.
+    # A and B back to back, each measurement's first side alternating from one
+    # repetition to the next.
     paired = [run for run in runs if run["measurement"] != "memory"]
     firsts = [paired[i]["side"] for i in range(0, len(paired), 2)]
-    assert firsts == ["current", "baseline"] * 5
+    assert firsts == ["current"] * 5 + ["baseline"] * 5
     for first, second in zip(paired[::2], paired[1::2], strict=False):
         assert first["measurement"] == second["measurement"]
         assert {first["side"], second["side"]} == {"current", "baseline"}
