@@ -99,8 +99,8 @@ void StartWorkers(percolite::Env& env) {
   env.StartWorkers(options);
 }
 
-const percolite::ObserverStats& StatsOf(const percolite::WorkerStats& stats,
-                                        const std::string& name) {
+// A copy: callers pass a temporary WorkerStats.
+percolite::ObserverStats StatsOf(const percolite::WorkerStats& stats, const std::string& name) {
   for (const percolite::ObserverStats& o : stats.observers) {
     if (o.column.observer == name) return o;
   }
@@ -224,7 +224,7 @@ TEST_CASE("A combine queue registered as its observer folds every update through
   REQUIRE(observed.size() == 1);
   CHECK(observed[0].observer == "combine queue totals");
   CHECK(observed[0].kind == NotifyKind::kWeak);
-  const percolite::ObserverStats& stats = StatsOf(env->GetWorkerStats(), "combine queue totals");
+  const percolite::ObserverStats stats = StatsOf(env->GetWorkerStats(), "combine queue totals");
   CHECK(stats.commits >= 1);
   CHECK(stats.failures == 0);
 }
@@ -272,7 +272,7 @@ TEST_CASE("An export queue's observer outlasts more failed runs than an observer
   for (const percolite::StoreIdentity& store : sink.stores) CHECK(store.id == identity->id);
   CHECK_FALSE(QueueRowsLeft(*env, outbox->EntryRowPrefix()));
   CHECK(env->WorkRecords(false).empty());  // the commits deleted the failure records
-  const percolite::ObserverStats& stats = StatsOf(env->GetWorkerStats(), "export queue outbox");
+  const percolite::ObserverStats stats = StatsOf(env->GetWorkerStats(), "export queue outbox");
   CHECK(stats.failures >= static_cast<uint64_t>(sink.fail_first));
   CHECK(stats.parked == 0);
   CHECK(stats.skipped_parked == 0);
