@@ -44,16 +44,11 @@
 // A function called with the lock held at least shared (a SharedMutex's readers).
 #define REQUIRES_SHARED(...) PERCOLITE_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define EXCLUDES(...) PERCOLITE_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
-// A function called with a reader-writer lock held at least shared.
-#define REQUIRES_SHARED(...) PERCOLITE_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 // A function that takes, releases or tries to take the lock.
 #define ACQUIRE(...) PERCOLITE_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) PERCOLITE_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
-// The same for a reader-writer lock taken shared.
-#define ACQUIRE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
-#define RELEASE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) PERCOLITE_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
-// The same for a SharedMutex taken shared.
+// The same for a lock taken shared (SharedMutex, the LMDB map lock).
 #define ACQUIRE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
 #define RELEASE_SHARED(...) PERCOLITE_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
 #define TRY_ACQUIRE_SHARED(...) \
