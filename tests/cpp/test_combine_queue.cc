@@ -16,13 +16,7 @@ using percolite::ValueType;
 
 namespace {
 
-std::string Int64(int64_t v) {
-  uint64_t u;
-  std::memcpy(&u, &v, 8);
-  std::string out;
-  percolite::AppendUint64BE(&out, u);
-  return out;
-}
+using percolite_test::Int64;
 
 std::optional<std::string> Combine(NativeCombiner c, ValueType t, size_t n,
                                    std::vector<std::string> values) {

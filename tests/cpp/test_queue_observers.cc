@@ -35,13 +35,7 @@ using percolite_test::TempDir;
 
 namespace {
 
-std::string Int64(int64_t v) {
-  uint64_t u;
-  std::memcpy(&u, &v, 8);
-  std::string out;
-  percolite::AppendUint64BE(&out, u);
-  return out;
-}
+using percolite_test::Int64;
 
 std::shared_ptr<CombineQueue> MakeTotals(uint32_t max_attempts = percolite::kDefaultMaxAttempts,
                                          std::shared_ptr<const ExportQueue> export_to = nullptr) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -48,6 +49,15 @@ struct StringMaker<percolite::ErrorCode> {
 }  // namespace Catch
 
 namespace percolite_test {
+
+// An int64 as the native int64 codec stores it (big-endian two's complement).
+inline std::string Int64(int64_t v) {
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  std::string out;
+  percolite::AppendUint64BE(&out, u);
+  return out;
+}
 
 // A fresh directory under /tmp, removed with everything in it on destruction.
 // Declare it before the Env that lives in it, so the Env closes first.
