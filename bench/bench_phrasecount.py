@@ -21,9 +21,10 @@ systems, each in a fresh process, reading the documents itself:
   counts a reference to its unique document (by content hash) and, for a new
   unique document, UPSERTs ``(doc_count + 1, total_count + n)`` for each of
   its phrases. The phrases are found before the write lock is taken.
-* ``counter``: the floor for the Python side of the work: read, hash,
-  tokenize (``text.phrases``) and sum in a dict, single-threaded, nothing
-  stored.
+* ``counter``: the floor: read, hash, tokenize (``text.phrases``) and sum
+  in a dict, single-threaded, then write the result into a SQLite table
+  (WAL, ``synchronous=FULL``) in one bulk transaction: what any system must
+  do at least, with nothing incremental about it.
 
 Reported: seconds, documents/s, phrase updates/s (the (phrase, unique
 document) pairs added), peak RSS of the process, whether the counts equal
@@ -39,7 +40,9 @@ show.)
 
 Targets, on processing time (the end-to-end ratio is reported beside it):
 percolite at least TARGET_RATIOS times as fast as SQLite, one ratio per
-corpus.
+corpus, and on FLOOR_CORPUS within FLOOR_FACTOR of the floor (the floor's
+processing time / percolite's at least 1 / FLOOR_FACTOR; the floor ratio of
+the other corpus is reported too).
 """
 
 from __future__ import annotations
@@ -99,7 +102,10 @@ QUICK_SYNTHETIC_DOCS = 150
 QUICK_BUILTIN_DOCS = 25
 SYNTHETIC_SEED = 7
 # percolite / SQLite on processing time (the read excluded from both)
-TARGET_RATIOS = {"builtin": 2.0, "synthetic": 3.0}
+TARGET_RATIOS = {"builtin": 3.0, "synthetic": 4.0}
+# percolite's processing time at most FLOOR_FACTOR times the floor's, here
+FLOOR_CORPUS = "synthetic"
+FLOOR_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -143,12 +149,14 @@ def _run_percolite(paths: tuple[str, ...], work: Path, threads: int) -> dict[str
     return {"seconds": elapsed, "documents": summary.documents, "digest": digest}
 
 
-SQLITE_SCHEMA = """
-CREATE TABLE locations (location TEXT PRIMARY KEY, content_id TEXT NOT NULL);
-CREATE TABLE documents (content_id TEXT PRIMARY KEY, refs INTEGER NOT NULL, content TEXT NOT NULL);
+SQLITE_PHRASE_TABLE = """
 CREATE TABLE phrase_counts (
     phrase TEXT PRIMARY KEY, doc_count INTEGER NOT NULL, total_count INTEGER NOT NULL
-);
+)"""
+SQLITE_SCHEMA = f"""
+CREATE TABLE locations (location TEXT PRIMARY KEY, content_id TEXT NOT NULL);
+CREATE TABLE documents (content_id TEXT PRIMARY KEY, refs INTEGER NOT NULL, content TEXT NOT NULL);
+{SQLITE_PHRASE_TABLE};
 """
 SQLITE_UPSERT = (
     "INSERT INTO phrase_counts VALUES (?, ?, ?) ON CONFLICT(phrase) DO UPDATE SET "
@@ -277,8 +285,21 @@ def _run_counter(paths: tuple[str, ...], work: Path, threads: int) -> dict[str, 
             else:
                 counts[0] += 1
                 counts[1] += n
+    connection = open_sqlite(work / "phrases.sqlite")
+    try:
+        connection.execute(SQLITE_PHRASE_TABLE)
+        connection.execute("BEGIN IMMEDIATE")
+        connection.executemany(
+            "INSERT INTO phrase_counts VALUES (?, ?, ?)",
+            ((phrase, d, t) for phrase, (d, t) in totals.items()),
+        )
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
     elapsed = time.perf_counter() - began
-    digest = _digest((phrase, d, t) for phrase, (d, t) in totals.items())
+    with sqlite3.connect(work / "phrases.sqlite") as connection:
+        rows = connection.execute("SELECT phrase, doc_count, total_count FROM phrase_counts")
+        digest = _digest(rows)
     return {"seconds": elapsed, "documents": len(seen), "digest": digest}
 
 
@@ -533,6 +554,9 @@ def _summarise(
         _processing_ratio(seconds["sqlite"], seconds["percolite"], read)
     )
     summary["percolite_vs_counter"] = _rounded(ratio(seconds["counter"], seconds["percolite"]))
+    summary["percolite_vs_counter_processing"] = _rounded(
+        _processing_ratio(seconds["counter"], seconds["percolite"], read)
+    )
     summary["percolite_vs_sqlite_per_repetition"] = pair_ratios(
         [run["seconds"] for run in runs["sqlite"]],
         [run["seconds"] for run in runs["percolite"]],
@@ -606,7 +630,8 @@ def tables(report: dict[str, Any]) -> list[Table]:
             "target",
             "vs SQLite, end to end",
             "per repetition",
-            "vs Counter floor",
+            "vs floor, processing",
+            "vs floor, end to end",
         ],
         rows=[
             [
@@ -615,13 +640,15 @@ def tables(report: dict[str, Any]) -> list[Table]:
                 f">= {r['target_ratio']:g}x",
                 _times(r["percolite_vs_sqlite"]),
                 format_range(r["percolite_vs_sqlite_per_repetition"]),
+                _times(r.get("percolite_vs_counter_processing")),
                 _times(r["percolite_vs_counter"]),
             ]
             for r in results
         ],
         notes=[
             "processing: each median less the median time to read the corpus alone; "
-            "end to end: the medians as they are; per repetition: end to end"
+            "end to end: the medians as they are; per repetition: end to end; "
+            "vs floor: the floor's time / percolite's (1.0 would be percolite at the floor)"
         ],
     )
     return [systems, ratios]
@@ -645,13 +672,22 @@ def plots(report: dict[str, Any]) -> list[Plot]:
 
 def targets(report: dict[str, Any]) -> list[Target]:
     measured = {r["corpus"]: r["percolite_vs_sqlite_processing"] for r in report["results"]}
+    floor = {r["corpus"]: r.get("percolite_vs_counter_processing") for r in report["results"]}
     return [
+        *(
+            Target(
+                f"phrase count: percolite / SQLite on processing time, {corpus} corpus",
+                measured.get(corpus),
+                needed,
+            )
+            for corpus, needed in TARGET_RATIOS.items()
+        ),
         Target(
-            f"phrase count: percolite / SQLite on processing time, {corpus} corpus",
-            measured.get(corpus),
-            needed,
-        )
-        for corpus, needed in TARGET_RATIOS.items()
+            f"phrase count: floor / percolite on processing time, {FLOOR_CORPUS} corpus "
+            f"(percolite within {FLOOR_FACTOR:g}x of the floor)",
+            floor.get(FLOOR_CORPUS),
+            round(1 / FLOOR_FACTOR, 3),
+        ),
     ]
 
 
