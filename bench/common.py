@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import shutil
 import sqlite3
 import statistics
@@ -494,7 +495,17 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         # Other work on the machine skews the numbers; this says how busy it was.
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "command": _command_line(),
     }
+
+
+def _command_line() -> str:
+    """The command that is measuring, as typed from the repository's root, so
+    a reader of the report can run it again."""
+    script = Path(sys.argv[0])
+    with contextlib.suppress(ValueError):
+        script = script.resolve().relative_to(Path(__file__).resolve().parent.parent)
+    return " ".join(shlex.quote(part) for part in [".venv/bin/python", str(script), *sys.argv[1:]])
 
 
 def run_standalone(benchmark: Any, argv: list[str] | None = None) -> int:

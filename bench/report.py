@@ -153,7 +153,8 @@ def write_report(
         "",
         "Written by `bench/run.py` (`make bench`); see `bench/README.md` for the method. "
         "Every ratio compares systems measured side by side in one run; numbers are medians "
-        "of repeated runs.",
+        "of repeated runs. Each section says when, at which revision and by which command "
+        "it was measured.",
         "",
     ]
     header += [
@@ -202,4 +203,5 @@ def _measured_on(machine: dict[str, Any]) -> str:
         f"Measured {machine.get('time_utc')} at git `{machine.get('git')}` on "
         f"{machine.get('cpus')} CPUs ({machine.get('platform')}, Python "
         f"{machine.get('python')}); load average at the start {load_text}."
+        + (f" Command: `{machine['command']}`." if machine.get("command") else "")
     )
