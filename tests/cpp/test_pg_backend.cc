@@ -74,6 +74,53 @@ TEST_CASE("A postgresql target keeps the schema for percolite and hides the pass
         ErrorCode::kInvalidArgument);
 }
 
+TEST_CASE("A postgresql target reaches the primary and notices a vanished server",
+          "[backend][postgresql]") {
+  // What the URI leaves out, percolite adds; what it sets, it keeps.
+  const auto plain = ParsePgTarget("postgresql://h/db");
+  CHECK(plain.connect ==
+        "postgresql://h/db?connect_timeout=10&keepalives=1&keepalives_idle=5&"
+        "keepalives_interval=2&keepalives_count=3&tcp_user_timeout=10000");
+  const auto own = ParsePgTarget("postgresql://h/db?connect_timeout=3&keepalives_idle=30");
+  CHECK(own.connect.find("connect_timeout=3") != std::string::npos);
+  CHECK(own.connect.find("connect_timeout=10") == std::string::npos);
+  CHECK(own.connect.find("keepalives_idle=30") != std::string::npos);
+  CHECK(own.connect.find("keepalives_idle=5") == std::string::npos);
+  // Several hosts, in the authority or in host=: libpq must look for the primary.
+  for (const char* several :
+       {"postgresql://h1:5432,h2:5432/db", "postgresql://u@/db?host=/a,/b&port=5441,5442"}) {
+    CHECK(ParsePgTarget(several).connect.find("target_session_attrs=read-write") !=
+          std::string::npos);
+  }
+  CHECK(plain.connect.find("target_session_attrs") == std::string::npos);
+  for (const char* writes : {"read-write", "primary"}) {
+    const auto target =
+        ParsePgTarget(std::string("postgresql://h1,h2/db?target_session_attrs=") + writes);
+    const size_t at = target.connect.find(std::string("target_session_attrs=") + writes);
+    CHECK(at != std::string::npos);
+    CHECK(target.connect.find("target_session_attrs", at + 1) == std::string::npos);
+  }
+  for (const char* reads : {"any", "standby", "read-only", "prefer-standby"}) {
+    const std::string message = MessageOf(
+        [&] { ParsePgTarget(std::string("postgresql://h/db?target_session_attrs=") + reads); });
+    CHECK(message.find(std::string("target_session_attrs=") + reads) != std::string::npos);
+    CHECK(message.find("primary") != std::string::npos);
+  }
+  // How long a handle keeps trying: a setting of percolite's, not libpq's.
+  CHECK(plain.reconnect_timeout == 30);
+  const auto patient = ParsePgTarget("postgresql://h/db?reconnect_timeout=45");
+  CHECK(patient.reconnect_timeout == 45);
+  CHECK(patient.conninfo == "postgresql://h/db");
+  for (const char* bad : {"0", "-1", "x", "61"}) {
+    CHECK(MessageOf([&] {
+            ParsePgTarget(std::string("postgresql://h/db?reconnect_timeout=") + bad);
+          }).find("reconnect_timeout") != std::string::npos);
+  }
+  CHECK(MessageOf([] {
+          ParsePgTarget("postgresql://h/db?reconnect_timeout=5&reconnect_timeout=6");
+        }).find("twice") != std::string::npos);
+}
+
 TEST_CASE("One rule hides passwords: in a URI, its query, and libpq's key=value form",
           "[backend][postgresql]") {
   // A URI's user info, percent-encoded or not, and with a stray '@' or ':'.

@@ -93,6 +93,7 @@ class TemporaryPostgres:
         self.base = Path(tempfile.mkdtemp(prefix="percolite-pg-", dir=parent))
         self.data = self.base / "data"
         self.socket_dir = self.base / "socket"
+        self.port = _PORT  # of the socket file
         self.log = self.base / "server.log"
         # With a password, the server asks for it (SCRAM) instead of trusting.
         self.password = password

@@ -67,7 +67,7 @@
 //   "committed" every poll_interval seconds, and SignalWaiting returns false.
 //
 // - A dropped connection or a server restart: reads retry on a new
-//   connection for up to kReconnectSeconds. Each batch writes a random
+//   connection for up to the target's reconnect_timeout. Each batch writes a random
 //   commit token into this handle's row of the handles table, in its own
 //   transaction; when the connection drops during a batch, the writer
 //   reconnects and reads the token back: the batch committed (its callers
@@ -114,9 +114,8 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // A handle not seen for this long (its process died, or is stopped) no
   // longer holds back the collection of old versions.
   static constexpr int kHandleLeaseSeconds = 60;
-  // How long a handle keeps trying to reach a server that went away (a
-  // restart, a dropped connection) before a call reports kStorage.
-  static constexpr int kReconnectSeconds = kPgReconnectSeconds;
+  static_assert(kHandleLeaseSeconds >= PgTarget::kMaxReconnectTimeout,
+                "a handle reconnecting must still hold back the collection");
 
   static std::shared_ptr<PgBackend> Open(const std::string& target, const BackendOptions& options);
   ~PgBackend() override;

@@ -5,6 +5,7 @@
 // anyone is told.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <set>
@@ -413,9 +414,12 @@ PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, int old_
   constexpr const char* kSettling = "settling a commit cut off by a lost connection";
   for (;;) {
     if (!ReconnectWriter()) {
+      char within[32];
+      std::snprintf(within, sizeof within, "%g s", target_.reconnect_timeout);
       Fail("postgresql (" + target_.display + "): the connection was lost (" + error +
-           ") and the server did not come back within " + std::to_string(kReconnectSeconds) +
-           " s; whether the last commits were applied is unknown: open the store again");
+           ") and the server did not come back within " + within +
+           " (reconnect_timeout); whether the last commits were applied is unknown: open the store "
+           "again");
       return Settled::kUnknown;
     }
     try {
@@ -440,7 +444,7 @@ PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, int old_
 }
 
 bool PgBackend::ReconnectWriter() {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kReconnectSeconds);
+  const auto deadline = target_.ReconnectDeadline();
   std::chrono::milliseconds pause(10);
   for (;;) {
     try {

@@ -131,14 +131,9 @@ void PgExecScript(PGconn* conn, const std::string& sql, const char* what, const 
 void PgRollback(PGconn* conn) { PQclear(PQexec(conn, "ROLLBACK")); }
 
 PGconn* PgConnect(const PgTarget& target, SyncMode sync) {
-  // A connect timeout unless the target sets one: a server that does not
-  // answer is an error, never a hang.
-  std::string conninfo = target.conninfo;
-  if (conninfo.find("connect_timeout=") == std::string::npos) {
-    conninfo += conninfo.find('?') == std::string::npos ? "?" : "&";
-    conninfo += "connect_timeout=10";
-  }
-  PGconn* conn = PQconnectdb(conninfo.c_str());
+  // With the target's defaults (a connect timeout, keepalives): a server
+  // that does not answer is an error, never a hang.
+  PGconn* conn = PQconnectdb(target.connect.c_str());
   if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
     std::string why = target.Hide(ServerMessage(conn));
     PQfinish(conn);
@@ -200,8 +195,7 @@ PgPool::Lease PgPool::Borrow() {
 }
 
 PgResult PgPool::Query(const std::string& sql, const PgParams& params, const char* what) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(kPgReconnectSeconds);
+  const auto deadline = target_.ReconnectDeadline();
   Backoff backoff;
   for (;;) {
     std::optional<Lease> lease;

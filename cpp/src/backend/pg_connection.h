@@ -21,10 +21,6 @@
 
 namespace percolite {
 
-// How long a handle keeps trying to reach a server that went away (a
-// restart, a dropped connection) before a call reports kStorage.
-constexpr int kPgReconnectSeconds = 30;
-
 // Binary parameters of one statement (every one in PostgreSQL's binary format).
 class PgParams {
  public:
@@ -116,7 +112,8 @@ class PgPool {
   Lease Borrow() EXCLUDES(mu_);
   // One statement on a connection of the pool. A connection that broke (the
   // server restarted, the network dropped) is dropped and the statement
-  // tried again on a new one, with back-off, for up to kPgReconnectSeconds:
+  // tried again on a new one, with back-off, for up to the target's
+  // reconnect_timeout:
   // reads and the few idempotent writes made this way never half-apply.
   PgResult Query(const std::string& sql, const PgParams& params, const char* what) EXCLUDES(mu_);
   // Closes the idle connections and wakes every Borrow (call once the

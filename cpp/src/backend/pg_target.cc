@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "percolite/status.h"
@@ -128,14 +131,17 @@ bool ValidSchema(std::string_view name) {
   return true;
 }
 
-double ReadPollInterval(const std::string& value) {
+// A number of seconds in (0, most], or kInvalidArgument naming `name`.
+double ReadSeconds(const std::string& name, const std::string& value, double most) {
   char* end = nullptr;
   const double seconds = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !(seconds > 0 && seconds <= 3600)) {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        "poll_interval '" + value +
-            "' in the postgresql target: a number of seconds, more than 0 and at most 3600");
+  if (value.empty() || *end != '\0' || !(seconds > 0 && seconds <= most)) {
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%g", most);
+    throw Error(ErrorCode::kInvalidArgument,
+                name + " '" + value +
+                    "' in the postgresql target: a number of seconds, more than 0 and at most " +
+                    bound);
   }
   return seconds;
 }
@@ -151,12 +157,12 @@ const std::string& ReadSchema(const std::string& value) {
   return value;
 }
 
-// Takes percolite's own parameters (schema, poll_interval) out of `query`
-// into *out, and a password's into out->secrets; returns the parameters
-// left to libpq, as written.
+// Takes percolite's own parameters (schema, poll_interval,
+// reconnect_timeout) out of `query` into *out, and a password's into
+// out->secrets; returns the parameters left to libpq, as written.
 std::vector<std::string> ReadQuery(std::string_view query, PgTarget* out) {
   std::vector<std::string> kept;
-  bool seen_schema = false, seen_poll = false;
+  std::set<std::string> seen;
   while (!query.empty()) {
     const size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
@@ -169,13 +175,15 @@ std::vector<std::string> ReadQuery(std::string_view query, PgTarget* out) {
       out->secrets.emplace_back(pair.substr(eq + 1));
       out->secrets.push_back(value);
     }
-    if ((name == "poll_interval" && std::exchange(seen_poll, true)) ||
-        (name == "schema" && std::exchange(seen_schema, true))) {
+    const bool ours = name == "poll_interval" || name == "schema" || name == "reconnect_timeout";
+    if (ours && !seen.insert(name).second) {
       throw Error(ErrorCode::kInvalidArgument,
                   name + " is given twice in the postgresql target: give it once");
     }
     if (name == "poll_interval") {
-      out->poll_interval = ReadPollInterval(value);
+      out->poll_interval = ReadSeconds(name, value, 3600);
+    } else if (name == "reconnect_timeout") {
+      out->reconnect_timeout = ReadSeconds(name, value, PgTarget::kMaxReconnectTimeout);
     } else if (name == "schema") {
       out->schema = ReadSchema(value);
     } else {
@@ -185,19 +193,59 @@ std::vector<std::string> ReadQuery(std::string_view query, PgTarget* out) {
   return kept;
 }
 
-// libpq's own check of what it gets: unknown parameters, a malformed URI.
-void CheckWithLibpq(const PgTarget& target) {
+// libpq's reading of the URI: the options it sets (name -> value), or
+// kInvalidArgument for unknown parameters or a malformed URI.
+std::map<std::string, std::string> ReadWithLibpq(const PgTarget& target) {
   char* message = nullptr;
   PQconninfoOption* options = PQconninfoParse(target.conninfo.c_str(), &message);
-  if (options != nullptr) {
-    PQconninfoFree(options);
-    return;
+  if (options == nullptr) {
+    std::string why = message ? message : "it cannot be read";
+    if (message) PQfreemem(message);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    throw Error(ErrorCode::kInvalidArgument, "the postgresql target '" + target.display +
+                                                 "' is not a valid URI: " + target.Hide(why));
   }
-  std::string why = message ? message : "it cannot be read";
-  if (message) PQfreemem(message);
-  while (!why.empty() && why.back() == '\n') why.pop_back();
-  throw Error(ErrorCode::kInvalidArgument, "the postgresql target '" + target.display +
-                                               "' is not a valid URI: " + target.Hide(why));
+  std::map<std::string, std::string> set;
+  for (const PQconninfoOption* option = options; option->keyword != nullptr; ++option) {
+    if (option->val != nullptr) set[option->keyword] = option->val;
+  }
+  PQconninfoFree(options);
+  return set;
+}
+
+// What percolite adds to a URI that leaves it out (pg_target.h says why).
+constexpr std::pair<const char*, const char*> kConnectDefaults[] = {
+    {"connect_timeout", "10"},    {"keepalives", "1"},       {"keepalives_idle", "5"},
+    {"keepalives_interval", "2"}, {"keepalives_count", "3"}, {"tcp_user_timeout", "10000"},
+};
+
+// `target_session_attrs` checked (a store must write), or set when several
+// hosts are named; then the defaults. Returns the URI libpq connects with.
+std::string ConnectUri(const PgTarget& target, const std::map<std::string, std::string>& set) {
+  std::string uri = target.conninfo;
+  const auto add = [&uri](std::string_view name, std::string_view value) {
+    uri += uri.find('?') == std::string::npos ? '?' : '&';
+    uri.append(name).append("=").append(value);
+  };
+  const auto attrs = set.find("target_session_attrs");
+  if (attrs != set.end()) {
+    if (attrs->second != "read-write" && attrs->second != "primary") {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "target_session_attrs=" + attrs->second +
+                      " in the postgresql target: a store writes, so it must reach the "
+                      "primary: use read-write or primary, or leave it out");
+    }
+  } else {
+    const auto host = set.find("host");
+    const auto hostaddr = set.find("hostaddr");
+    const bool several = (host != set.end() && host->second.find(',') != std::string::npos) ||
+                         (hostaddr != set.end() && hostaddr->second.find(',') != std::string::npos);
+    if (several) add("target_session_attrs", "read-write");
+  }
+  for (const auto& [name, value] : kConnectDefaults) {
+    if (set.count(name) == 0) add(name, value);
+  }
+  return uri;
 }
 
 }  // namespace
@@ -259,7 +307,7 @@ PgTarget ParsePgTarget(const std::string& target) {
         ReadQuery(std::string_view(target).substr(query + 1), &out);
     for (size_t i = 0; i < kept.size(); ++i) out.conninfo += (i == 0 ? "?" : "&") + kept[i];
   }
-  CheckWithLibpq(out);
+  out.connect = ConnectUri(out, ReadWithLibpq(out));
   return out;
 }
 
