@@ -209,10 +209,9 @@ def run(
     if backend == "lmdb" and os.path.exists(shared) and not os.path.isdir(shared):
         raise ValueError(f"--db {db}: is a file, not a store directory")
     target = export or default_export(shared)
+    _sources(paths, base_url, _Problems())  # bad arguments raise before anything is made
     wi.set_export(target)
     problems = _Problems()
-    sources_check = _sources(paths, base_url, _Problems())  # bad arguments raise before opening
-    del sources_check
     env = percolite.open(db, app=wi.app)
     worker_proc = None
     try:
