@@ -61,7 +61,9 @@ def default_export(db: str | os.PathLike[str]) -> str:
     """The query database beside the store: ``sqlite:<db>.webindex.sqlite``."""
     backend, target = shared_target(db)
     if backend != "lmdb":
-        raise ValueError("a store that is not a directory needs --export sqlite:FILE")
+        raise ValueError(
+            f"{shown_target(db)} is not a directory: name the query database, --export sqlite:FILE"
+        )
     path = Path(target).absolute()
     return "sqlite:" + str(path.with_name(path.name + ".webindex.sqlite"))
 
@@ -208,13 +210,22 @@ def run(
         raise ValueError(f"--db {shown_target(db)}: {e}") from None
     if backend == "lmdb" and os.path.exists(shared) and not os.path.isdir(shared):
         raise ValueError(f"--db {db}: is a file, not a store directory")
-    target = export or default_export(shared)
-    _sources(paths, base_url, _Problems())  # bad arguments raise before anything is made
-    wi.set_export(target)
+    # Bad arguments raise before anything is made; the store is opened
+    # before the query database is: a server that cannot be reached is
+    # named as the store's.
+    _sources(paths, base_url, _Problems())
+    target = export or (default_export(shared) if backend == "lmdb" else None)
+    if target is not None:
+        wi.open_sink(target)
     problems = _Problems()
     env = percolite.open(db, app=wi.app)
     worker_proc = None
     try:
+        if target is None:
+            raise ValueError(
+                f"--db {shown_target(db)}: name the query database: --export sqlite:FILE"
+            )
+        wi.set_export(target)
         if processes > 0:
             worker_proc = _start_worker_processes(db, processes, threads)
         else:
