@@ -196,3 +196,40 @@ def test_command_line_refuses_a_directory_without_base_url(tmp_path):
     assert "--base-url is needed" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "db").exists()
+
+
+def test_pages_table_joins_two_sources_by_their_own_seq(tmp_path):
+    """Entries of the two sources of webindex_pages, in any order across
+    calls: each applies only above its own source's seq for the URI, and
+    writes only its own columns; the URI source decides whether the row
+    exists."""
+    from percolite import SequencedExport as E
+    from percolite.webindex.sink import SQLiteTables
+
+    target = "sqlite:" + str(tmp_path / "q.sqlite")
+    sink = SQLiteTables(str(tmp_path / "q.sqlite"))
+    u = "http://e.org/a"
+
+    def row():
+        return wi.read_tables(target)["webindex_pages"]
+
+    sink.outcounts([E(u, 3, 10)])  # before the row exists: kept, no row made
+    assert row() == []
+    sink.pages([E(u, (2, 1), 20)])
+    assert row() == [(u, "e.org", 2, 3, 1)]
+    sink.pages([E(u, (9, 1), 5)])  # older than the row's: ignored
+    sink.outcounts([E(u, 7, 9)])
+    assert row() == [(u, "e.org", 2, 3, 1)]
+    sink.outcounts([E(u, 4, 30)])
+    sink.pages([E(u, (5, 1), 25)])  # newer incount, outcount untouched
+    assert row() == [(u, "e.org", 5, 4, 1)]
+    sink.pages([E(u, None, 40)])  # no longer known
+    sink.outcounts([E(u, 6, 41)])  # does not bring the row back
+    sink.pages([E(u, (1, 0), 35)])  # older than the deletion: ignored
+    assert row() == []
+    sink.pages([E(u, (1, 1), 50)])  # back, with the outcount sent while it was gone
+    assert row() == [(u, "e.org", 1, 6, 1)]
+    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', "x", 7)])
+    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', None, 8)])
+    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', "old", 6)])
+    assert wi.read_tables(target)["webindex_inlinks"] == []
