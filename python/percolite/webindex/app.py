@@ -101,10 +101,10 @@ class Sink:
             raise ValueError("webindex exports to SQLite only so far: use sqlite:FILE")
         if not target.startswith("sqlite:") or not target[len("sqlite:") :]:
             raise ValueError(f"unknown export target {target!r}: use sqlite:FILE")
-        self.target = target
-        self.path = os.path.abspath(target[len("sqlite:") :])
-        self.tables = SQLiteTables(self.path)
-        self.domains = exporters.SQLite(
+        self.target: str = target
+        self.path: str = os.path.abspath(target[len("sqlite:") :])
+        self.tables: SQLiteTables = SQLiteTables(self.path)
+        self.domains: exporters.SQLite = exporters.SQLite(
             self.path, "webindex_domains", key="domain", columns=("pages", "incount")
         )
 

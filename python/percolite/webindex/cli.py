@@ -50,7 +50,7 @@ class Summary(NamedTuple):
     domains: int
     inlinks: int
     elapsed: float
-    problems: collections.Counter  # ProblemKind -> count
+    problems: collections.Counter[ProblemKind]
     missing: list[str]
     examples: list[Problem]  # the first problems of each kind
     top: list[tuple[Any, ...]]
@@ -70,7 +70,7 @@ def default_export(db: str | os.PathLike[str]) -> str:
 
 class _Problems:
     def __init__(self) -> None:
-        self.counts: collections.Counter = collections.Counter()
+        self.counts: collections.Counter[ProblemKind] = collections.Counter()
         self.examples: list[Problem] = []
         self.missing: list[str] = []
 

@@ -63,10 +63,10 @@ class SQLiteTables:
     Each call is one ``BEGIN IMMEDIATE`` transaction."""
 
     def __init__(self, path: str, timeout: float = 30.0) -> None:
-        self.path = os.path.abspath(path)
+        self.path: str = os.path.abspath(path)
         if not os.path.isdir(os.path.dirname(self.path)):
             raise FileNotFoundError(f"no directory for the query database {self.path}")
-        self.timeout = timeout
+        self.timeout: float = timeout
         self._local = threading.local()
 
     def _conn(self) -> sqlite3.Connection:
