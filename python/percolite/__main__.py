@@ -1,8 +1,8 @@
 """The percolite command line: ``percolite`` or ``python -m percolite``.
 
-Commands: ``phrasecount [PATH ...]``, ``demo``, ``status``, ``scan``,
-``wait``, ``worker MODULE:APP``, ``retry``, ``take-over MODULE:APP QUEUE``,
-``check``, ``restored``. Each takes its store as ``--db DB`` or from
+Commands: ``phrasecount [PATH ...]``, ``webindex load|top|inlinks|domains``,
+``demo``, ``status``, ``scan``, ``wait``, ``worker MODULE:APP``, ``retry``,
+``take-over MODULE:APP QUEUE``, ``check``, ``restored``. Each takes its store as ``--db DB`` or from
 ``$PERCOLITE_DB``; those whose only positional argument is the store take
 it as ``DB`` too (``percolite status DB``).
 
@@ -434,6 +434,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     phrasecount_cli.add_arguments(phrasecount)
     phrasecount.set_defaults(func=phrasecount_cli.main)
+
+    from .webindex import cli as webindex_cli
+
+    webindex = command(
+        "webindex",
+        "inbound links of web pages, kept current in a query database",
+        "`webindex load PATH...` loads directories of HTML files, link records or WARC files; "
+        "`webindex top|inlinks|domains` query the database it keeps.",
+    )
+    webindex_cli.add_arguments(webindex)
 
     demo = command(
         "demo",

@@ -32,11 +32,21 @@ COMMANDS = {
     "worker": ["worker", "children.flaky_app:app", "--db", "{db}", "--until-idle"],
     "take-over": ["take-over", "children.flaky_app:app", "out", "--db", "{db}"],
     "phrasecount": ["phrasecount", "--quiet", "--db", "{db}"],
+    "webindex": [
+        "webindex",
+        "load",
+        "children",
+        "--base-url",
+        "http://x/",
+        "--quiet",
+        "--db",
+        "{db}",
+    ],
     "demo": ["demo", "--db", "{db}"],
     "ui": ["ui", "--db", "{db}", "--port", "0"],
 }
 # Those that make their store where there is none.
-CREATES = {"phrasecount", "demo"}
+CREATES = {"phrasecount", "webindex", "demo"}
 # Those whose only positional argument is the store.
 POSITIONAL = {"status", "scan", "wait", "retry", "check", "restored", "ui"}
 
@@ -91,9 +101,13 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_the_table_covers_every_command():
     assert set(subcommands()) == set(COMMANDS), "a new command: add it to COMMANDS"
     for name, sub in subcommands().items():
-        options = {o for a in sub._actions for o in a.option_strings}
+        actions = sub._actions
+        groups = [a for a in actions if isinstance(a, argparse._SubParsersAction)]
+        if groups:  # a group of commands: the one of the table takes the store
+            actions = groups[0].choices[COMMANDS[name][1]]._actions
+        options = {o for a in actions for o in a.option_strings}
         assert "--db" in options, name
-        has_db = any(a.dest == "store" for a in sub._actions)
+        has_db = any(a.dest == "store" for a in actions)
         assert has_db == (name in POSITIONAL), name
 
 

@@ -1,0 +1,393 @@
+"""The webindex application, built only on percolite's public API.
+
+It follows Apache Fluo's webindex: pages go in with their outlinks; the
+inbound-link index, the per-URI and per-domain counts and the rankings are
+kept current in a query database, never in the store ("inverting on
+export").
+
+Data flow::
+
+    load_page(uri, links)            one transaction per new or changed page
+      p:<uri>  page:new              the page's links as JSON ("-": removed);
+                                     STRONG notification
+                                  |
+    page_changed (observer)       v  diffs them against page:links
+      combine queue "uris"           uri -> (incount, has_content), native sum;
+                                     all zero deletes the key: "no longer known"
+      export "export_inlinks"        [target, source] -> anchor, None when gone
+      export "export_outcounts"      uri -> number of outlinks, None: no content
+                                  |
+    uris: export_to + on_change   v
+      export "export_pages"          uri -> (incount, has_content), None: unknown
+      combine queue "domains"        domain -> (pages, incount), native sum
+                                  |
+    domains: export_to            v
+      export "export_domains"        webindex_domains (the built-in SQLite exporter)
+
+The export queues' sink is the query database (``sink`` holds the exporter
+of the pages and inlinks tables, and why it is not a built-in one).
+
+The semantics (``links`` holds the URI rules):
+
+* a URI's inbound count is the number of distinct pages with content whose
+  outlinks include it;
+* a URI is known while it has content or an inbound count above zero: that
+  is exactly while its combine value is not all zero;
+* a domain (the URI's host) has the number of its known URIs and the sum of
+  their inbound counts.
+
+Every worker process imports this module, so the sink is named by the
+environment variable ``PERCOLITE_WEBINDEX_EXPORT`` (``sqlite:FILE``), which
+:func:`set_export` sets for this process and the worker processes it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections import defaultdict
+from typing import Any
+
+import percolite
+from percolite import exporters
+
+from .links import domain_of
+from .sink import SQLiteTables
+
+__all__ = [
+    "app",
+    "uris",
+    "domains",
+    "load_page",
+    "remove_page",
+    "load_file",
+    "unload_file",
+    "set_export",
+    "open_sink",
+    "read_top",
+    "read_inlinks",
+    "read_domains",
+    "read_tables",
+    "EXPORT_VARIABLE",
+]
+
+EXPORT_VARIABLE = "PERCOLITE_WEBINDEX_EXPORT"
+
+NEW = ("page", "new")  # links to index: JSON {target: anchor}, or REMOVED
+LINKS = ("page", "links")  # the indexed links, while the page has content
+FILE_URI = ("file", "uri")
+FILE_DIGEST = ("file", "digest")
+REMOVED = b"-"
+
+app: percolite.App = percolite.App("webindex")
+
+uris: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
+    "uris", buckets=16, value_codec="int64s:2", linger=0.5
+)
+domains: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
+    "domains", buckets=4, value_codec="int64s:2", linger=0.5
+)
+
+
+class Sink:
+    """The query database: the webindex tables of one SQLite file."""
+
+    def __init__(self, target: str) -> None:
+        if not isinstance(target, str):
+            raise TypeError(f"the export target must be a str, not {type(target).__name__}")
+        if target.startswith(("postgresql://", "postgres://")):
+            raise ValueError("webindex exports to SQLite only so far: use sqlite:FILE")
+        if not target.startswith("sqlite:") or not target[len("sqlite:") :]:
+            raise ValueError(f"unknown export target {target!r}: use sqlite:FILE")
+        self.target: str = target
+        self.path: str = os.path.abspath(target[len("sqlite:") :])
+        self.tables: SQLiteTables = SQLiteTables(self.path)
+        self.domains: exporters.SQLite = exporters.SQLite(
+            self.path, "webindex_domains", key="domain", columns=("pages", "incount")
+        )
+
+
+def open_sink(target: str) -> Sink:
+    """The sink for ``target`` (``sqlite:FILE``); raises ValueError for another."""
+    return Sink(target)
+
+
+_sink: list[Sink] = []
+_sink_lock = threading.Lock()
+
+
+def set_export(target: str) -> Sink:
+    """Choose the sink for this process and the worker processes it starts."""
+    sink = open_sink(target)
+    sink.tables.create()
+    os.environ[EXPORT_VARIABLE] = target
+    with _sink_lock:
+        _sink[:] = [sink]
+    return sink
+
+
+def _current_sink() -> Sink:
+    with _sink_lock:
+        if not _sink:
+            target = os.environ.get(EXPORT_VARIABLE)
+            if not target:
+                raise percolite.SinkRefused(
+                    f"no export target: call set_export() or set {EXPORT_VARIABLE}"
+                )
+            _sink.append(open_sink(target))
+        return _sink[0]
+
+
+class _Forward:
+    """An export queue's exporter: the sink this process chose, its part
+    ``part``."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __call__(self, entries: list[Any]) -> None:
+        sink = _current_sink()
+        if self.part == "domains":
+            sink.domains(entries)
+        else:
+            getattr(sink.tables, self.part)(entries)
+
+    def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
+        if self.part != "domains":
+            raise percolite.SinkRefused(f"the {self.part} tables record no owner to take over")
+        return dict(_current_sink().domains.take_over(store, epoch))
+
+    def __repr__(self) -> str:
+        return f"<webindex sink {self.part}: ${EXPORT_VARIABLE}>"
+
+
+pages_export: percolite.ExportQueue[str, Any] = app.export_queue(
+    "export_pages",
+    _Forward("pages"),
+    buckets=4,
+    value_codec="int64s:2",
+    batch_size=8192,
+    linger=0.5,
+)
+outcounts_export: percolite.ExportQueue[str, Any] = app.export_queue(
+    "export_outcounts",
+    _Forward("outcounts"),
+    buckets=4,
+    value_codec="int64",
+    batch_size=8192,
+    linger=0.5,
+)
+inlinks_export: percolite.ExportQueue[str, Any] = app.export_queue(
+    "export_inlinks", _Forward("inlinks"), buckets=4, value_codec="str", batch_size=8192, linger=0.5
+)
+domains_export: percolite.ExportQueue[str, Any] = app.export_queue(
+    "export_domains",
+    _Forward("domains"),
+    buckets=1,
+    value_codec="int64s:2",
+    batch_size=8192,
+    linger=0.5,
+)
+
+uris.export_to(pages_export)
+domains.export_to(domains_export)
+
+
+@uris.on_change
+def _uri_changed(tx: percolite.Transaction, changes: list[Any]) -> None:
+    """A URI that becomes known or unknown changes its domain's page count;
+    a changed inbound count, its domain's sum."""
+    updates: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for change in changes:
+        old = change.old or (0, 0)
+        new = change.new or (0, 0)
+        delta = updates[domain_of(change.key)]
+        delta[0] += (change.new is not None) - (change.old is not None)
+        delta[1] += new[0] - old[0]
+    domains.add(tx, {d: (p, n) for d, (p, n) in updates.items() if p or n})
+
+
+def _links_of(value: bytes | None) -> dict[str, str] | None:
+    if value is None or value == REMOVED:
+        return None
+    return json.loads(value)
+
+
+@app.observer(NEW, notify=percolite.STRONG)
+def page_changed(tx: percolite.Transaction, row: bytes, column: percolite.Column) -> None:
+    """Diffs a page's new outlinks against its indexed ones: +1/-1 per
+    target gained or lost, the page's own has_content, the inlinks and the
+    outcount exported."""
+    new_value = tx.get(row, NEW)
+    if new_value is None:
+        return
+    uri = row[2:].decode()
+    old = _links_of(tx.get(row, LINKS))
+    new = _links_of(new_value)
+    old_links, new_links = old or {}, new or {}
+    updates: dict[str, tuple[int, int]] = {}
+    for target, anchor in new_links.items():
+        before = old_links.get(target)
+        if before is None:
+            updates[target] = (1, 0)
+        if before != anchor:
+            inlinks_export.add(tx, json.dumps([target, uri]), anchor)
+    for target in old_links.keys() - new_links.keys():
+        updates[target] = (-1, 0)
+        inlinks_export.add(tx, json.dumps([target, uri]), None)
+    if (old is None) != (new is None):
+        updates[uri] = (0, 1 if new is not None else -1)
+    if updates:
+        uris.add(tx, updates)
+    if (old is None) != (new is None) or len(old_links) != len(new_links):
+        outcounts_export.add(tx, uri, None if new is None else len(new_links))
+    if new is None:
+        tx.delete(row, LINKS)
+    else:
+        tx.set(row, LINKS, new_value)
+    tx.delete(row, NEW)
+
+
+def _encode(links: dict[str, str]) -> bytes:
+    return json.dumps(links, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _current(tx: percolite.Transaction, row: str) -> bytes | None:
+    """The page's links as last loaded (pending or indexed); None: no content."""
+    value = tx.get(row, NEW)
+    if value is None:
+        value = tx.get(row, LINKS)
+    return None if value == REMOVED else value
+
+
+def load_page(tx: percolite.Transaction, uri: str, links: dict[str, str]) -> bool:
+    """Gives page ``uri`` (normalized) the outlinks ``links`` in ``tx``;
+    False when it had them already."""
+    row = "p:" + uri
+    value = _encode(links)
+    if _current(tx, row) == value:
+        return False
+    tx.set(row, NEW, value)
+    return True
+
+
+def remove_page(tx: percolite.Transaction, uri: str) -> bool:
+    """Removes page ``uri``'s content; False when it had none."""
+    row = "p:" + uri
+    if _current(tx, row) is None:
+        return False
+    tx.set(row, NEW, REMOVED)
+    return True
+
+
+def load_file(
+    tx: percolite.Transaction, path: str, digest: str, uri: str, links: dict[str, str]
+) -> bool:
+    """Records that file ``path`` (bytes of digest ``digest``) is page
+    ``uri`` and loads it; False when the file is unchanged."""
+    row = "f:" + path
+    old_uri = tx.get(row, FILE_URI)
+    if old_uri == uri.encode() and tx.get(row, FILE_DIGEST) == digest.encode():
+        return False
+    if old_uri is not None and old_uri != uri.encode():
+        remove_page(tx, old_uri.decode())  # loaded with another base URL before
+    tx.set(row, FILE_URI, uri)
+    tx.set(row, FILE_DIGEST, digest)
+    load_page(tx, uri, links)
+    return True
+
+
+def unload_file(tx: percolite.Transaction, path: str) -> bool:
+    """Removes file ``path`` and its page; False when it was not loaded."""
+    row = "f:" + path
+    uri = tx.get(row, FILE_URI)
+    if uri is None:
+        return False
+    tx.delete(row, FILE_URI)
+    tx.delete(row, FILE_DIGEST)
+    remove_page(tx, uri.decode())
+    return True
+
+
+def loaded_files(tx: percolite.Transaction, prefix: str) -> list[str]:
+    """The loaded files whose absolute path starts with ``prefix``."""
+    start = len("f:")
+    return [
+        row[start:].decode() for row, _c, _v in tx.scan(prefix="f:" + prefix, columns=[FILE_URI])
+    ]
+
+
+# -- queries ----------------------------------------------------------------------
+
+
+def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if not target.startswith("sqlite:"):
+        raise ValueError(f"unknown export target {target!r}: use sqlite:FILE")
+    path = target[len("sqlite:") :]
+    if not os.path.exists(path):
+        return []
+    with sqlite3.connect(path) as db:
+        try:
+            return db.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return []  # nothing exported yet
+            raise
+
+
+def read_top(target: str, n: int = 10, domain: str | None = None) -> list[tuple[Any, ...]]:
+    """The ``n`` URIs with the most inbound links:
+    ``[(uri, incount, outcount, has_content)]``, of ``domain`` if given."""
+    where, args = ("WHERE domain = ? ", (domain,)) if domain else ("", ())
+    return _query(
+        target,
+        f"SELECT uri, incount, outcount, has_content FROM webindex_pages {where}"
+        "ORDER BY incount DESC, uri LIMIT ?",
+        (*args, n),
+    )
+
+
+def read_inlinks(target: str, uri: str) -> list[tuple[str, str]]:
+    """The pages linking to ``uri``: ``[(from_uri, anchor)]``."""
+    return _query(
+        target,
+        "SELECT from_uri, anchor FROM webindex_inlinks WHERE uri = ? ORDER BY from_uri",
+        (uri,),
+    )
+
+
+def read_domains(target: str, n: int = 10) -> list[tuple[str, int, int]]:
+    """The ``n`` domains with the most inbound links: ``[(domain, pages, incount)]``."""
+    return _query(
+        target,
+        "SELECT domain, pages, incount FROM webindex_domains ORDER BY incount DESC, domain LIMIT ?",
+        (n,),
+    )
+
+
+def read_tables(target: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the three tables, sorted, without the seq columns: for
+    comparing two query databases."""
+    return {
+        "webindex_pages": _query(
+            target,
+            "SELECT uri, domain, incount, outcount, has_content FROM webindex_pages ORDER BY uri",
+        ),
+        "webindex_inlinks": _query(
+            target,
+            "SELECT uri, from_uri, anchor FROM webindex_inlinks ORDER BY uri, from_uri",
+        ),
+        "webindex_domains": _query(
+            target, "SELECT domain, pages, incount FROM webindex_domains ORDER BY domain"
+        ),
+    }
+
+
+def read_counts(target: str) -> dict[str, int]:
+    """How many rows each of the three tables holds."""
+    return {
+        table: (_query(target, f"SELECT count(*) FROM {table}") or [(0,)])[0][0]
+        for table in ("webindex_pages", "webindex_inlinks", "webindex_domains")
+    }

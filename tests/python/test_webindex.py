@@ -1,0 +1,235 @@
+"""webindex end to end: the exported tables equal those of a plain-Python
+model of the web, and an incrementally kept store's tables equal those of a
+fresh store loaded with the final pages, run after run."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import percolite
+from percolite.webindex import app as wi
+from percolite.webindex import cli, synthetic
+
+
+def expected_tables(web):
+    """The three tables computed from ``{uri: {target: anchor}}`` by the rules."""
+    incount = collections.Counter(t for links in web.values() for t in links)
+    known = set(web) | set(incount)
+    host = {u: urlsplit(u).hostname for u in known}
+    pages = sorted((u, host[u], incount[u], len(web.get(u, {})), int(u in web)) for u in known)
+    inlinks = sorted((t, s, a) for s, links in web.items() for t, a in links.items())
+    domains = collections.defaultdict(lambda: [0, 0])
+    for u in known:
+        domains[host[u]][0] += 1
+        domains[host[u]][1] += incount[u]
+    return {
+        "webindex_pages": pages,
+        "webindex_inlinks": inlinks,
+        "webindex_domains": sorted((d, p, n) for d, (p, n) in domains.items()),
+    }
+
+
+def _index(env, paths, base_url=None):
+    read, loaded, removed = cli.load_into(env, [str(p) for p in paths], base_url)
+    assert env.wait(timeout=300)
+    return read, loaded, removed
+
+
+def _fresh_tables(tmp_path, name, paths, base_url=None):
+    target = "sqlite:" + str(tmp_path / f"{name}.sqlite")
+    wi.set_export(target)
+    with percolite.open(":memory:", app=wi.app) as fresh:
+        fresh.start_workers(4)
+        _index(fresh, paths, base_url)
+        fresh.stop_workers()
+    return wi.read_tables(target)
+
+
+def test_html_tree_incremental_equals_from_scratch_memory(tmp_path):
+    web = synthetic.generate(600, seed=11)
+    tree = tmp_path / "tree"
+    kept = "sqlite:" + str(tmp_path / "kept.sqlite")
+    with percolite.open(":memory:", app=wi.app) as env:
+        for run in range(4):
+            before = len(web)
+            if run:
+                web = synthetic.mutate(web, seed=run, edit=0.1, remove=0.03, add=0.03)
+            synthetic.write_html(web, str(tree))
+            wi.set_export(kept)
+            env.start_workers(4)
+            read, loaded, removed = _index(env, [tree], "http://")
+            env.stop_workers()
+            assert read == len(web)
+            if run:
+                assert 0 < loaded < len(web)
+                assert removed == int(before * 0.03)
+            tables = wi.read_tables(kept)
+            assert tables == expected_tables(web)
+            assert _fresh_tables(tmp_path, f"fresh{run}", [tree], "http://") == tables
+        # Nothing changed: nothing is loaded, the tables stay.
+        wi.set_export(kept)
+        env.start_workers(2)
+        assert _index(env, [tree], "http://") == (len(web), 0, 0)
+        env.stop_workers()
+        assert wi.read_tables(kept) == expected_tables(web)
+
+
+def test_link_records_add_and_replace_memory(tmp_path):
+    first = synthetic.generate(500, seed=12)
+    second = synthetic.mutate(first, seed=7, edit=0.2, remove=0.1, add=0.05)
+    synthetic.write_records(first, str(tmp_path / "first.jsonl"))
+    synthetic.write_records(second, str(tmp_path / "second.jsonl"))
+    merged = dict(first, **second)  # records remove no page: later ones replace
+    synthetic.write_records(merged, str(tmp_path / "merged.jsonl"))
+    kept = "sqlite:" + str(tmp_path / "kept.sqlite")
+    wi.set_export(kept)
+    with percolite.open(":memory:", app=wi.app) as env:
+        env.start_workers(4)
+        _index(env, [tmp_path / "first.jsonl"])
+        assert wi.read_tables(kept) == expected_tables(first)
+        _index(env, [tmp_path / "second.jsonl"])
+        assert wi.read_tables(kept) == expected_tables(merged)
+        # The same file again changes nothing.
+        assert _index(env, [tmp_path / "second.jsonl"])[1:] == (0, 0)
+        # Within one run, a later record of a URI replaces the earlier one.
+        _index(env, [tmp_path / "first.jsonl", tmp_path / "second.jsonl"])
+        env.stop_workers()
+        assert wi.read_tables(kept) == expected_tables(merged)
+    fresh = _fresh_tables(tmp_path, "fresh", [tmp_path / "merged.jsonl"])
+    assert fresh == expected_tables(merged)
+
+
+def test_lmdb_across_cli_runs(tmp_path):
+    web = synthetic.generate(2000, seed=13)
+    tree = tmp_path / "tree"
+    db = tmp_path / "db"
+    kept = "sqlite:" + str(tmp_path / "kept.sqlite")
+    for run in range(3):
+        if run:
+            web = synthetic.mutate(web, seed=20 + run, edit=0.05, remove=0.01, add=0.01)
+        synthetic.write_html(web, str(tree))
+        summary = cli.run([str(tree)], db, export=kept, base_url="http://", progress=False)
+        assert summary.pages == len(web) and not summary.problems
+        tables = wi.read_tables(kept)
+        assert tables == expected_tables(web)
+        assert summary.uris == len(tables["webindex_pages"])
+        fresh = cli.run(
+            [str(tree)],
+            tmp_path / f"fresh{run}",
+            export="sqlite:" + str(tmp_path / f"fresh{run}.sqlite"),
+            base_url="http://",
+            processes=0,
+            progress=False,
+        )
+        assert fresh.loaded == len(web)
+        assert wi.read_tables("sqlite:" + str(tmp_path / f"fresh{run}.sqlite")) == tables
+
+
+def _cli(*args, cwd):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run(
+        [sys.executable, "-m", "percolite", "webindex", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_command_line_load_and_queries_with_bad_input(tmp_path):
+    site = tmp_path / "site"
+    (site / "docs").mkdir(parents=True)
+    (site / "index.html").write_text(
+        '<a href="docs/a.html">A</a> <a href="docs/b.html">B</a> <a href="http://[x">bad</a>'
+    )
+    (site / "docs" / "a.html").write_text('<a href="b.html">to b</a><a href="../">home</a>')
+    (site / "docs" / "b.html").write_bytes(b"<a href='a.html'>caf\xe9</a>")
+    (site / "docs" / "logo.png").write_bytes(b"\x89PNG\0")
+    (site / "docs" / "blob.html").write_bytes(b"\0\0\0")
+    done = _cli(
+        "load",
+        str(site),
+        str(tmp_path / "gone"),
+        "--db",
+        str(tmp_path / "db"),
+        "--base-url",
+        "https://Example.org/",
+        "--quiet",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr  # a missing PATH
+    assert "error: " + str(tmp_path / "gone") in done.stderr
+    assert "pages: 3 read, 3 new or changed, 0 removed; known URIs: 4" in done.stdout
+    assert "1 bad href" in done.stdout and "2 not HTML" in done.stdout
+    assert "1 decoded with replacement" in done.stdout
+    db = ["--db", str(tmp_path / "db")]
+    top = _cli("top", *db, "-n", "2", cwd=tmp_path)
+    assert top.returncode == 0, top.stderr
+    assert top.stdout.splitlines()[1].split() == ["2", "2", "https://example.org/docs/a.html"]
+    inlinks = _cli("inlinks", "https://example.org/docs/b.html", *db, cwd=tmp_path)
+    assert "2 pages link to" in inlinks.stdout and "'to b'" in inlinks.stdout
+    domains = _cli("domains", *db, cwd=tmp_path)
+    assert domains.stdout.splitlines()[1].split() == ["4", "5", "example.org"]
+    # A page gone: its outlinks go, and the URI stays known while linked.
+    (site / "docs" / "a.html").unlink()
+    done = _cli(
+        "load", str(site), *db, "--base-url", "https://example.org/", "--quiet", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pages: 2 read, 0 new or changed, 1 removed; known URIs: 3" in done.stdout
+    target = "sqlite:" + str(tmp_path / "db.webindex.sqlite")
+    assert wi.read_top(target, 5) == [
+        ("https://example.org/docs/a.html", 2, 0, 0),
+        ("https://example.org/docs/b.html", 1, 1, 1),
+        ("https://example.org/index.html", 0, 2, 1),
+    ]
+
+
+def test_command_line_refuses_a_directory_without_base_url(tmp_path):
+    done = _cli("load", str(tmp_path), "--db", str(tmp_path / "db"), "--quiet", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "--base-url is needed" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "db").exists()
+
+
+def test_pages_table_joins_two_sources_by_their_own_seq(tmp_path):
+    """Entries of the two sources of webindex_pages, in any order across
+    calls: each applies only above its own source's seq for the URI, and
+    writes only its own columns; the URI source decides whether the row
+    exists."""
+    from percolite import SequencedExport as E
+    from percolite.webindex.sink import SQLiteTables
+
+    target = "sqlite:" + str(tmp_path / "q.sqlite")
+    sink = SQLiteTables(str(tmp_path / "q.sqlite"))
+    u = "http://e.org/a"
+
+    def row():
+        return wi.read_tables(target)["webindex_pages"]
+
+    sink.outcounts([E(u, 3, 10)])  # before the row exists: kept, no row made
+    assert row() == []
+    sink.pages([E(u, (2, 1), 20)])
+    assert row() == [(u, "e.org", 2, 3, 1)]
+    sink.pages([E(u, (9, 1), 5)])  # older than the row's: ignored
+    sink.outcounts([E(u, 7, 9)])
+    assert row() == [(u, "e.org", 2, 3, 1)]
+    sink.outcounts([E(u, 4, 30)])
+    sink.pages([E(u, (5, 1), 25)])  # newer incount, outcount untouched
+    assert row() == [(u, "e.org", 5, 4, 1)]
+    sink.pages([E(u, None, 40)])  # no longer known
+    sink.outcounts([E(u, 6, 41)])  # does not bring the row back
+    sink.pages([E(u, (1, 0), 35)])  # older than the deletion: ignored
+    assert row() == []
+    sink.pages([E(u, (1, 1), 50)])  # back, with the outcount sent while it was gone
+    assert row() == [(u, "e.org", 1, 6, 1)]
+    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', "x", 7)])
+    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', None, 8)])
+    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', "old", 6)])
+    assert wi.read_tables(target)["webindex_inlinks"] == []
