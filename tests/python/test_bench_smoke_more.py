@@ -105,8 +105,8 @@ def test_runs_alone_help(module: str) -> None:
 
 
 def test_growth_alone_with_explicit_options(tmp_path: Path) -> None:
-    """Standalone, tiny: explicit options win over the defaults; the two
-    targets are a ratio (drain) and 'not measured' (RSS: no 10k/100k run)."""
+    """Standalone, tiny: explicit options win over the defaults; the drain
+    target is a ratio, the rate and memory ones 'not measured' (no 10k/100k run)."""
     out, stores = tmp_path / "growth.json", tmp_path / "stores"
     stdout = run_script(
         "bench_growth.py",
@@ -123,26 +123,29 @@ def test_growth_alone_with_explicit_options(tmp_path: Path) -> None:
     assert [size["documents"] for size in report["sizes"]] == [30, 150]
     assert all(size["peak_rss_mib"] > 0 for size in report["sizes"])
     assert [r["exported_entries"] > 0 for r in report["drain"]["rounds"]] == [True] * 3
-    assert "peak RSS at 10,000 docs / at 100,000 docs (RSS grows at most 1.25x): not measured" in (
-        stdout
-    )
+    rate = "documents/s at 100,000 docs / at 10,000 docs (the rate falls at most to 0.8x)"
+    anon = "anonymous memory peak at 10,000 docs / at 100,000 docs (RssAnon grows at most 1.25x)"
+    assert f"target: growth: {rate}: not measured" in stdout
+    assert f"target: growth: {anon}: not measured" in stdout
     assert "target: growth: data.mdb after drain round 2 / after round 3" in stdout
     assert list(stores.iterdir()) == [], "scratch stores were left behind"
 
 
-def _growth_report(peaks: dict[int, float], files: list[float]) -> dict[str, Any]:
+def _growth_report(
+    peaks: dict[int, float], files: list[float], seconds: dict[int, float] | None = None
+) -> dict[str, Any]:
     return {
         "settings": {"pc_threads": 4, "drain_updates": 10, "drain_keys": 5},
         "sizes": [
             {
                 "documents": documents,
                 "phrases": documents * 10,
-                "peak_rss_mib": peak,
-                "peak_rss_anon_mib": peak / 2,
-                "peak_rss_file_mib": peak / 2,
+                "peak_rss_mib": 3 * peak,
+                "peak_rss_anon_mib": peak,
+                "peak_rss_file_mib": 2 * peak,
                 "data_mdb_mib": 1.0,
                 "sink_mib": None,
-                "seconds": 1.0,
+                "seconds": (seconds or {}).get(documents, 1.0),
             }
             for documents, peak in peaks.items()
         ],
@@ -156,34 +159,73 @@ def _growth_report(peaks: dict[int, float], files: list[float]) -> dict[str, Any
 
 
 @pytest.mark.parametrize(
-    ("peaks", "files", "rss", "drain", "base"),
+    ("peaks", "seconds", "files", "rate", "anon", "drain", "base"),
     [
-        # 125 MiB at 100k is exactly 1.25x 100 MiB at 10k; the file grew 4% after round 2.
-        ({10_000: 100.0, 50_000: 110.0, 100_000: 125.0}, [10.0, 12.0, 12.5], (0.8, True), 0.96, 2),
-        # 1.5x more RSS; the file keeps growing (10% after round 2).
-        ({10_000: 100.0, 100_000: 150.0}, [10.0, 12.0, 13.2], (0.667, False), 0.909, 2),
-        # Neither 10k nor 100k measured: the RSS target is not measured.
-        ({200: 50.0, 400: 60.0}, [10.0, 12.0, 12.0, 12.0], (None, None), 1.0, 2),
+        # 125 MiB at 100k is exactly 1.25x 100 MiB at 10k, 10x the documents in 12.5x the
+        # time is exactly 0.8x the rate; the file grew 4% after round 2.
+        (
+            {10_000: 100.0, 50_000: 110.0, 100_000: 125.0},
+            {10_000: 10.0, 50_000: 60.0, 100_000: 125.0},
+            [10.0, 12.0, 12.5],
+            (0.8, True),
+            (0.8, True),
+            0.96,
+            2,
+        ),
+        # 1.5x more anonymous memory at half the rate; the file keeps growing (10% after
+        # round 2).
+        (
+            {10_000: 100.0, 100_000: 150.0},
+            {10_000: 10.0, 100_000: 200.0},
+            [10.0, 12.0, 13.2],
+            (0.5, False),
+            (0.667, False),
+            0.909,
+            2,
+        ),
+        # Neither 10k nor 100k measured: the rate and memory targets are not measured.
+        ({200: 50.0, 400: 60.0}, {}, [10.0, 12.0, 12.0, 12.0], (None, None), (None, None), 1.0, 2),
         # 10 rounds: the high-water mark steps up until round 4, then stays (met; round 2
         # against round 10 would be 0.938).
-        ({200: 50.0}, [10.0, 12.0, 12.4, 12.8, *[12.8] * 6], (None, None), 1.0, 5),
+        (
+            {200: 50.0},
+            {},
+            [10.0, 12.0, 12.4, 12.8, *[12.8] * 6],
+            (None, None),
+            (None, None),
+            1.0,
+            5,
+        ),
         # 10 rounds, 2% more every round: the second half grows 10% (not met).
-        ({200: 50.0}, [round(10 * 1.02**i, 3) for i in range(10)], (None, None), 0.906, 5),
+        (
+            {200: 50.0},
+            {},
+            [round(10 * 1.02**i, 3) for i in range(10)],
+            (None, None),
+            (None, None),
+            0.906,
+            5,
+        ),
     ],
 )
 def test_growth_targets(
     bench: ModuleType,
     peaks: dict[int, float],
+    seconds: dict[int, float],
     files: list[float],
-    rss: tuple[float | None, bool | None],
+    rate: tuple[float | None, bool | None],
+    anon: tuple[float | None, bool | None],
     drain: float,
     base: int,
 ) -> None:
     growth = sys.modules["bench_growth"]
-    report = _growth_report(peaks, files)
-    rss_target, drain_target = growth.targets(report)
-    assert (rss_target.measured, rss_target.met, rss_target.target) == (*rss, 0.8)
-    assert "peak RSS at 10,000 docs / at 100,000 docs" in rss_target.name
+    report = _growth_report(peaks, files, seconds)
+    rate_target, anon_target, drain_target = growth.targets(report)
+    assert (rate_target.measured, rate_target.met, rate_target.target) == (*rate, 0.8)
+    assert "documents/s at 100,000 docs / at 10,000 docs" in rate_target.name
+    # Anonymous memory, not the peak RSS (three times as much in these reports).
+    assert (anon_target.measured, anon_target.met, anon_target.target) == (*anon, 0.8)
+    assert "anonymous memory peak at 10,000 docs / at 100,000 docs" in anon_target.name
     assert (drain_target.measured, drain_target.target) == (drain, 0.95)
     assert drain_target.met == (drain >= 0.95)
     assert f"after drain round {base} / after round {len(files)}" in drain_target.name
