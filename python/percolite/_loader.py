@@ -151,7 +151,7 @@ class Loader:
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
         self._check_open()
-        if not self._core.acquire(0):
+        if not self._core.try_acquire():
             loop = asyncio.get_running_loop()
             while not await loop.run_in_executor(None, self._core.acquire, 0.1):
                 self._check_open()

@@ -149,8 +149,8 @@ def test_bad_updates_raise_the_same_on_both_paths(store_path, updates, error, me
 
 
 def test_adds_from_threads_into_one_transaction_are_all_queued(store_path):
-    """add lets other threads run while it builds its rows: concurrent adds
-    to one transaction are serialised by the transaction, none lost."""
+    """Adds from several threads into one transaction, each on the short
+    path: the transaction serialises them, none is lost."""
     app, cq = queue_app()
     with percolite.open(store_path, app=app, sync="none") as env:
         tx = env.transaction()
