@@ -18,6 +18,10 @@ systems interleaved:
   buckets, folded by WORKER_THREADS worker threads), and SQLite (WAL,
   ``synchronous=FULL``, ``BEGIN IMMEDIATE`` + one UPSERT per key,
   ``bench_hotkeys``' own run) at each of ``--loader-sqlite-threads``.
+  Beside them, the combine queue as users write it: ``loader-cq-lambda-Nw``
+  submits ``lambda tx, b: queue.add(tx, b)`` with a dict drawn fresh in the
+  submitting loop (whatever ``--loader-inline-draws`` says), folded by N
+  worker threads for each N of ``--loader-user-workers``.
   Updates/s end to end: until every value is final and durable (for the
   combine queue: folded, ``env.wait()``); the load rate (until every future
   resolved) is reported beside it. All the KEYS final values are checked
@@ -34,9 +38,11 @@ systems interleaved:
 
 Targets: combine queue through the loader at least CQ_VS_NAIVE_TARGET times
 naive through the loader and CQ_VS_SQLITE_TARGET times SQLite's best (of its
-thread counts), end to end; bulk updates end to end at least BULK_TARGET
-times py-lmdb's puts. Run it alone (``python bench/bench_loader.py``,
-report in ``bench/results/loader.json``) or through ``bench/run.py``.
+thread counts), end to end; written as users write it, at each worker count,
+at least USER_VS_NAIVE_TARGET and USER_VS_SQLITE_TARGET times; bulk updates
+end to end at least BULK_TARGET times py-lmdb's puts. Run it alone
+(``python bench/bench_loader.py``, report in ``bench/results/loader.json``) or
+through ``bench/run.py``.
 """
 
 from __future__ import annotations
@@ -96,6 +102,9 @@ KEY_BYTES = bench_storage.KEY_BYTES
 DRAIN_TIMEOUT_S = 600.0
 CQ_VS_NAIVE_TARGET = 20.0
 CQ_VS_SQLITE_TARGET = 5.0
+USER_WORKER_THREADS = (2, 4)
+USER_VS_NAIVE_TARGET = 25.0
+USER_VS_SQLITE_TARGET = 8.0
 BULK_TARGET = 0.3
 
 LOADER_APPROACHES = ("loader-naive", "loader-cq-native")
@@ -108,9 +117,27 @@ def sqlite_name(threads: int) -> str:
     return f"sqlite-{threads}t"
 
 
+def user_name(workers: int) -> str:
+    """The approach of the combine queue as users write it, with ``workers``."""
+    return f"{USER_PREFIX}{workers}w"
+
+
+USER_PREFIX = "loader-cq-lambda-"
+
+
+def user_workers(approach: str) -> int | None:
+    """The worker threads of a :func:`user_name` approach; None for the others."""
+    if not approach.startswith(USER_PREFIX):
+        return None
+    return int(approach.removeprefix(USER_PREFIX).removesuffix("w"))
+
+
 def label(approach: str) -> str:
     if approach.startswith("sqlite-"):
         return f"SQLite, {approach.removeprefix('sqlite-').removesuffix('t')} threads"
+    workers = user_workers(approach)
+    if workers is not None:
+        return f"loader, CQ lambda+fresh dicts, {workers} workers"
     return LABELS[approach]
 
 
@@ -252,9 +279,10 @@ def measure_loader_hotkeys(
     approach: str, store: Path | str, seconds: float, seed: int, in_flight: int, inline_draws: bool
 ) -> dict[str, Any]:
     """One hot-keys run through a loader (``approach``: one of
-    LOADER_APPROACHES) on the store at ``store`` (a path, or a URI such as a
-    PostgreSQL one): ``seconds`` of submissions, then until every value is
-    final; what it did, its latency and whether the final values are exact."""
+    LOADER_APPROACHES or a :func:`user_name`) on the store at ``store`` (a
+    path, or a URI such as a PostgreSQL one): ``seconds`` of submissions, then
+    until every value is final; what it did, its latency and whether the
+    final values are exact."""
     app = percolite.App()
     queue = app.combine_queue("hot", buckets=HOT_BUCKETS, combiner="sum")
     env = percolite.open(store, app=app, sync="full")
@@ -264,12 +292,16 @@ def measure_loader_hotkeys(
         for key, n in keys.items():
             tx.set(key, counter, str(int(tx.get(key, counter, b"0")) + n))
 
-    if approach not in LOADER_APPROACHES:
+    workers = user_workers(approach)
+    if approach not in LOADER_APPROACHES and workers is None:
         raise ValueError(f"unknown loader approach {approach!r}")
-    fn = naive if approach == "loader-naive" else queue.add
+    fn: Callable[..., None] = naive if approach == "loader-naive" else queue.add
+    if workers is not None:  # as users write it: a lambda, a dict drawn for each call
+        fn = lambda tx, b: queue.add(tx, b)  # noqa: E731
+        inline_draws = True
     try:
-        if approach == "loader-cq-native":
-            env.start_workers(WORKER_THREADS)
+        if approach != "loader-naive":
+            env.start_workers(WORKER_THREADS if workers is None else workers)
         sample = bench_hotkeys.zipf_sampler(seed)
         # Plain dicts: CombineQueue.add encodes an exact dict (or list of pairs)
         # in C++; a Counter, a dict subclass, goes through Python encoding.
@@ -447,6 +479,15 @@ def add_arguments(parser: OptionGroup) -> None:
         f"does) instead of cycling through {DRAW_POOL:,} draws made before the timing",
     )
     parser.add_argument(
+        "--loader-user-workers",
+        type=int,
+        nargs="*",
+        default=list(USER_WORKER_THREADS),
+        metavar="N",
+        help="hot keys as users write them (a lambda, fresh dicts): one run per worker-thread "
+        f"count, none without N (default: {' '.join(map(str, USER_WORKER_THREADS))})",
+    )
+    parser.add_argument(
         "--loader-updates",
         type=int,
         default=None,
@@ -473,14 +514,19 @@ def add_arguments(parser: OptionGroup) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     in_flight = args.loader_in_flight
     sqlite_threads = sorted(set(args.loader_sqlite_threads))
+    workers = sorted(set(args.loader_user_workers))
     updates = chosen(args.loader_updates, QUICK_UPDATES if args.quick else DEFAULT_UPDATES)
     tx_keys, lmdb_batch = args.loader_tx_keys, args.loader_lmdb_batch
-    if min(in_flight, updates, tx_keys, lmdb_batch, *sqlite_threads) < 1:
+    if min(in_flight, updates, tx_keys, lmdb_batch, *sqlite_threads, *workers) < 1:
         raise ValueError(
-            "--loader-in-flight, --loader-sqlite-threads, --loader-updates, --loader-tx-keys "
-            "and --loader-lmdb-batch must be positive"
+            "--loader-in-flight, --loader-sqlite-threads, --loader-user-workers, "
+            "--loader-updates, --loader-tx-keys and --loader-lmdb-batch must be positive"
         )
-    approaches = [*LOADER_APPROACHES, *(sqlite_name(t) for t in sqlite_threads)]
+    approaches = [
+        *LOADER_APPROACHES,
+        *(user_name(n) for n in workers),
+        *(sqlite_name(t) for t in sqlite_threads),
+    ]
     hot_runs: dict[str, list[dict[str, Any]]] = {a: [] for a in approaches}
     bulk_runs: dict[str, list[dict[str, Any]]] = {s: [] for s in BULK_SYSTEMS}
     load_before = machine_info()["load_average"]
@@ -536,6 +582,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "zipf_s": bench_hotkeys.ZIPF_S,
                 "per_transaction": bench_hotkeys.PER_TRANSACTION,
                 "combine_queue": {"buckets": HOT_BUCKETS, "worker_threads": WORKER_THREADS},
+                "user_worker_threads": workers,
                 "naive_max_retries": None,
                 "draws": "inline" if args.loader_inline_draws else f"pool of {DRAW_POOL}",
             },
@@ -603,6 +650,14 @@ def _summarise_hotkeys(
         value = ratio(results["loader-cq-native"][field], results[baseline][field])
         return None if value is None else round(value, 3)
 
+    def user_versus(approach: str, baseline: str | None) -> float | None:
+        if baseline is None:
+            return None
+        value = ratio(
+            results[approach]["median_updates_per_s"], results[baseline]["median_updates_per_s"]
+        )
+        return None if value is None else round(value, 3)
+
     return {
         "results": results,
         "sqlite_best": best,
@@ -610,6 +665,13 @@ def _summarise_hotkeys(
         "cq_vs_sqlite_best": versus("median_updates_per_s", best),
         "cq_load_vs_naive": versus("median_load_updates_per_s", "loader-naive"),
         "cq_load_vs_sqlite_best": versus("median_load_updates_per_s", best),
+        # The combine queue as users write it, by approach: end to end vs
+        # naive and vs the best SQLite.
+        "user": {
+            a: {"vs_naive": user_versus(a, "loader-naive"), "vs_sqlite_best": user_versus(a, best)}
+            for a in approaches
+            if user_workers(a) is not None
+        },
     }
 
 
@@ -699,6 +761,13 @@ def tables(report: dict[str, Any]) -> list[Table]:
             f"({_times(hot['cq_load_vs_naive'])} load); CQ native / best SQLite "
             f"({label(hot['sqlite_best']) if hot['sqlite_best'] else '-'}): "
             f"{_times(hot['cq_vs_sqlite_best'])} ({_times(hot['cq_load_vs_sqlite_best'])} load)."
+            + "".join(
+                f" {label(a)}: {_times(v['vs_naive'])} naive, {_times(v['vs_sqlite_best'])} "
+                "best SQLite."
+                for a, v in hot.get("user", {}).items()
+            ),
+            "CQ lambda+fresh dicts: `loader.submit(lambda tx, b: queue.add(tx, b), batch)` with "
+            "a dict drawn for each call, as users write it, folded by the workers named.",
         ],
     )
     bulk = report["bulk"]
@@ -738,8 +807,9 @@ def tables(report: dict[str, Any]) -> list[Table]:
         ],
     )
     cpu_rows = []
-    for approach in LOADER_APPROACHES:
-        cpu_rows.append(_cpu_row(label(approach), results[approach]["runs"]))
+    for approach in approaches:
+        if approach.startswith("loader-"):
+            cpu_rows.append(_cpu_row(label(approach), results[approach]["runs"]))
     cpu_rows.append(_cpu_row(BULK_LABELS["loader_cq"], ours["runs"]))
     cpu_table = Table(
         title="Where the loader runs' time goes, while loading (medians)",
@@ -813,6 +883,24 @@ def targets(report: dict[str, Any]) -> list[Target]:
             f"loader: hot keys, CQ native (one thread) / best SQLite ({best_text}), end to end",
             hot["cq_vs_sqlite_best"],
             CQ_VS_SQLITE_TARGET,
+        ),
+        *(
+            target
+            for approach, versus in hot.get("user", {}).items()
+            for target in (
+                Target(
+                    f"loader: hot keys, CQ lambda+fresh dicts, {user_workers(approach)} workers "
+                    "/ naive, one thread, end to end",
+                    versus["vs_naive"],
+                    USER_VS_NAIVE_TARGET,
+                ),
+                Target(
+                    f"loader: hot keys, CQ lambda+fresh dicts, {user_workers(approach)} workers "
+                    f"/ best SQLite ({best_text}), end to end",
+                    versus["vs_sqlite_best"],
+                    USER_VS_SQLITE_TARGET,
+                ),
+            )
         ),
         Target(
             f"loader: CQ updates ({report['settings']['bulk']['tx_keys']} per transaction), "

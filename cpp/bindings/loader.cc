@@ -5,7 +5,9 @@
 // posted by submitters and finished commits from the same queue (`next`,
 // GIL released while it waits), and completes Python futures itself.
 // `acquire` bounds the commits in flight: it blocks, GIL released, while
-// `max_in_flight` are outstanding.
+// `max_in_flight` are outstanding. `try_acquire` takes a free slot keeping
+// the GIL: releasing it for a wait that does not happen would hand the GIL
+// to the loader thread and make the submitter wait to get it back.
 #include <pybind11/pybind11.h>
 
 #include <chrono>
@@ -42,12 +44,27 @@ class Loader : public std::enable_shared_from_this<Loader> {
     return true;
   }
 
-  void Release() EXCLUDES(mu_) {
+  // A slot if one is free now (and the loader is open); never waits.
+  bool TryAcquire() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (closed_ || in_flight_ >= max_in_flight_) return false;
+    ++in_flight_;
+    return true;
+  }
+
+  // Gives back `count` slots at once: the loader thread releases the slots
+  // of a whole batch of events with one call and one wake-up.
+  void Release(size_t count) EXCLUDES(mu_) {
+    if (count == 0) return;
     {
       MutexLock lock(&mu_);
-      if (in_flight_ > 0) --in_flight_;
+      in_flight_ -= count < in_flight_ ? count : in_flight_;
     }
-    slots_cv_.Signal();
+    if (count == 1) {
+      slots_cv_.Signal();
+    } else {
+      slots_cv_.SignalAll();
+    }
     events_cv_.SignalAll();  // a flush may be waiting for the last one
   }
 
@@ -133,7 +150,8 @@ void BindLoader(py::module_& m) {
       .def(py::init<size_t>(), py::arg("max_in_flight"))
       .def("acquire", &Loader::Acquire, py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
-      .def("release", &Loader::Release)
+      .def("try_acquire", &Loader::TryAcquire)
+      .def("release", &Loader::Release, py::arg("count") = 1)
       .def("post", &Loader::Post, py::arg("token"))
       .def("commit", &Loader::Commit, py::arg("transaction"), py::arg("token"),
            py::call_guard<py::gil_scoped_release>())

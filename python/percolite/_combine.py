@@ -39,6 +39,7 @@ from ._queues import (
     encode_or_raise,
     require_transaction,
 )
+from ._transaction import Transaction
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
@@ -259,11 +260,18 @@ class CombineQueue(Generic[K, V]):
         """Queue ``{key: update}`` (or ``(key, update)`` pairs) in ``tx``.
         Every key and update is encoded first: if one cannot be, nothing is
         queued and the error names it."""
-        what = f"combine queue {self.id!r}"
-        core_tx = require_transaction(tx, f"{what}: add", self)
         native = self._native_codecs
+        if isinstance(tx, Transaction) and (
+            (app := tx.app) is None or app.queues.get(self.id) is self
+        ):
+            # The common case, with no error text built: a queue of the app
+            # bound to the store (or of none).
+            core_tx = tx.core
+        else:
+            core_tx = require_transaction(tx, f"combine queue {self.id!r}: add", self)
         if native is not None and self._core.add_native(core_tx, updates, *native):
             return  # encoded in C++: a dict or list of pairs of the codecs' exact types
+        what = f"combine queue {self.id!r}"
         items = updates.items() if isinstance(updates, Mapping) else updates
         encoded = []
         kc, vc = self.key_codec, self.value_codec

@@ -33,6 +33,11 @@ R = TypeVar("R")
 
 __all__ = ["Loader"]
 
+# Finished jobs whose slots the loop gives back together: few enough that a
+# blocked submit() resumes while the rest of a large batch of events is
+# handled.
+_RELEASE_EVERY = 64
+
 
 class _Job:
     __slots__ = ("fn", "args", "kwargs", "future", "attempts", "result")
@@ -93,6 +98,7 @@ class Loader:
         self._jobs: dict[int, _Job] = {}
         self._tokens = itertools.count(1)
         self._retries: list[tuple[float, int]] = []  # (when, token), a heap
+        self._finished = 0  # jobs finished whose slots the loop has not released yet
         self._first_failure: BaseException | None = None
         self._done = threading.Condition()
         self._closing = False
@@ -125,10 +131,17 @@ class Loader:
         ``max_in_flight`` submissions are unfinished."""
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
-        self._check_open()
-        while not self._core.acquire(0.1):
+        if self._closing or self._env.closed:
             self._check_open()
-        return self._post(fn, args, kwargs)
+        core = self._core
+        if not core.try_acquire():
+            while not core.acquire(0.1):
+                self._check_open()
+        future: Future = Future()
+        token = next(self._tokens)
+        self._jobs[token] = _Job(fn, args, kwargs, future)
+        core.post(token)
+        return future
 
     async def asubmit(
         self, fn: Callable[Concatenate[Transaction, P], R], /, *args: P.args, **kwargs: P.kwargs
@@ -138,7 +151,7 @@ class Loader:
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
         self._check_open()
-        if not self._core.acquire(0):
+        if not self._core.try_acquire():
             loop = asyncio.get_running_loop()
             while not await loop.run_in_executor(None, self._core.acquire, 0.1):
                 self._check_open()
@@ -167,7 +180,7 @@ class Loader:
             raise Error("flush() cannot be called from inside a submitted function")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._done:
-            while self._jobs and self._thread.is_alive():
+            while (self._jobs or self._finished) and self._thread.is_alive():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -218,10 +231,13 @@ class Loader:
                     self._finish(token)
                 else:
                     self._failed_commit(token, job, error)
+                if self._finished >= _RELEASE_EVERY:
+                    self._release()
             now = time.monotonic()
             while self._retries and self._retries[0][0] <= now:
                 token = heapq.heappop(self._retries)[1]
                 self._run(token, jobs[token])
+            self._release()
             if self._closing and not jobs:
                 return
 
@@ -260,8 +276,19 @@ class Loader:
         self._finish(token)
 
     def _finish(self, token: int) -> None:
+        # Counted first: flush() must not see it gone from _jobs with its
+        # slot still taken.
+        self._finished += 1
         del self._jobs[token]
-        self._core.release()
+
+    def _release(self) -> None:
+        """Give back the slots of the jobs finished since the last call, in
+        one call (one wake-up of a blocked ``submit``), and wake ``flush``
+        once none is left."""
+        if not self._finished:
+            return
+        self._core.release(self._finished)
+        self._finished = 0
         if not self._jobs:
             with self._done:
                 self._done.notify_all()

@@ -58,7 +58,15 @@ def check_loader_report(report: dict[str, Any], loader_bench: ModuleType) -> Non
     assert settings["quick"] is True and settings["in_flight"] == 256
     assert settings["percolite"] == {"sync": "full"}
     approaches = settings["hotkeys"]["approaches"]
-    assert approaches == ["loader-naive", "loader-cq-native", "sqlite-4t", "sqlite-16t"]
+    assert approaches == [
+        "loader-naive",
+        "loader-cq-native",
+        "loader-cq-lambda-2w",
+        "loader-cq-lambda-4w",
+        "sqlite-4t",
+        "sqlite-16t",
+    ]
+    assert settings["hotkeys"]["user_worker_threads"] == [2, 4]
 
     hot = report["hotkeys"]
     for approach in approaches:
@@ -75,7 +83,8 @@ def check_loader_report(report: dict[str, Any], loader_bench: ModuleType) -> Non
                 check_loader_run(run)
         if approach.startswith("loader-"):
             check_latency(measured["latency"])
-    assert hot["results"]["loader-cq-native"]["median_conflicts_per_transaction"] == 0
+    for approach in ("loader-cq-native", "loader-cq-lambda-2w", "loader-cq-lambda-4w"):
+        assert hot["results"][approach]["median_conflicts_per_transaction"] == 0
     best = max(("sqlite-4t", "sqlite-16t"), key=lambda a: hot["results"][a]["median_updates_per_s"])
     assert hot["sqlite_best"] == best
     cq = hot["results"]["loader-cq-native"]["median_updates_per_s"]
@@ -83,6 +92,13 @@ def check_loader_report(report: dict[str, Any], loader_bench: ModuleType) -> Non
         cq / hot["results"]["loader-naive"]["median_updates_per_s"], 3
     )
     assert hot["cq_vs_sqlite_best"] == round(cq / hot["results"][best]["median_updates_per_s"], 3)
+    assert list(hot["user"]) == ["loader-cq-lambda-2w", "loader-cq-lambda-4w"]
+    for approach, versus in hot["user"].items():
+        user = hot["results"][approach]["median_updates_per_s"]
+        assert versus == {
+            "vs_naive": round(user / hot["results"]["loader-naive"]["median_updates_per_s"], 3),
+            "vs_sqlite_best": round(user / hot["results"][best]["median_updates_per_s"], 3),
+        }
 
     bulk = report["bulk"]
     assert settings["bulk"]["updates"] == 20_000 and settings["bulk"]["tx_keys"] == 50
@@ -97,12 +113,17 @@ def check_loader_report(report: dict[str, Any], loader_bench: ModuleType) -> Non
     assert bulk["ratio"] == round(ours["median_per_s"] / lmdb["median_per_s"], 4) > 0
 
     targets = loader_bench.targets(report)
+    user = hot["user"]
     assert [t.measured for t in targets] == [
         hot["cq_vs_naive"],
         hot["cq_vs_sqlite_best"],
+        user["loader-cq-lambda-2w"]["vs_naive"],
+        user["loader-cq-lambda-2w"]["vs_sqlite_best"],
+        user["loader-cq-lambda-4w"]["vs_naive"],
+        user["loader-cq-lambda-4w"]["vs_sqlite_best"],
         bulk["ratio"],
     ]
-    assert [t.target for t in targets] == [20.0, 5.0, 0.3]
+    assert [t.target for t in targets] == [20.0, 5.0, 25.0, 8.0, 25.0, 8.0, 0.3]
 
 
 def test_quick_run_through_run_py(tmp_path: Path, loader_bench: ModuleType) -> None:
@@ -119,16 +140,18 @@ def test_quick_run_through_run_py(tmp_path: Path, loader_bench: ModuleType) -> N
     check_loader_report(report, loader_bench)
     assert "target: loader: hot keys, CQ native / naive" in stdout
     assert "target: loader: CQ updates (50 per transaction), folded" in stdout
+    assert "target: loader: hot keys, CQ lambda+fresh dicts, 2 workers / naive" in stdout
     assert "Targets (measured ratio vs target)" in stdout
     assert "error:" not in stdout
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert list(summary["benchmarks"]) == ["loader"]
-    assert [t["name"].split(":")[0] for t in summary["targets"]] == ["loader"] * 3
+    assert [t["name"].split(":")[0] for t in summary["targets"]] == ["loader"] * 7
     assert summary["plots"] == ["loader-hotkeys.png"]
     assert (out / "loader-hotkeys.png").read_bytes().startswith(b"\x89PNG")
     markdown = (out / "REPORT.md").read_text(encoding="utf-8")
     assert "## loader\n" in markdown and "Could not read" not in markdown
     assert "Hot keys through one loader thread" in markdown
+    assert "loader, CQ lambda+fresh dicts, 2 workers" in markdown
     assert list(stores.iterdir()) == [], "scratch stores were left behind"
     assert seconds < 60, f"--quick took {seconds:.0f} s"
 
