@@ -8,6 +8,8 @@ need=()
 [[ -f /usr/include/lmdb.h ]] || need+=(liblmdb-dev)
 [[ -f /usr/include/postgresql/libpq-fe.h ]] || need+=(libpq-dev)
 [[ -f /usr/include/catch2/catch.hpp ]] || need+=(catch2)
+# SQLite's C API for bench/sqlite_c_upsert.cc, the SQLite sink's measuring stick.
+[[ -f /usr/include/sqlite3.h ]] || need+=(libsqlite3-dev)
 command -v clang-format >/dev/null || need+=(clang-format)
 # clang checks the lock annotations (scripts/check-thread-safety.sh).
 command -v clang++ >/dev/null || need+=(clang)

@@ -20,6 +20,7 @@ ExportQueue). In short:
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import threading
@@ -155,6 +156,9 @@ def inject_exporter_faults(fails: Callable[[], bool] | None) -> None:
     returns, and True makes the call fail as if the exporter had raised
     after sending its batch (the batch stays queued and is sent again).
     None stops the injection."""
+    if (_injected.exporter_fails is None) != (fails is None):
+        # Native sinks skip the Python call where faults are injected.
+        _core.hold_native_sinks(fails is not None)
     _injected.exporter_fails = fails
 
 
@@ -167,7 +171,11 @@ class ExportQueue(Generic[K, V]):
     ``docs/export_queue.md``. Attributes: ``id``, ``buckets``,
     ``batch_size``, ``linger``, ``max_attempts``, ``transient_errors`` (a
     tuple), ``exporter``, ``key_codec``,
-    ``value_codec`` (as declared).
+    ``value_codec`` (as declared), ``delivery``: ``"native"`` when the
+    core applies batches to the built-in sink itself (an
+    :class:`percolite.exporters.SQLite` exporter, fixed codecs), else
+    ``"python: "`` and why the exporter is called with every batch
+    (environment variable ``PERCOLITE_NATIVE_SINKS=0`` forces that).
     """
 
     def __init__(
@@ -210,6 +218,7 @@ class ExportQueue(Generic[K, V]):
         self.value_codec: Codec[V] = get_codec(value_codec, "value_codec")
         kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
         native = kl is not None and vl is not None
+        self._native_sink, self.delivery = self._make_native_sink(kl, vl)
         self._core = _core.ExportQueue.create(
             queue_id,
             buckets,
@@ -220,7 +229,25 @@ class ExportQueue(Generic[K, V]):
             vl if native else None,
             self.linger,
             core_attempts,
+            self._native_sink,
         )
+
+    def _make_native_sink(self, kl: Any, vl: Any) -> tuple[Any, str]:
+        """The core's native path to a built-in sink (it applies batches
+        itself, without Python) and ``"native"``, or None and why the
+        exporter takes every batch: ``"python: ..."``."""
+        # Only the built-in exporter classes themselves: a subclass may change
+        # what a call does.
+        make = type(self.exporter).__dict__.get("_native_sink")
+        if make is None:
+            return None, "python: the exporter has no native path (not a built-in SQLite sink)"
+        if kl is None or vl is None:
+            names = (self.key_codec.name, self.value_codec.name)
+            return None, f"python: codecs {names} are not all fixed (str, bytes, int64, ...)"
+        if os.environ.get("PERCOLITE_NATIVE_SINKS", "1") == "0":
+            return None, "python: PERCOLITE_NATIVE_SINKS=0"
+        sink, why = make(self.exporter, kl, vl)
+        return sink, why if sink is not None else f"python: {why}"
 
     def _runner(self, decoded: bool) -> Callable:
         """The exporter's wrapper; ``decoded``: the core decodes the entries

@@ -153,6 +153,59 @@ struct ExportQueueOptions {
   uint32_t max_attempts = kDefaultMaxAttempts;
 };
 
+// Native sinks: a built-in sink whose batches the queue's exporter can
+// apply itself, from the queued bytes and without Python, when the keys and
+// values have fixed encodings. The exporter object stays the authority: it
+// creates the tables, records the owner and reports every error its way, so
+// whatever the native path is not sure to do exactly as it would (a sink not
+// set up yet, an owner to adopt or refuse, a cell it would refuse) goes to
+// it instead.
+class NativeSink {
+ public:
+  virtual ~NativeSink() = default;
+  // The outcome of applying `entries` (by key, then seq, as the exporter
+  // gets them), or nullopt, with nothing written, when the exporter must
+  // take this batch. Safe to call from several threads at once.
+  virtual std::optional<Status> Deliver(const std::vector<ExportEntry>& entries,
+                                        const StoreIdentity& store) = 0;
+  // Every later Deliver() returns nullopt (the exporter was closed).
+  virtual void Close() = 0;
+  // Batches applied natively, and batches handed back (nullopt).
+  virtual std::pair<uint64_t, uint64_t> Counters() const = 0;
+};
+
+// How a queued key or value maps to columns: one cell of all its bytes
+// (kText, kBlob), or cells of 8 bytes each, big-endian (kInt64, kFloat64).
+enum class SinkCell { kText, kBlob, kInt64, kFloat64 };
+
+// An SQLite sink (the Python exporter percolite.exporters.SQLite). Every
+// statement is the exporter's SQL; parameters are the key cells, then as
+// named.
+struct SqliteSinkOptions {
+  // A loaded shared object (Python's _sqlite3 module) that SQLite's
+  // functions are looked up through: the sink must use the very library
+  // the exporter uses, since a second copy's POSIX locks would not see the
+  // first one's (the SQLite documentation's "How To Corrupt").
+  std::string library;
+  std::string path;             // the database file, made and switched to WAL by the exporter
+  std::string name;             // the sink, in messages
+  double timeout_seconds = 30;  // the busy timeout
+  std::vector<SinkCell> key_cells, value_cells;
+  std::string select_owner;  // -> store, epoch
+  std::string any_guard;     // -> a row when the guard table has one
+  std::string upsert;        // keys, values, seq: inserts, or updates a row of a smaller seq
+  std::string guard_seq;     // keys -> seq of the key's guard row
+  std::string clear_guard;   // keys: deletes the key's guard row
+  std::string row_seq;       // keys -> seq of the key's row
+  std::string delete_row;    // keys: deletes the key's row
+  std::string raise_guard;   // keys, seq: inserts the guard row or raises its seq
+};
+
+// Throws kInvalidArgument saying why when SQLite's functions cannot be
+// found through options.library (an SQLite linked in statically, its
+// symbols hidden) or the options are inconsistent.
+std::shared_ptr<NativeSink> MakeSqliteSink(SqliteSinkOptions options);
+
 class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
  public:
   // Throws kInvalidArgument naming the bad option.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _sqlite3
 import contextlib
 import os
 import sqlite3
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .. import _core
 from .._args import check_file_mode, check_parent_directory, check_positive_seconds
 from ..errors import SinkBusy
 from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _open_created
@@ -94,6 +96,8 @@ class SQLite(_SQLExporter):
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits.
         self._lock = ForkSafeLock()
+        # The native paths of export queues feeding this sink (_native_sink).
+        self._native_sinks: list[Any] = []
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
@@ -312,6 +316,72 @@ class SQLite(_SQLExporter):
             ),
         }
         return self._batch_statements
+
+    # Cells of the fixed codecs (percolite.codecs.native_layout) as the
+    # native path binds them: what this exporter stores for their values.
+    _NATIVE_CELLS = {"str": "text", "bytes": "blob", "int64": "int64", "float64": "float64"}
+
+    def _native_sink(self, key_layout: Any, value_layout: Any) -> tuple[Any, str]:
+        """For an export queue whose keys and values have the fixed codecs
+        ``key_layout`` and ``value_layout`` (``codecs.native_layout``): the
+        core's native path to this sink, which applies the queue's batches
+        from their bytes, without Python, as :meth:`__call__` would, and
+        hands back to it any batch it is not sure to apply the same way
+        (tables or owner not set up, another store's entries, a NaN);
+        ``(None, why)`` when the layout does not fit (then every batch is
+        this exporter's, which raises the error). The sink uses the SQLite
+        library that the ``sqlite3`` module loaded: a second copy's file
+        locks would not see the first's."""
+        cells = []
+        for role, layout, spec, names in (
+            ("key", key_layout, self._layout.key, self._layout.key_columns),
+            ("value", value_layout, self._layout.columns, self._layout.value_columns),
+        ):
+            name, length = layout
+            if name == "int64s":
+                if isinstance(spec, str) or len(names) != length:
+                    return None, (
+                        f"the {role} codec int64s:{length} does not fit the {role} column(s) "
+                        f"{names}"
+                    )
+                cells.append(["int64"] * length)
+            elif not isinstance(spec, str):
+                return None, f"the {role} codec {name} does not fit the {role} columns {names}"
+            else:
+                cells.append([self._NATIVE_CELLS[name]])
+        layout = self._layout
+        sql = self._batch_sql()
+        table, guard = _quote(layout.table), _quote(layout.guard_table)
+        match = " AND ".join(f"{_quote(name)} = ?" for name in layout.key_columns)
+        spec = {
+            "library": _sqlite3.__file__,
+            "path": self.path,
+            "name": repr(self),
+            "timeout": self.timeout,
+            "key_cells": cells[0],
+            "value_cells": cells[1],
+            "select_owner": self._sql.select_owner,
+            "any_guard": sql["any_guard"],
+            "upsert": sql["upsert_rows"],
+            "guard_seq": f"SELECT seq FROM {guard} WHERE {match}",
+            "clear_guard": f"DELETE FROM {guard} WHERE {match}",
+            "row_seq": f"SELECT seq FROM {table} WHERE {match}",
+            "delete_row": f"DELETE FROM {table} WHERE {match}",
+            "raise_guard": self._sql.guard_upsert,
+        }
+        try:
+            sink = _core.sqlite_sink(spec)
+        except ValueError as exc:
+            return None, str(exc)
+        self._native_sinks.append(sink)
+        return sink, "native"
+
+    def close(self) -> None:
+        """Closes this process's connections (those of the export queues'
+        native paths too); later calls raise ClosedError."""
+        for sink in list(self._native_sinks):
+            sink.close()
+        super().close()
 
     def _exists(self, conn: sqlite3.Connection, table: str) -> bool:
         found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"

@@ -1,0 +1,476 @@
+// The native path of percolite.exporters.SQLite (export_queue.h, "Native
+// sinks"): the same statements and the same seq guard as the exporter's
+// Python code, bound straight from the queued bytes.
+//
+// SQLite is reached through the library the exporter's Python module
+// loaded, looked up with dlopen(RTLD_NOLOAD) and dlsym, never linked in: a
+// second copy of SQLite in the process would keep its own table of POSIX
+// locks, and closing a file there would drop the locks the first copy holds
+// on it.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <set>
+#include <utility>
+
+#include "percolite/encoding.h"
+#include "percolite/export_queue.h"
+
+namespace percolite {
+namespace {
+
+// The few declarations of sqlite3.h used here (its ABI is stable).
+struct sqlite3;
+struct sqlite3_stmt;
+constexpr int kSqliteOk = 0;
+constexpr int kSqliteBusy = 5;
+constexpr int kSqliteLocked = 6;
+constexpr int kSqliteRow = 100;
+constexpr int kSqliteDone = 101;
+constexpr int kSqliteOpenReadWrite = 0x00000002;
+constexpr int kSqliteInteger = 1;
+
+struct Api {
+  int (*threadsafe)();
+  int (*open_v2)(const char*, sqlite3**, int, const char*);
+  int (*close_v2)(sqlite3*);
+  int (*busy_timeout)(sqlite3*, int);
+  int (*prepare_v2)(sqlite3*, const char*, int, sqlite3_stmt**, const char**);
+  int (*finalize)(sqlite3_stmt*);
+  int (*reset)(sqlite3_stmt*);
+  int (*step)(sqlite3_stmt*);
+  int (*bind_int64)(sqlite3_stmt*, int, long long);
+  int (*bind_double)(sqlite3_stmt*, int, double);
+  int (*bind_text)(sqlite3_stmt*, int, const char*, int, void (*)(void*));
+  int (*bind_blob)(sqlite3_stmt*, int, const void*, int, void (*)(void*));
+  long long (*column_int64)(sqlite3_stmt*, int);
+  const unsigned char* (*column_text)(sqlite3_stmt*, int);
+  int (*column_bytes)(sqlite3_stmt*, int);
+  int (*column_type)(sqlite3_stmt*, int);
+  const char* (*errmsg)(sqlite3*);
+  int (*exec)(sqlite3*, const char*, int (*)(void*, int, char**, char**), void*, char**);
+};
+
+template <typename F>
+void Find(void* handle, const char* name, F* out, std::string* missing) {
+  void* symbol = dlsym(handle, name);
+  if (symbol == nullptr) {
+    if (!missing->empty()) missing->append(", ");
+    missing->append(name);
+  }
+  *out = reinterpret_cast<F>(symbol);
+}
+
+// SQLite's functions through `library`, which must be loaded already.
+Api LoadApi(const std::string& library) {
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument, library + " is not loaded in this process");
+  }
+  // dlsym through a handle searches the object, then its dependencies: a
+  // module linking libsqlite3 dynamically gives that library's functions.
+  Api api{};
+  std::string missing;
+  Find(handle, "sqlite3_threadsafe", &api.threadsafe, &missing);
+  Find(handle, "sqlite3_open_v2", &api.open_v2, &missing);
+  Find(handle, "sqlite3_close_v2", &api.close_v2, &missing);
+  Find(handle, "sqlite3_busy_timeout", &api.busy_timeout, &missing);
+  Find(handle, "sqlite3_prepare_v2", &api.prepare_v2, &missing);
+  Find(handle, "sqlite3_finalize", &api.finalize, &missing);
+  Find(handle, "sqlite3_reset", &api.reset, &missing);
+  Find(handle, "sqlite3_step", &api.step, &missing);
+  Find(handle, "sqlite3_bind_int64", &api.bind_int64, &missing);
+  Find(handle, "sqlite3_bind_double", &api.bind_double, &missing);
+  Find(handle, "sqlite3_bind_text", &api.bind_text, &missing);
+  Find(handle, "sqlite3_bind_blob", &api.bind_blob, &missing);
+  Find(handle, "sqlite3_column_int64", &api.column_int64, &missing);
+  Find(handle, "sqlite3_column_text", &api.column_text, &missing);
+  Find(handle, "sqlite3_column_bytes", &api.column_bytes, &missing);
+  Find(handle, "sqlite3_column_type", &api.column_type, &missing);
+  Find(handle, "sqlite3_errmsg", &api.errmsg, &missing);
+  Find(handle, "sqlite3_exec", &api.exec, &missing);
+  // The handle stays open: the module stays loaded as long as Python runs.
+  if (!missing.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "SQLite's functions are not visible through " + library +
+                    " (SQLite linked in statically?): missing " + missing);
+  }
+  if (api.threadsafe() == 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the SQLite of " + library + " was built single-threaded");
+  }
+  return api;
+}
+
+size_t FixedWidth(const std::vector<SinkCell>& cells) {
+  if (cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob)) return 0;
+  for (SinkCell cell : cells) {
+    if (cell == SinkCell::kText || cell == SinkCell::kBlob) {
+      throw Error(ErrorCode::kInvalidArgument, "a text or blob cell must be the only one");
+    }
+  }
+  if (cells.empty()) throw Error(ErrorCode::kInvalidArgument, "no cells");
+  return 8 * cells.size();
+}
+
+double AsDouble(std::string_view bytes) {
+  const uint64_t bits = ReadUint64BE(bytes);
+  double v;
+  std::memcpy(&v, &bits, 8);
+  return v;
+}
+
+class SqliteSink;
+
+// Every live sink, so that a forked child gets each one's mutex released,
+// whichever thread of the parent held it at the fork (the child has only
+// the forking thread). Never destroyed: sinks may outlive static
+// destruction.
+std::mutex& SinksMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+std::set<SqliteSink*>& Sinks() {
+  static auto* sinks = new std::set<SqliteSink*>;
+  return *sinks;
+}
+void RenewMutexesInChild();
+
+void Register(SqliteSink* sink) {
+  static const bool registered = (pthread_atfork(nullptr, nullptr, RenewMutexesInChild), true);
+  (void)registered;
+  std::lock_guard<std::mutex> lock(SinksMutex());
+  Sinks().insert(sink);
+}
+
+void Unregister(SqliteSink* sink) {
+  std::lock_guard<std::mutex> lock(SinksMutex());
+  Sinks().erase(sink);
+}
+
+// One key of the batch: its newest entry.
+struct Row {
+  std::string_view key;
+  std::string_view value;  // without the tag byte
+  bool present;
+  uint64_t seq;
+};
+
+class SqliteSink final : public NativeSink {
+ public:
+  explicit SqliteSink(SqliteSinkOptions options)
+      : options_(std::move(options)),
+        api_(LoadApi(options_.library)),
+        key_width_(FixedWidth(options_.key_cells)),
+        value_width_(FixedWidth(options_.value_cells)) {
+    Register(this);
+  }
+
+  ~SqliteSink() override {
+    Unregister(this);
+    std::lock_guard<std::mutex> lock(mu_);
+    Disconnect();
+  }
+
+  // In a forked child, before anything else runs there.
+  void RenewMutex() { new (&mu_) std::mutex; }
+
+  std::optional<Status> Deliver(const std::vector<ExportEntry>& entries,
+                                const StoreIdentity& store) override {
+    std::vector<Row> rows;
+    if (!Collapse(entries, &rows)) {
+      declined_.fetch_add(1);
+      return std::nullopt;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<Status> outcome = closed_ ? std::nullopt : DeliverLocked(rows, store);
+    (outcome ? applied_ : declined_).fetch_add(1);
+    return outcome;
+  }
+
+  void Close() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    Disconnect();
+  }
+
+  std::pair<uint64_t, uint64_t> Counters() const override {
+    return {applied_.load(), declined_.load()};
+  }
+
+ private:
+  enum Statement {
+    kBegin,
+    kCommit,
+    kSelectOwner,
+    kAnyGuard,
+    kUpsert,
+    kGuardSeq,
+    kClearGuard,
+    kRowSeq,
+    kDeleteRow,
+    kRaiseGuard,
+    kStatements
+  };
+
+  // The newest entry of each key, or false when a cell is one the exporter
+  // refuses or stores differently (it then names the entry).
+  bool Collapse(const std::vector<ExportEntry>& entries, std::vector<Row>* rows) const {
+    rows->reserve(entries.size());
+    for (const ExportEntry& entry : entries) {
+      std::string_view value(entry.value);
+      if (value.empty() || (value[0] != '\0' && value[0] != '\1')) return false;
+      const bool present = value[0] == '\1';
+      value.remove_prefix(1);
+      if (!Fits(entry.key, options_.key_cells, key_width_, true)) return false;
+      if (present && !Fits(value, options_.value_cells, value_width_, false)) return false;
+      // Entries come by key, then seq: the last of a run of one key is its newest.
+      if (!rows->empty() && rows->back().key == entry.key) {
+        if (entry.seq > rows->back().seq) rows->back() = Row{entry.key, value, present, entry.seq};
+        continue;
+      }
+      if (!rows->empty() && rows->back().key > std::string_view(entry.key)) return false;
+      rows->push_back(Row{entry.key, value, present, entry.seq});
+    }
+    return true;
+  }
+
+  static bool Fits(std::string_view data, const std::vector<SinkCell>& cells, size_t width,
+                   bool key) {
+    if (width == 0) return true;
+    if (data.size() != width) return false;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (cells[i] != SinkCell::kFloat64) continue;
+      const double v = AsDouble(data.substr(8 * i, 8));
+      // NaN and infinities are refused by the exporter; -0.0 keys are
+      // merged with 0.0 by it.
+      if (!std::isfinite(v) || (key && v == 0 && std::signbit(v))) return false;
+    }
+    return true;
+  }
+
+  std::optional<Status> DeliverLocked(const std::vector<Row>& rows, const StoreIdentity& store) {
+    if (pid_ != getpid()) {
+      // A forked child: the parent's connection is left alone, unused.
+      db_ = nullptr;
+      for (sqlite3_stmt*& s : statements_) s = nullptr;
+    }
+    if (db_ == nullptr && !Connect()) return std::nullopt;
+    int rc = Run(kBegin);
+    if (rc != kSqliteDone) return Failure("BEGIN IMMEDIATE", rc);
+    std::optional<Status> outcome = Apply(rows, store);
+    if (outcome && outcome->ok()) {
+      rc = Run(kCommit);
+      if (rc == kSqliteDone) return outcome;
+      outcome = Failure("COMMIT", rc);
+    }
+    api_.exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return outcome;
+  }
+
+  // Inside the transaction: nullopt when the exporter must take the batch.
+  std::optional<Status> Apply(const std::vector<Row>& rows, const StoreIdentity& store) {
+    if (!store.id.empty()) {
+      sqlite3_stmt* owner = statements_[kSelectOwner];
+      int rc = api_.step(owner);
+      bool same = false;
+      if (rc == kSqliteRow) {
+        const char* id = reinterpret_cast<const char*>(api_.column_text(owner, 0));
+        const int size = api_.column_bytes(owner, 0);
+        same = id != nullptr && std::string_view(id, size) == store.id &&
+               api_.column_type(owner, 1) == kSqliteInteger &&
+               static_cast<uint64_t>(api_.column_int64(owner, 1)) == store.epoch;
+        rc = api_.step(owner);  // one row; a second is the exporter's to judge
+        if (rc == kSqliteRow) same = false;
+      }
+      api_.reset(owner);
+      if (rc != kSqliteDone && rc != kSqliteRow) return Failure("the owner", rc);
+      if (!same) return std::nullopt;  // to adopt, a new epoch, or another store's
+    }
+    int rc = api_.step(statements_[kAnyGuard]);
+    api_.reset(statements_[kAnyGuard]);
+    if (rc != kSqliteRow && rc != kSqliteDone) return Failure("the guard table", rc);
+    const bool guarded = rc == kSqliteRow;
+    for (const Row& row : rows) {
+      // As the exporter's set-wise statements: a guard row of a seq as
+      // large drops the entry; a deletion no newer than the key's row too.
+      if (guarded) {
+        std::optional<int64_t> seq;
+        rc = Seq(kGuardSeq, row, &seq);
+        if (rc != kSqliteDone) return Failure("the guard table", rc);
+        if (seq && *seq >= static_cast<int64_t>(row.seq)) continue;
+      }
+      if (row.present) {
+        sqlite3_stmt* s = statements_[kUpsert];
+        int index = BindKey(s, row);
+        for (size_t i = 0; i < options_.value_cells.size(); ++i) {
+          Bind(s, index++, options_.value_cells[i], row.value, i);
+        }
+        api_.bind_int64(s, index, static_cast<int64_t>(row.seq));
+        rc = Step(kUpsert);
+        if (rc != kSqliteDone) return Failure("the upsert", rc);
+        if (guarded) {
+          BindKey(statements_[kClearGuard], row);
+          rc = Step(kClearGuard);
+          if (rc != kSqliteDone) return Failure("the guard table", rc);
+        }
+        continue;
+      }
+      std::optional<int64_t> seq;
+      rc = Seq(kRowSeq, row, &seq);
+      if (rc != kSqliteDone) return Failure("the table", rc);
+      if (seq && *seq >= static_cast<int64_t>(row.seq)) continue;
+      if (seq) {
+        BindKey(statements_[kDeleteRow], row);
+        rc = Step(kDeleteRow);
+        if (rc != kSqliteDone) return Failure("the deletion", rc);
+      }
+      sqlite3_stmt* s = statements_[kRaiseGuard];
+      api_.bind_int64(s, BindKey(s, row), static_cast<int64_t>(row.seq));
+      rc = Step(kRaiseGuard);
+      if (rc != kSqliteDone) return Failure("the guard table", rc);
+    }
+    return Status::Ok();
+  }
+
+  // The seq column of the one row `which` selects for the key, if any.
+  int Seq(Statement which, const Row& row, std::optional<int64_t>* seq) {
+    sqlite3_stmt* s = statements_[which];
+    BindKey(s, row);
+    int rc = api_.step(s);
+    if (rc == kSqliteRow) {
+      *seq = api_.column_int64(s, 0);
+      rc = kSqliteDone;
+    }
+    api_.reset(s);
+    return rc;
+  }
+
+  int Step(Statement which) {
+    const int rc = api_.step(statements_[which]);
+    api_.reset(statements_[which]);
+    return rc;
+  }
+
+  int Run(Statement which) { return Step(which); }
+
+  // Binds the key cells from parameter 1; returns the next parameter.
+  int BindKey(sqlite3_stmt* s, const Row& row) {
+    int index = 1;
+    for (size_t i = 0; i < options_.key_cells.size(); ++i) {
+      Bind(s, index++, options_.key_cells[i], row.key, i);
+    }
+    return index;
+  }
+
+  // The data stays put until the statement is reset: bound without a copy.
+  void Bind(sqlite3_stmt* s, int index, SinkCell cell, std::string_view data, size_t i) {
+    static const char kEmpty[1] = {0};
+    const char* bytes = data.empty() ? kEmpty : data.data();
+    switch (cell) {
+      case SinkCell::kText:
+        api_.bind_text(s, index, bytes, static_cast<int>(data.size()), nullptr);
+        return;
+      case SinkCell::kBlob:
+        api_.bind_blob(s, index, bytes, static_cast<int>(data.size()), nullptr);
+        return;
+      case SinkCell::kInt64:
+        api_.bind_int64(s, index, static_cast<int64_t>(ReadUint64BE(data.substr(8 * i, 8))));
+        return;
+      case SinkCell::kFloat64:
+        api_.bind_double(s, index, AsDouble(data.substr(8 * i, 8)));
+        return;
+    }
+  }
+
+  Status Failure(const std::string& what, int rc) {
+    const std::string message =
+        options_.name + ": " + what + ": " + (db_ ? api_.errmsg(db_) : "no connection");
+    // A locked database is an outage, as the exporter's Python path reports it.
+    const int primary = rc & 0xff;
+    const ErrorCode code = primary == kSqliteBusy || primary == kSqliteLocked
+                               ? ErrorCode::kSinkUnavailable
+                               : ErrorCode::kCallback;
+    return Status::Make(code, message);
+  }
+
+  // Opens the database the exporter made and prepares its statements; false
+  // (nothing open) when it is not there yet or not in WAL mode, or a table
+  // is missing: the exporter then sets it up.
+  bool Connect() {
+    sqlite3* db = nullptr;
+    if (api_.open_v2(options_.path.c_str(), &db, kSqliteOpenReadWrite, nullptr) != kSqliteOk) {
+      if (db != nullptr) api_.close_v2(db);
+      return false;
+    }
+    db_ = db;
+    pid_ = getpid();
+    api_.busy_timeout(db_, static_cast<int>(std::min(options_.timeout_seconds * 1000, 2e9)));
+    const std::string sql[kStatements] = {"BEGIN IMMEDIATE",     "COMMIT",
+                                          options_.select_owner, options_.any_guard,
+                                          options_.upsert,       options_.guard_seq,
+                                          options_.clear_guard,  options_.row_seq,
+                                          options_.delete_row,   options_.raise_guard};
+    bool ok = WalMode();
+    for (int i = 0; ok && i < kStatements; ++i) {
+      ok = api_.prepare_v2(db_, sql[i].c_str(), -1, &statements_[i], nullptr) == kSqliteOk;
+    }
+    if (!ok) Disconnect();
+    return ok;
+  }
+
+  bool WalMode() {
+    sqlite3_stmt* s = nullptr;
+    if (api_.prepare_v2(db_, "PRAGMA journal_mode", -1, &s, nullptr) != kSqliteOk) return false;
+    bool wal = false;
+    if (api_.step(s) == kSqliteRow) {
+      const char* mode = reinterpret_cast<const char*>(api_.column_text(s, 0));
+      wal = mode != nullptr && std::strcmp(mode, "wal") == 0;
+    }
+    api_.finalize(s);
+    return wal;
+  }
+
+  void Disconnect() {
+    if (db_ == nullptr || pid_ != getpid()) {
+      db_ = nullptr;
+      return;
+    }
+    for (sqlite3_stmt*& s : statements_) {
+      if (s != nullptr) api_.finalize(s);
+      s = nullptr;
+    }
+    api_.close_v2(db_);
+    db_ = nullptr;
+  }
+
+  const SqliteSinkOptions options_;
+  const Api api_;
+  const size_t key_width_, value_width_;  // 0: one text or blob cell
+  std::mutex mu_;
+  bool closed_ = false;
+  sqlite3* db_ = nullptr;
+  pid_t pid_ = 0;
+  sqlite3_stmt* statements_[kStatements] = {};
+  std::atomic<uint64_t> applied_{0}, declined_{0};
+};
+
+void RenewMutexesInChild() {
+  new (&SinksMutex()) std::mutex;
+  for (SqliteSink* sink : Sinks()) sink->RenewMutex();
+}
+
+}  // namespace
+
+std::shared_ptr<NativeSink> MakeSqliteSink(SqliteSinkOptions options) {
+  return std::make_shared<SqliteSink>(std::move(options));
+}
+
+}  // namespace percolite

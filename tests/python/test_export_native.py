@@ -1,0 +1,314 @@
+"""Native delivery to the SQLite sink (export_queue.h, "Native sinks"): an
+export queue whose exporter is a plain percolite.exporters.SQLite and whose
+codecs are fixed hands its batches to the core, which applies them from the
+queued bytes through the SQLite library Python's sqlite3 module loaded.
+Every batch must leave the sink row for row as the exporter's Python path
+leaves it, seq guard and guard table included; whatever the native path is
+not sure to do the same way goes to the exporter."""
+
+from __future__ import annotations
+
+import _sqlite3
+import sqlite3
+
+import percolite
+import pytest
+from percolite import _core
+from percolite._export import ExportBatch
+from percolite.codecs import get_codec
+from percolite.errors import SinkOwnedByOtherStore
+from percolite.exporters import SequencedExport, SQLite
+
+STORE, OTHER = "a" * 32, "b" * 32
+
+# (key codec, value codec, key columns, value columns, key of i, value of i)
+LAYOUTS = {
+    "str-int64": ("str", "int64", "key", "value", lambda i: f"k{i:03d}", lambda i: i * 7 - 50),
+    "str-str": ("str", "str", "key", "value", lambda i: f"ké{i}", lambda i: f"v{i}" * (i % 3)),
+    "bytes-bytes": ("bytes", "bytes", "key", "value", lambda i: bytes([i % 7, i]), bytes),
+    "int64-float64": ("int64", "float64", "id", "x", lambda i: i - 20, lambda i: i / 3 - 1.5),
+    "float64-str": ("float64", "str", "id", "name", lambda i: i * 0.5 - 3, str),
+    "int64s-int64s": (
+        "int64s:2",
+        "int64s:3",
+        ("a", "b"),
+        ("x", "y", "z"),
+        lambda i: (i % 4, -i),
+        lambda i: (i, -i, i * i),
+    ),
+    "str-int64s1": ("str", "int64s:1", "key", ("v",), lambda i: f"k{i}", lambda i: (i,)),
+}
+
+
+def dump(path, table):
+    """Everything of the sink: main and guard tables, with each cell's type."""
+    conn = sqlite3.connect(path)
+    try:
+        out = {}
+        for name in (table, f"{table}_seq", f"{table}_owner"):
+            columns = [row[1] for row in conn.execute(f'PRAGMA table_info("{name}")')]
+            types = [f'typeof("{c}")' for c in columns]
+            out[name] = (
+                columns,
+                sorted(
+                    conn.execute(f'SELECT *, {", ".join(types)} FROM "{name}"').fetchall(),
+                    key=repr,
+                )
+                if columns
+                else None,
+            )
+        return out
+    finally:
+        conn.close()
+
+
+class Pair:
+    """The same batches into two sinks: one through the exporter (the Python
+    path), one through the native sink, which hands back what it declines to
+    its own exporter as a queue would."""
+
+    def __init__(self, tmp_path, layout, **options):
+        self.kc, self.vc, key, columns, *_ = LAYOUTS[layout]
+        self.key_codec, self.value_codec = get_codec(self.kc), get_codec(self.vc)
+        self.python = SQLite(tmp_path / "python.sqlite", "t", key=key, columns=columns, **options)
+        self.native = SQLite(tmp_path / "native.sqlite", "t", key=key, columns=columns, **options)
+        key_layout = (self.kc.split(":")[0], self.key_codec.length)
+        value_layout = (self.vc.split(":")[0], self.value_codec.length)
+        self.sink, why = self.native._native_sink(key_layout, value_layout)
+        assert why == "native"
+        self.declined = 0
+
+    def raw(self, entries):
+        items = []
+        for key, value, seq in entries:
+            tag = b"\x00" if value is None else b"\x01" + self.value_codec.encode(value)
+            items.append((self.key_codec.encode(key), tag, seq))
+        # As the queue hands them over: by key (its bytes), then seq.
+        return sorted(items, key=lambda item: (item[0], item[2]))
+
+    def batch(self, items, store, epoch):
+        entries = ExportBatch(
+            SequencedExport(
+                self.key_codec.decode(k),
+                None if v == b"\x00" else self.value_codec.decode(v[1:]),
+                seq,
+            )
+            for k, v, seq in items
+        )
+        entries.queue, entries.store, entries.epoch = "q", store, epoch
+        return entries
+
+    def deliver(self, entries, store=STORE, epoch=1):
+        items = self.raw(entries)
+        self.python(self.batch(items, store, epoch))
+        outcome = self.native_only(items, store, epoch)
+        assert outcome == (True, None, None), outcome
+
+    def native_only(self, items, store=STORE, epoch=1):
+        outcome = self.sink.deliver(items, store, epoch)
+        if outcome is None:
+            self.declined += 1
+            self.native(self.batch(items, store, epoch))
+            return (True, None, None)
+        return outcome
+
+    def same(self):
+        python, native = dump(self.python.path, "t"), dump(self.native.path, "t")
+        assert native == python
+        return python
+
+    def close(self):
+        self.python.close()
+        self.native.close()
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_native_delivery_leaves_the_sink_as_the_python_path_does(tmp_path, layout):
+    pair = Pair(tmp_path, layout)
+    key, value = LAYOUTS[layout][4:]
+    try:
+        first = [(key(i), value(i), 100 + i) for i in range(40)]
+        pair.deliver(first)  # creates the tables and the owner: the exporter's
+        assert pair.declined == 1
+        pair.deliver(first)  # delivered again
+        # Newer values, older ones (ignored), deletions, several per key.
+        pair.deliver(
+            [(key(i), value(i + 1), 200 + i) for i in range(0, 10)]
+            + [(key(i), value(i + 2), 50 + i) for i in range(10, 20)]
+            + [(key(i), None, 300 + i) for i in range(20, 30)]
+            + [(key(i), value(i + 3), 400 + i) for i in range(30, 35)]
+            + [(key(i), value(i + 4), 410 + i) for i in range(30, 35)]
+            + [(key(i), None, 420 + i) for i in range(33, 35)]
+        )
+        # Guard rows now exist: a deletion older than the row, a value older
+        # than the guard, a newer one bringing a key back, a new key deleted.
+        pair.deliver(
+            [(key(0), None, 150)]
+            + [(key(20), value(1), 310)]
+            + [(key(21), value(2), 330)]
+            + [(key(22), None, 500)]
+            + [(key(50), None, 510), (key(51), value(51), 511)]
+        )
+        pair.deliver([(key(21), value(3), 320), (key(22), value(4), 400)])  # stale
+        tables = pair.same()
+        assert pair.sink.counters() == (4, 1)
+        assert pair.declined == 1
+        guards = tables["t_seq"][1]
+        assert len(guards) == 12  # 20, 22..29, 33, 34, 50 deleted (21 is back)
+    finally:
+        pair.close()
+
+
+def test_large_values_and_empty_ones(tmp_path):
+    for layout in ("bytes-bytes", "str-str"):
+        pair = Pair(tmp_path, layout)
+        try:
+            big = b"\xff\x00" * 500_000 if layout == "bytes-bytes" else "é" * 500_000
+            empty = b"" if layout == "bytes-bytes" else ""
+            key = (lambda s: s.encode()) if layout == "bytes-bytes" else str
+            pair.deliver([(key("a"), big, 1), (key("b"), empty, 2)])
+            pair.deliver([(key("c"), big, 3), (key("d"), empty, 4), (key("a"), empty, 5)])
+            tables = pair.same()
+            assert len(tables["t"][1]) == 4
+            assert pair.sink.counters() == (1, 1)
+        finally:
+            pair.close()
+        (tmp_path / "python.sqlite").unlink()
+        (tmp_path / "native.sqlite").unlink()
+
+
+def test_what_the_exporter_would_refuse_goes_to_it(tmp_path):
+    pair = Pair(tmp_path, "int64-float64")
+    try:
+        pair.deliver([(1, 1.0, 1)])
+        items = pair.raw([(2, float("nan"), 2)])
+        assert pair.sink.deliver(items, STORE, 1) is None
+        with pytest.raises(ValueError, match="not storable"):
+            pair.native(pair.batch(items, STORE, 1))
+    finally:
+        pair.close()
+    (tmp_path / "keys").mkdir()
+    pair = Pair(tmp_path / "keys", "float64-str")
+    try:
+        # -0.0 and 0.0 are one key to the exporter: it merges them.
+        pair.deliver([(0.0, "a", 3)])
+        assert pair.sink.deliver(pair.raw([(-0.0, "b", 4)]), STORE, 1) is None
+        assert pair.sink.deliver(pair.raw([(float("inf"), "b", 4)]), STORE, 1) is None
+    finally:
+        pair.close()
+
+
+def test_another_store_or_a_new_epoch_goes_to_the_exporter(tmp_path):
+    pair = Pair(tmp_path, "str-int64")
+    try:
+        pair.deliver([("a", 1, 1)])
+        items = pair.raw([("a", 2, 2)])
+        assert pair.sink.deliver(items, OTHER, 1) is None
+        with pytest.raises(SinkOwnedByOtherStore):
+            pair.native(pair.batch(items, OTHER, 1))
+        # A later epoch of the owner: its entries win whatever their seq.
+        assert pair.sink.deliver(pair.raw([("a", 3, 0)]), STORE, 2) is None
+        pair.deliver([("a", 3, 0)], epoch=2)
+        assert pair.same()["t"][1] == [("a", 3, 0, "text", "integer", "integer")]
+        pair.deliver([("a", 4, 1)], epoch=2)
+        pair.same()
+        assert pair.sink.counters()[0] == 1
+        # Entries of no store (the exporter called directly) are not checked.
+        pair.deliver([("b", 4, 1)], store="")
+        pair.same()
+        assert pair.sink.counters()[0] == 2
+    finally:
+        pair.close()
+
+
+def test_a_locked_sink_is_an_outage_after_the_busy_timeout(tmp_path):
+    pair = Pair(tmp_path, "str-int64", timeout=0.2)
+    try:
+        pair.deliver([("a", 1, 1)])
+        other = sqlite3.connect(pair.native.path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            ok, message, kind = pair.sink.deliver(pair.raw([("a", 2, 2)]), STORE, 1)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert (ok, kind) == (False, "down") and "locked" in message
+        assert pair.sink.deliver(pair.raw([("a", 2, 2)]), STORE, 1) == (True, None, None)
+        assert pair.native.rows() == {"a": 2}
+    finally:
+        pair.close()
+
+
+def test_a_closed_exporter_takes_every_batch(tmp_path):
+    pair = Pair(tmp_path, "str-int64")
+    pair.deliver([("a", 1, 1)])
+    pair.close()
+    assert pair.sink.deliver(pair.raw([("a", 2, 2)]), STORE, 1) is None
+
+
+def test_no_sqlite_functions_in_the_library_means_the_python_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(_sqlite3, "__file__", _core.__file__)
+    sink = SQLite(tmp_path / "out.sqlite", "t")
+    app = percolite.App("native")
+    out = app.export_queue("out", sink, value_codec="int64")
+    assert out.delivery.startswith("python: SQLite's functions are not visible through")
+    sink.close()
+
+
+def run_queue(tmp_path, exporter, rounds, key_codec="str", value_codec="int64"):
+    app = percolite.App("native")
+    out = app.export_queue(
+        "out", exporter, key_codec=key_codec, value_codec=value_codec, batch_size=16
+    )
+    with percolite.open(tmp_path / "store", app=app, sync="none") as env:
+        for values in rounds:
+            env.run(lambda tx, values=values: [out.add(tx, k, v) for k, v in values.items()])
+            assert env.process(2)["idle"]
+    return out
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_export_queue_delivers_natively_unless_told_not_to(tmp_path, monkeypatch, native):
+    if not native:
+        monkeypatch.setenv("PERCOLITE_NATIVE_SINKS", "0")
+    sink = SQLite(tmp_path / "out.sqlite", "t")
+    rounds = [
+        {f"k{i}": i for i in range(100)},
+        {f"k{i}": None for i in range(0, 100, 3)},
+        {f"k{i}": -i for i in range(0, 100, 2)},
+    ]
+    out = run_queue(tmp_path, sink, rounds)
+    expected = {f"k{i}": -i if i % 2 == 0 else i for i in range(100) if i % 2 == 0 or i % 3}
+    assert sink.rows() == expected
+    assert out.delivery == ("native" if native else "python: PERCOLITE_NATIVE_SINKS=0")
+    assert (out._native_sink is not None) == native
+    if native:
+        applied, declined = out._native_sink.counters()
+        assert applied > 0 and declined >= 1  # the first batches set the sink up
+    sink.close()
+
+
+def test_the_delivery_says_why_a_queue_takes_the_python_path(tmp_path):
+    sink = SQLite(tmp_path / "out.sqlite", "t")
+    pairs = SQLite(tmp_path / "out.sqlite", "p", key=("a", "b"))
+
+    class Mine(SQLite):
+        pass
+
+    app = percolite.App("native")
+    cases = {
+        "custom": (lambda entries: None, "int64", "no native path"),
+        "subclass": (Mine(tmp_path / "out.sqlite", "m"), "int64", "no native path"),
+        "json": (sink, "json", "not all fixed"),
+        "pickle": (sink, "pickle", "not all fixed"),
+        "misfit": (pairs, "int64", "the key codec str does not fit the key columns"),
+        "native": (sink, "int64", None),
+    }
+    for name, (exporter, codec, why) in cases.items():
+        out = app.export_queue(name, exporter, value_codec=codec)
+        if why is None:
+            assert out.delivery == "native"
+        else:
+            assert out.delivery.startswith("python: ") and why in out.delivery
+    sink.close()
+    pairs.close()
