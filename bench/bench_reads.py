@@ -10,6 +10,9 @@ py-lmdb's raw reads of the same data beside it for scale.
 * **Look-ups**, reads/s: ``--reads-lookups`` random existing keys read one
   by one in one transaction (percolite: ``tx.get(row, column)``; py-lmdb:
   ``txn.get(key)``).
+* **Look-ups in bulk**, reads/s: the same keys read in one call
+  (percolite: ``tx.get_many(cells)``; py-lmdb: ``cursor.getmulti(keys)``),
+  beside the loop for scale: what a Python loop costs per read.
 * **Scan**, cells/s: every cell of the store, in key order, in one
   transaction (percolite: ``tx.scan()``; py-lmdb: a cursor over the table).
 
@@ -52,7 +55,7 @@ NAME = "reads"
 COLUMN = ("c", "v")
 SYSTEMS = ("percolite", "lmdb")
 SYSTEM_LABELS = {"percolite": "percolite", "lmdb": "py-lmdb"}
-OPERATIONS = ("lookups", "scan")
+OPERATIONS = ("lookups", "lookups_bulk", "scan")
 DEFAULT_CELLS, QUICK_CELLS = 200_000, 20_000
 DEFAULT_LOOKUPS, QUICK_LOOKUPS = 200_000, 20_000
 DEFAULT_VALUE_SIZE = 100
@@ -122,9 +125,19 @@ def _measure_percolite(env: percolite.Env, keys: list[bytes]) -> dict[str, float
                     raise RuntimeError(f"percolite lost {key!r}")
             return len(keys)
 
+        def lookups_bulk() -> int:
+            if None in tx.get_many([(key, COLUMN) for key in keys]):
+                raise RuntimeError("percolite lost a key")
+            return len(keys)
+
         lookup_seconds, looked_up = _time(lookups)
+        bulk_seconds, bulk = _time(lookups_bulk)
         scan_seconds, scanned = _time(lambda: sum(1 for _ in tx.scan()))
-    return {"lookups": looked_up / lookup_seconds, "scan": scanned / scan_seconds}
+    return {
+        "lookups": looked_up / lookup_seconds,
+        "lookups_bulk": bulk / bulk_seconds,
+        "scan": scanned / scan_seconds,
+    }
 
 
 def _measure_lmdb(env: lmdb.Environment, keys: list[bytes]) -> dict[str, float]:
@@ -136,9 +149,19 @@ def _measure_lmdb(env: lmdb.Environment, keys: list[bytes]) -> dict[str, float]:
                     raise RuntimeError(f"py-lmdb lost {key!r}")
             return len(keys)
 
+        def lookups_bulk() -> int:
+            if len(txn.cursor().getmulti(keys)) != len(keys):
+                raise RuntimeError("py-lmdb lost a key")
+            return len(keys)
+
         lookup_seconds, looked_up = _time(lookups)
+        bulk_seconds, bulk = _time(lookups_bulk)
         scan_seconds, scanned = _time(lambda: sum(1 for _ in txn.cursor()))
-    return {"lookups": looked_up / lookup_seconds, "scan": scanned / scan_seconds}
+    return {
+        "lookups": looked_up / lookup_seconds,
+        "lookups_bulk": bulk / bulk_seconds,
+        "scan": scanned / scan_seconds,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,7 +191,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     runs[system].append({k: round(v, 1) for k, v in measured.items()})
                     log(
                         f"{NAME}: {SYSTEM_LABELS[system]:>9} run {repetition + 1}/{args.repeat}: "
-                        f"{measured['lookups']:,.0f} look-ups/s, {measured['scan']:,.0f} cells/s"
+                        f"{measured['lookups']:,.0f} look-ups/s, "
+                        f"{measured['lookups_bulk']:,.0f} in bulk, {measured['scan']:,.0f} cells/s"
                     )
         finally:
             for store in stores.values():
@@ -191,7 +215,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results[operation]["ratio"] = round(ours / theirs, 3) if theirs else None
     return {
         "benchmark": NAME,
-        "measures": "random look-ups and a full scan per second, one thread, one transaction",
+        "measures": "random look-ups (one by one, and in bulk) and a full scan per second, "
+        "one thread, one transaction",
         "settings": {
             "cells": cells,
             "lookups": lookups,
@@ -210,7 +235,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 _HEADERS = ["read", "percolite /s", "py-lmdb /s", "percolite / py-lmdb"]
-_LABELS = {"lookups": "random look-ups", "scan": "full scan (cells)"}
+_LABELS = {
+    "lookups": "random look-ups",
+    "lookups_bulk": "random look-ups, bulk",
+    "scan": "full scan (cells)",
+}
 
 
 def _rows(report: dict[str, Any]) -> list[list[Any]]:

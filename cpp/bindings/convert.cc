@@ -55,6 +55,34 @@ CellArg ToCell(py::handle row, py::handle column) {
   return cell;
 }
 
+namespace {
+
+bool BytesView(PyObject* h, std::string_view* out) {
+  if (PyBytes_Check(h)) {
+    *out = std::string_view(PyBytes_AS_STRING(h), PyBytes_GET_SIZE(h));
+    return true;
+  }
+  if (PyUnicode_Check(h)) {
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(h, &size);  // cached in the str
+    if (data == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    *out = std::string_view(data, size);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool CellViews(PyObject* row, PyObject* column, percolite::CellRef* out) {
+  return PyTuple_Check(column) && PyTuple_GET_SIZE(column) == 2 && BytesView(row, &out->row) &&
+         BytesView(PyTuple_GET_ITEM(column, 0), &out->family) &&
+         BytesView(PyTuple_GET_ITEM(column, 1), &out->qualifier);
+}
+
 py::object OptionalBytes(const std::optional<std::string>& value) {
   if (!value) return py::none();
   return py::bytes(*value);

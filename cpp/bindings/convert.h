@@ -35,6 +35,11 @@ std::pair<std::string, std::string> ToColumn(py::handle column);
 
 CellArg ToCell(py::handle row, py::handle column);
 
+// Views of a cell's parts without copying them, valid while the arguments
+// live: true when row is bytes or str and column a 2-tuple of those (any
+// other type, or undecodable text, is left for ToCell to name).
+bool CellViews(PyObject* row, PyObject* column, percolite::CellRef* out);
+
 py::object OptionalBytes(const std::optional<std::string>& value);
 
 percolite::SyncMode ParseSync(const std::string& sync);

@@ -9,10 +9,18 @@ constexpr char kEscape = '\x00';
 constexpr char kEscapedZero = '\xFF';
 constexpr char kTerminator = '\x01';
 
+// Zero bytes are rare in keys: copy the runs between them whole.
 void AppendEscaped(std::string* out, std::string_view part) {
-  for (char c : part) {
-    out->push_back(c);
-    if (c == kEscape) out->push_back(kEscapedZero);
+  for (;;) {
+    const void* zero = std::memchr(part.data(), kEscape, part.size());
+    if (zero == nullptr) {
+      out->append(part.data(), part.size());
+      return;
+    }
+    const size_t at = static_cast<size_t>(static_cast<const char*>(zero) - part.data());
+    out->append(part.data(), at + 1);
+    out->push_back(kEscapedZero);
+    part.remove_prefix(at + 1);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <set>
 
 namespace percolite {
@@ -84,6 +85,35 @@ std::optional<std::string> Transaction::Get(const CellRef& cell) {
   }
   if (!purged_.empty() && Purged(key)) return std::nullopt;
   return snapshot_->Get(key);
+}
+
+Snapshot::TryRead Transaction::TryGet(const CellRef& cell, Snapshot::ValueView found,
+                                      void* context) {
+  ValidateCell(cell);
+  // One key buffer per thread: a look-up allocates nothing for its key.
+  thread_local std::string key;
+  key.clear();
+  for (std::string_view part : {cell.row, cell.family, cell.qualifier})
+    AppendEscapedPart(&key, part);
+  if (!mu_.TryLock()) return Snapshot::TryRead::kWouldBlock;
+  try {
+    CheckActive();
+    Snapshot::TryRead result;
+    auto it = writes_.empty() ? writes_.end() : writes_.find(key);
+    if (it != writes_.end()) {
+      result = it->second.is_delete ? Snapshot::TryRead::kAbsent : Snapshot::TryRead::kFound;
+      if (!it->second.is_delete) found(context, it->second.value);
+    } else if (!purged_.empty() && Purged(key)) {
+      result = Snapshot::TryRead::kAbsent;
+    } else {
+      result = snapshot_->TryGet(key, found, context);
+    }
+    mu_.Unlock();
+    return result;
+  } catch (...) {
+    mu_.Unlock();
+    throw;
+  }
 }
 
 void Transaction::Set(const CellRef& cell, std::string_view value) {
@@ -305,6 +335,70 @@ ScanChunk Transaction::Scan(const ScanRange& range, const std::string* resume_af
   }
   chunk.done = snap_done && !stopped_early;
   return chunk;
+}
+
+namespace {
+
+// Appends the row, family and qualifier of cell key `key` to *bytes, decoded,
+// and their lengths to *sizes. False, with nothing appended, when `key` is not
+// a cell key.
+bool AppendCellParts(std::string_view key, std::string* bytes, std::vector<size_t>* sizes) {
+  size_t parts[3];
+  if (!CellKeyParts(key, &parts)) return false;
+  for (int i = 0; i < 3; ++i) {
+    // A part's escaped bytes, less its two-byte terminator.
+    const size_t end = (i < 2 ? parts[i + 1] : key.size()) - 2;
+    std::string_view part = key.substr(parts[i], end - parts[i]);
+    const size_t before = bytes->size();
+    for (;;) {  // a zero byte is stored as 0x00 0xFF: keep the zero only
+      const void* zero = std::memchr(part.data(), '\0', part.size());
+      if (zero == nullptr) {
+        bytes->append(part);
+        break;
+      }
+      const size_t at = static_cast<size_t>(static_cast<const char*>(zero) - part.data());
+      bytes->append(part.data(), at + 1);
+      part.remove_prefix(at + 2);
+    }
+    sizes->push_back(bytes->size() - before);
+  }
+  return true;
+}
+
+}  // namespace
+
+void Transaction::ScanPacked(const ScanRange& range, const std::string* resume_after, size_t limit,
+                             PackedCells* out) {
+  if (limit == 0) limit = 1;
+  out->bytes.clear();
+  out->sizes.clear();
+  out->resume_after.clear();
+  std::set<std::pair<std::string_view, std::string_view>> wanted;
+  for (const auto& [family, qualifier] : range.columns) wanted.emplace(family, qualifier);
+  ScanRange bounds;  // Visit takes no columns: they are filtered here
+  bounds.from = range.from;
+  bounds.end = range.end;
+  size_t looked_at = 0;
+  const bool exhausted =
+      Visit(bounds, resume_after, [&](std::string_view key, std::string_view value) {
+        const size_t bytes_before = out->bytes.size();
+        if (AppendCellParts(key, &out->bytes, &out->sizes)) {
+          const size_t* part = &out->sizes[out->sizes.size() - 3];
+          const std::string_view family(out->bytes.data() + bytes_before + part[0], part[1]);
+          const std::string_view qualifier(family.data() + part[1], part[2]);
+          if (wanted.empty() || wanted.count({family, qualifier})) {
+            out->bytes.append(value);
+            out->sizes.push_back(value.size());
+          } else {
+            out->bytes.resize(bytes_before);
+            out->sizes.resize(out->sizes.size() - 3);
+          }
+        }  // else not a cell key: internal data
+        if (++looked_at < limit) return true;
+        out->resume_after.assign(key);
+        return false;
+      });
+  out->done = exhausted;
 }
 
 bool Transaction::Visit(const ScanRange& range, const std::string* resume_after,

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import _core
-from ._cells import BytesLike, Cell, column_of
+from ._cells import BytesLike, Cell, Column
 from ._frames import Scan
 
 if TYPE_CHECKING:
@@ -108,8 +108,7 @@ class Transaction:
     def get(self, row: BytesLike, column: ColumnLike, default: D) -> bytes | D: ...
     def get(self, row: BytesLike, column: ColumnLike, default: Any = None) -> Any:
         """The value of the cell in this transaction's view, or ``default``."""
-        value = self._tx.get(row, column)
-        return default if value is None else value
+        return self._tx.get(row, column, default)
 
     def get_many(
         self, cells: Iterable[tuple[BytesLike, ColumnLike]], default: Any = None
@@ -166,17 +165,17 @@ class Transaction:
                     f"not {type(columns).__name__}"
                 )
             columns = list(columns)  # each item is checked by the core
-        make_column = column_of
+        scan_cells = self._tx.scan_cells
         for part_prefix, part_start, part_end in _user_ranges(prefix, start, end):
             if part_end is not None and part_start is not None and part_start >= part_end:
                 continue
             resume = None
             while True:
-                items, resume, done = self._tx.scan_chunk(
-                    part_prefix, part_start, part_end, columns, resume, _SCAN_CHUNK
+                # Cells come made, a list a chunk: yield from hands them on at C speed.
+                cells, resume, done = scan_cells(
+                    part_prefix, part_start, part_end, columns, resume, _SCAN_CHUNK, Cell, Column
                 )
-                for row, family, qualifier, value in items:
-                    yield Cell(row, make_column(family, qualifier), value)
+                yield from cells
                 if done:
                     break
 

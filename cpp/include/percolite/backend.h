@@ -227,6 +227,15 @@ class Snapshot {
 
   // The value of the cell with this encoded key; nullopt if absent or deleted.
   virtual std::optional<std::string> Get(std::string_view encoded_key) = 0;
+  // Get for a caller that must not wait (one holding the Python GIL), and
+  // without copying: hands a live value to found(context, value), a view
+  // valid only during that call, and returns kFound, or returns kAbsent.
+  // Returns kWouldBlock, having read nothing, when the read would wait for a
+  // lock or a server; the default, for backends that read over a network,
+  // always does.
+  enum class TryRead { kFound, kAbsent, kWouldBlock };
+  using ValueView = void (*)(void* context, std::string_view value);
+  virtual TryRead TryGet(std::string_view encoded_key, ValueView found, void* context);
   // Calls visit(key, value) for the live cells with from <= key (from < key
   // when `exclusive`) and key < end (no bound when `end` is empty), in key
   // order, with views valid only during the call, until it returns false.

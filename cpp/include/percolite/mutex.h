@@ -121,6 +121,7 @@ class CAPABILITY("mutex") SharedMutex {
   void Unlock() RELEASE() { mu_.unlock(); }
   void LockShared() ACQUIRE_SHARED() { mu_.lock_shared(); }
   void UnlockShared() RELEASE_SHARED() { mu_.unlock_shared(); }
+  bool TryLockShared() TRY_ACQUIRE_SHARED(true) { return mu_.try_lock_shared(); }
   // Tells the analysis the caller holds the lock exclusive (AssertHeld) or
   // at least shared (AssertReaderHeld); no run-time check.
   void AssertHeld() ASSERT_CAPABILITY(this) {}

@@ -68,6 +68,17 @@ struct ScanChunk {
   bool done = false;         // the range is exhausted
 };
 
+// Scan's cells packed for a caller that makes its own objects of them (the
+// Python bindings): each cell's row, family, qualifier and value, decoded,
+// back to back in `bytes`, their lengths in `sizes`, four per cell.
+struct PackedCells {
+  std::string bytes;
+  std::vector<size_t> sizes;
+  std::string resume_after;  // pass back to continue after this chunk
+  bool done = false;         // the range is exhausted
+  size_t size() const { return sizes.size() / 4; }
+};
+
 class Transaction : public std::enable_shared_from_this<Transaction> {
  public:
   // kClosed: aborted because its Env was closed (Commit then throws kClosed).
@@ -83,6 +94,11 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   std::optional<uint64_t> commit_ts() const EXCLUDES(mu_);
 
   std::optional<std::string> Get(const CellRef& cell) EXCLUDES(mu_);
+  // Get for a caller that must not wait (one holding the Python GIL), without
+  // copying the value: see Snapshot::TryGet. kWouldBlock, having read
+  // nothing, also when another thread is inside this transaction.
+  Snapshot::TryRead TryGet(const CellRef& cell, Snapshot::ValueView found, void* context)
+      EXCLUDES(mu_);
   void Set(const CellRef& cell, std::string_view value) EXCLUDES(mu_);
   void Delete(const CellRef& cell) EXCLUDES(mu_);
 
@@ -137,6 +153,12 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
   // One chunk of at most `limit` cells; start with resume_after == nullptr.
   ScanChunk Scan(const ScanRange& range, const std::string* resume_after, size_t limit)
       EXCLUDES(mu_);
+  // Scan into one buffer: the same cells, with no allocation per cell. The
+  // chunk ends after `limit` stored cells have been looked at (columns not
+  // asked for count too), so a filtered scan of a large range holds the
+  // transaction for a bounded time.
+  void ScanPacked(const ScanRange& range, const std::string* resume_after, size_t limit,
+                  PackedCells* out) EXCLUDES(mu_);
   // Calls visit(encoded key, value) for the cells Scan would return (this
   // transaction's own writes and purges included), in key order, with views
   // valid only during the call, until it returns false; nothing is copied.

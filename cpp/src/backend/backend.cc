@@ -74,6 +74,10 @@ std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_
   return key;
 }
 
+Snapshot::TryRead Snapshot::TryGet(std::string_view, ValueView, void*) {
+  return TryRead::kWouldBlock;
+}
+
 bool Snapshot::Scan(std::string_view from, bool exclusive, std::string_view end, size_t limit,
                     std::vector<std::pair<std::string, std::string>>* out) {
   size_t taken = 0;

@@ -32,6 +32,7 @@ class CAPABILITY("mutex") LmdbMapLock {
   void Unlock() RELEASE() { pthread_rwlock_unlock(&lock_); }
   void LockShared() ACQUIRE_SHARED() { pthread_rwlock_rdlock(&lock_); }
   void UnlockShared() RELEASE_SHARED() { pthread_rwlock_unlock(&lock_); }
+  bool TryLockShared() TRY_ACQUIRE_SHARED(true) { return pthread_rwlock_tryrdlock(&lock_) == 0; }
 
   // Holds the lock shared from construction until Unlock() or destruction.
   class SCOPED_CAPABILITY Shared {

@@ -36,6 +36,7 @@ class LmdbSnapshot final : public Snapshot {
   ~LmdbSnapshot() override;
 
   std::optional<std::string> Get(std::string_view encoded_key) override;
+  TryRead TryGet(std::string_view encoded_key, ValueView found, void* context) override;
   bool Visit(std::string_view from, bool exclusive, std::string_view end,
              const CellVisitor& visit) override;
   std::optional<uint64_t> NotificationStamp(std::string_view cell_key) override;
@@ -105,6 +106,27 @@ std::optional<std::string> LmdbSnapshot::Get(std::string_view encoded_key) {
   }
   if (record.tombstone) return std::nullopt;
   return std::string(record.value);
+}
+
+Snapshot::TryRead LmdbSnapshot::TryGet(std::string_view encoded_key, ValueView found,
+                                       void* context) {
+  CheckOpen("reading from");
+  // A map growth holds the lock exclusively: wait for it without the caller's lock.
+  LmdbMapLock* const map_lock = store_->map_lock_.get();
+  if (!map_lock->TryLockShared()) return TryRead::kWouldBlock;
+  RecordView record;
+  bool live;
+  try {
+    live = store_->Contain([&] {
+      return ReadRecord(txn_, store_->data_dbi_, encoded_key, &record);
+    }) && !record.tombstone;
+    if (live) found(context, record.value);  // a view into the map: only while it is locked
+  } catch (...) {
+    map_lock->UnlockShared();
+    throw;
+  }
+  map_lock->UnlockShared();
+  return live ? TryRead::kFound : TryRead::kAbsent;
 }
 
 std::optional<uint64_t> LmdbSnapshot::NotificationStamp(std::string_view cell_key) {

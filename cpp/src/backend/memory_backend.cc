@@ -148,6 +148,22 @@ class MemorySnapshot final : public Snapshot {
     return v->value;
   }
 
+  TryRead TryGet(std::string_view encoded_key, ValueView found, void* context) override {
+    CheckOpen("reading from");
+    if (!store_->mu_.TryLockShared()) return TryRead::kWouldBlock;
+    TryRead result = TryRead::kAbsent;
+    auto it = store_->data_.find(encoded_key);
+    if (it != store_->data_.end()) {
+      const Version* v = VisibleAt(it->second, start_ts());
+      if (IsLive(v)) {
+        found(context, v->value);
+        result = TryRead::kFound;
+      }
+    }
+    store_->mu_.UnlockShared();
+    return result;
+  }
+
   bool Visit(std::string_view from, bool exclusive, std::string_view end,
              const CellVisitor& visit) override {
     CheckOpen("scanning");
