@@ -86,6 +86,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -117,6 +118,8 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // How long a handle keeps trying to reach a server that went away (a
   // restart, a dropped connection) before a call reports kStorage.
   static constexpr int kReconnectSeconds = kPgReconnectSeconds;
+  // While commits keep coming, the writer collects old versions at most this often.
+  static constexpr std::chrono::milliseconds kCollectInterval{500};
 
   static std::shared_ptr<PgBackend> Open(const std::string& target, const BackendOptions& options);
   ~PgBackend() override;
@@ -223,8 +226,13 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // Records this handle's horizon in the handles table (on `conn`).
   // `token`: the batch's commit token (nullptr outside a batch: kept as it is).
   void Publish(PGconn* conn, uint64_t clock, const std::string* token) EXCLUDES(snapshots_mu_);
+  // The parameters of publish (publish_with_token with a token).
+  PgParams PublishParams(uint64_t clock, const std::string* token) EXCLUDES(snapshots_mu_);
   // Publish on the writer's connection, outside a batch.
   void Heartbeat() EXCLUDES(snapshots_mu_);
+  // Whether to collect after this batch: when no commit waits, else at
+  // most every kCollectInterval.
+  bool CollectDue() EXCLUDES(mu_);
   void Collect(PGconn* conn);
   void ForgetPending(uint64_t start_ts) EXCLUDES(snapshots_mu_);
 
@@ -242,6 +250,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // The writer thread's own connection: only that thread uses it, and Open
   // and Close before it starts and after it ends.
   PGconn* writer_conn_ = nullptr;
+  std::chrono::steady_clock::time_point last_collect_;  // the writer thread's
 
   SinkSlot sink_;
 
