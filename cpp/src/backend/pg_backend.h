@@ -37,14 +37,16 @@
 //   statement that picks, per key, the newest version with ts <= start_ts
 //   not purged by then. It holds no connection and no server transaction,
 //   so open snapshots cost the server nothing; reads borrow a connection of
-//   a small pool (kPoolSize) for one statement.
+//   a small pool (kPoolSize) for one statement. Gets in ascending key order
+//   read ahead (pg_backend.cc, PgSnapshot::ReadAhead).
 // - Commits go to one writer thread per backend, which takes every commit
 //   waiting (up to options.max_batch) into one server transaction: it locks
 //   the counter row (so the writers of every process take turns, and commit
 //   order and timestamp order agree across machines), reads what the batch's
 //   validation needs in three statements, validates and applies each commit
 //   in order with the rules of commit_rules.h, writes the batch in a few
-//   statements, advances the counter and commits. With SyncMode::kFull the
+//   statements, advances the counter and commits: two round trips in all
+//   (libpq's pipeline mode), one up to the reads, one from the writes on. With SyncMode::kFull the
 //   server's synchronous_commit is on: a commit is reported, and visible to
 //   any reader, only once the server has flushed it. kMeta and kNone turn it
 //   off (the server may lose the last commits in a crash, never half of one).
@@ -55,7 +57,8 @@
 // - Collection: a commit that supersedes a version, or writes a tombstone,
 //   lists it in the garbage table. Each handle publishes, in the handles
 //   table, the oldest start_ts its snapshots have or may get (with every
-//   batch, and each second while idle); after each batch the writer deletes
+//   batch, and each second while idle); after a batch when no commit waits
+//   (at least every kCollectInterval under load) the writer deletes
 //   the versions superseded at or before the least horizon of the handles
 //   seen in the last kHandleLeaseSeconds, and tombstones and purged versions
 //   from before it. A process stopped for longer than that with a snapshot

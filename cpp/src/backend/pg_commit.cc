@@ -182,8 +182,7 @@ ValidationReads SendReads(BatchPipeline& tx, const std::vector<Request>& batch, 
   return at;
 }
 
-void LoadReads(const std::vector<PgResult>& results, const ValidationReads& at,
-               PgTables* tables) {
+void LoadReads(const std::vector<PgResult>& results, const ValidationReads& at, PgTables* tables) {
   if (at.versions >= 0) {
     const PgResult& found = results[at.versions];
     for (int i = 0; i < found.rows(); ++i) {

@@ -132,9 +132,9 @@ void PgRollback(PGconn* conn) { PQclear(PQexec(conn, "ROLLBACK")); }
 
 PgPipeline::PgPipeline(PGconn* conn, const PgTarget& target) : conn_(conn), target_(target) {
   if (PQenterPipelineMode(conn_) != 1) {
-    throw Error(ErrorCode::kStorage, "postgresql (" + target_.display +
-                                         "): cannot send statements together: " +
-                                         ServerMessage(conn_));
+    throw Error(ErrorCode::kStorage,
+                "postgresql (" + target_.display +
+                    "): cannot send statements together: " + ServerMessage(conn_));
   }
 }
 
@@ -160,10 +160,10 @@ void PgPipeline::Send(const std::string& sql, const PgParams& params, const char
   std::vector<const char*> pointers;
   std::vector<int> lengths, formats;
   params.Prepare(&pointers, &lengths, &formats);
-  if (PQsendQueryParams(conn_, sql.c_str(), params.size(), nullptr, pointers.data(),
-                        lengths.data(), formats.data(), /*resultFormat=*/1) != 1) {
-    throw Error(ErrorCode::kStorage, std::string("postgresql (") + target_.display + "): " +
-                                         what + ": " + ServerMessage(conn_));
+  if (PQsendQueryParams(conn_, sql.c_str(), params.size(), nullptr, pointers.data(), lengths.data(),
+                        formats.data(), /*resultFormat=*/1) != 1) {
+    throw Error(ErrorCode::kStorage, std::string("postgresql (") + target_.display + "): " + what +
+                                         ": " + ServerMessage(conn_));
   }
   queued_.push_back(what);
   synced_ = false;
@@ -171,8 +171,8 @@ void PgPipeline::Send(const std::string& sql, const PgParams& params, const char
 
 std::vector<PgResult> PgPipeline::Run() {
   const auto broken = [this](const char* what) {
-    return Error(ErrorCode::kStorage, std::string("postgresql (") + target_.display + "): " +
-                                          what + ": " + ServerMessage(conn_));
+    return Error(ErrorCode::kStorage, std::string("postgresql (") + target_.display + "): " + what +
+                                          ": " + ServerMessage(conn_));
   };
   if (PQpipelineSync(conn_) != 1) throw broken(queued_.empty() ? "syncing" : queued_.back());
   synced_ = true;
