@@ -6,8 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/pg_backend.h"
 #include "percolite/backend.h"
@@ -279,4 +282,171 @@ TEST_CASE("A schema holding someone else's tables is refused, never reinterprete
   CHECK(message.find("not a percolite store") != std::string::npos);
   CHECK(ErrorCodeOf([&] { OpenBackend(target, "", FastOptions()); }) ==
         ErrorCode::kInvalidArgument);
+}
+
+namespace {
+
+// Holds the counter row of a store's schema locked from a connection of its
+// own, as another process's writer mid-batch would: this handle's writer
+// takes its next batch and waits for the lock, and the commits submitted
+// meanwhile queue up into the batch after it.
+class ClockHolder {
+ public:
+  explicit ClockHolder(const std::string& schema) : conn_(PQconnectdb(TestPostgres().c_str())) {
+    REQUIRE(PQstatus(conn_) == CONNECTION_OK);
+    Exec("BEGIN");
+    Exec("SELECT ts FROM \"" + schema + "\".clock WHERE id = 1 FOR UPDATE");
+  }
+  ~ClockHolder() { PQfinish(conn_); }
+  void Release() { Exec("COMMIT"); }
+
+ private:
+  void Exec(const std::string& sql) {
+    PGresult* result = PQexec(conn_, sql.c_str());
+    const ExecStatusType status = PQresultStatus(result);
+    INFO(PQerrorMessage(conn_));
+    REQUIRE((status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK));
+    PQclear(result);
+  }
+  PGconn* conn_;
+};
+
+// Commits submitted together, and their results once all are decided.
+class Submitted {
+ public:
+  void Submit(percolite::Backend& backend, uint64_t start_ts, std::vector<Mutation> mutations) {
+    const size_t index = results_.size();
+    results_.emplace_back();
+    backend.CommitAsync(start_ts, std::move(mutations), {},
+                        [this, index](const percolite::CommitResult& r) {
+                          results_[index] = r;
+                          ++done_;
+                        });
+  }
+  const std::vector<percolite::CommitResult>& Wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (done_ < results_.size() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(done_ == results_.size());
+    return results_;
+  }
+
+ private:
+  std::vector<percolite::CommitResult> results_;  // sized before any callback runs
+  std::atomic<size_t> done_{0};
+};
+
+}  // namespace
+
+TEST_CASE("A batch holding a conflicting commit commits the others and reports the conflict",
+          "[backend][postgresql]") {
+  if (!HaveTestPostgres()) return;
+  TempDir dir;
+  const std::string target = percolite_test::TargetFor(dir, "postgresql");
+  auto backend = OpenBackend(target, "", FastOptions());
+  const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
+  ClockHolder holder(ParsePgTarget(target).schema);
+  Submitted first;
+  first.Submit(*backend, start_ts, {SetOf("before", "0")});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer waits for the lock
+  const uint64_t batches = backend->Stats().batches;
+  Submitted batch;
+  batch.Submit(*backend, start_ts, {SetOf("a", "1")});
+  batch.Submit(*backend, start_ts, {SetOf("a", "2")});  // a write since its start: conflict
+  batch.Submit(*backend, start_ts, {SetOf("b", "3")});
+  holder.Release();
+  REQUIRE(first.Wait()[0].status.ok());
+  const auto& results = batch.Wait();
+  CHECK(backend->Stats().batches == batches + 2);  // the first, then the three in one
+  CHECK(results[0].status.ok());
+  CHECK(results[1].status.code() == ErrorCode::kConflict);
+  CHECK(results[2].status.ok());
+  CHECK(results[2].commit_ts == results[0].commit_ts + 1);
+  CHECK(ReadNow(*backend, "a") == "1");
+  CHECK(ReadNow(*backend, "b") == "3");
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("A server error in the middle of a batch fails only its commit",
+          "[backend][postgresql]") {
+  if (!HaveTestPostgres()) return;
+  TempDir dir;
+  const std::string target = percolite_test::TargetFor(dir, "postgresql");
+  auto backend = OpenBackend(target, "", FastOptions());
+  const std::string schema = "\"" + ParsePgTarget(target).schema + "\"";
+  // The server refuses to store the value "boom": the batch holding it fails
+  // at its writes, after its reads went through.
+  RunSql("CREATE FUNCTION " + schema +
+         ".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+         "IF NEW.value = convert_to('boom', 'UTF8') THEN RAISE EXCEPTION 'no boom here'; END IF; "
+         "RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON " +
+         schema + ".cells FOR EACH ROW EXECUTE FUNCTION " + schema + ".refuse()");
+  const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
+  ClockHolder holder(ParsePgTarget(target).schema);
+  Submitted first;
+  first.Submit(*backend, start_ts, {SetOf("before", "0")});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Submitted batch;
+  batch.Submit(*backend, start_ts, {SetOf("a", "1")});
+  batch.Submit(*backend, start_ts, {SetOf("x", "boom")});
+  batch.Submit(*backend, start_ts, {SetOf("b", "3")});
+  holder.Release();
+  REQUIRE(first.Wait()[0].status.ok());
+  const auto& results = batch.Wait();
+  CHECK(results[0].status.ok());
+  CHECK(results[1].status.code() == ErrorCode::kStorage);
+  CHECK(results[1].status.message().find("no boom here") != std::string::npos);
+  CHECK(results[2].status.ok());
+  CHECK(ReadNow(*backend, "a") == "1");
+  CHECK(ReadNow(*backend, "x") == std::nullopt);
+  CHECK(ReadNow(*backend, "b") == "3");
+  // The writer's connection was left clean: later batches commit.
+  REQUIRE(backend->Commit(backend->BeginSnapshot()->start_ts(), {SetOf("c", "4")}, {}).status.ok());
+  CHECK(ReadNow(*backend, "c") == "4");
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("Gets in key order read what the snapshot sees, whatever commits after it",
+          "[backend][postgresql]") {
+  if (!HaveTestPostgres()) return;
+  TempDir dir;
+  auto backend = OpenBackend(percolite_test::TargetFor(dir, "postgresql"), "", FastOptions());
+  // Rows r000..r599: every third never written, every fifth deleted.
+  auto row = [](int i) {
+    std::string name = std::to_string(i);
+    return "r" + std::string(3 - name.size(), '0') + name;
+  };
+  std::map<std::string, std::string> expected;
+  std::vector<Mutation> writes, deletes;
+  for (int i = 0; i < 600; ++i) {
+    if (i % 3 == 0) continue;
+    writes.push_back(SetOf(row(i), "v" + std::to_string(i)));
+    if (i % 5 == 0) {
+      deletes.push_back(Mutation{percolite_test::Key(row(i)), /*is_delete=*/true, ""});
+    } else {
+      expected[row(i)] = "v" + std::to_string(i);
+    }
+  }
+  REQUIRE(backend->Commit(backend->BeginSnapshot()->start_ts(), writes, {}).status.ok());
+  REQUIRE(backend->Commit(backend->BeginSnapshot()->start_ts(), deletes, {}).status.ok());
+  auto snapshot = backend->BeginSnapshot();
+  // Later commits: every row rewritten, the never-written ones too.
+  std::vector<Mutation> later;
+  for (int i = 0; i < 600; ++i) later.push_back(SetOf(row(i), "later"));
+  REQUIRE(backend->Commit(backend->BeginSnapshot()->start_ts(), later, {}).status.ok());
+  auto expect = [&](int i) {
+    auto it = expected.find(row(i));
+    return it == expected.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  // Ascending, every key; then every seventh; then back down; then again.
+  for (int i = 0; i < 600; ++i) CHECK(snapshot->Get(percolite_test::Key(row(i))) == expect(i));
+  for (int i = 0; i < 600; i += 7) CHECK(snapshot->Get(percolite_test::Key(row(i))) == expect(i));
+  for (int i = 599; i >= 0; i -= 3) CHECK(snapshot->Get(percolite_test::Key(row(i))) == expect(i));
+  for (int i = 1; i < 600; i += 2) CHECK(snapshot->Get(percolite_test::Key(row(i))) == expect(i));
+  // A key between two rows, and one past them all.
+  CHECK(snapshot->Get(percolite::EncodeCellKey({"r0015", "f", "q"})) == std::nullopt);
+  CHECK(snapshot->Get(percolite::EncodeCellKey({"s", "f", "q"})) == std::nullopt);
+  CHECK(ReadNow(*backend, row(3)) == "later");
+  backend->ReleaseHandle();
 }

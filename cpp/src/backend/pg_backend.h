@@ -37,14 +37,16 @@
 //   statement that picks, per key, the newest version with ts <= start_ts
 //   not purged by then. It holds no connection and no server transaction,
 //   so open snapshots cost the server nothing; reads borrow a connection of
-//   a small pool (kPoolSize) for one statement.
+//   a small pool (kPoolSize) for one statement. Gets in ascending key order
+//   read ahead (pg_backend.cc, PgSnapshot::ReadAhead).
 // - Commits go to one writer thread per backend, which takes every commit
 //   waiting (up to options.max_batch) into one server transaction: it locks
 //   the counter row (so the writers of every process take turns, and commit
 //   order and timestamp order agree across machines), reads what the batch's
 //   validation needs in three statements, validates and applies each commit
 //   in order with the rules of commit_rules.h, writes the batch in a few
-//   statements, advances the counter and commits. With SyncMode::kFull the
+//   statements, advances the counter and commits: two round trips in all
+//   (libpq's pipeline mode), one up to the reads, one from the writes on. With SyncMode::kFull the
 //   server's synchronous_commit is on: a commit is reported, and visible to
 //   any reader, only once the server has flushed it. kMeta and kNone turn it
 //   off (the server may lose the last commits in a crash, never half of one).
@@ -55,7 +57,8 @@
 // - Collection: a commit that supersedes a version, or writes a tombstone,
 //   lists it in the garbage table. Each handle publishes, in the handles
 //   table, the oldest start_ts its snapshots have or may get (with every
-//   batch, and each second while idle); after each batch the writer deletes
+//   batch, and each second while idle); after a batch when no commit waits
+//   (at least every kCollectInterval under load) the writer deletes
 //   the versions superseded at or before the least horizon of the handles
 //   seen in the last kHandleLeaseSeconds, and tombstones and purged versions
 //   from before it. A process stopped for longer than that with a snapshot
@@ -86,6 +89,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -116,6 +120,8 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   static constexpr int kHandleLeaseSeconds = 60;
   static_assert(kHandleLeaseSeconds >= PgTarget::kMaxReconnectTimeout,
                 "a handle reconnecting must still hold back the collection");
+  // While commits keep coming, the writer collects old versions at most this often.
+  static constexpr std::chrono::milliseconds kCollectInterval{500};
 
   static std::shared_ptr<PgBackend> Open(const std::string& target, const BackendOptions& options);
   ~PgBackend() override;
@@ -222,8 +228,13 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // Records this handle's horizon in the handles table (on `conn`).
   // `token`: the batch's commit token (nullptr outside a batch: kept as it is).
   void Publish(PGconn* conn, uint64_t clock, const std::string* token) EXCLUDES(snapshots_mu_);
+  // The parameters of publish (publish_with_token with a token).
+  PgParams PublishParams(uint64_t clock, const std::string* token) EXCLUDES(snapshots_mu_);
   // Publish on the writer's connection, outside a batch.
   void Heartbeat() EXCLUDES(snapshots_mu_);
+  // Whether to collect after this batch: when no commit waits, else at
+  // most every kCollectInterval.
+  bool CollectDue() EXCLUDES(mu_);
   void Collect(PGconn* conn);
   void ForgetPending(uint64_t start_ts) EXCLUDES(snapshots_mu_);
 
@@ -241,6 +252,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // The writer thread's own connection: only that thread uses it, and Open
   // and Close before it starts and after it ends.
   PGconn* writer_conn_ = nullptr;
+  std::chrono::steady_clock::time_point last_collect_;  // the writer thread's
 
   SinkSlot sink_;
 

@@ -3,6 +3,7 @@
 // may get; after each batch the writer deletes what none of the handles
 // seen lately can read any more.
 #include <algorithm>
+#include <chrono>
 
 #include "pg_backend.h"
 
@@ -26,12 +27,16 @@ uint64_t PgBackend::Horizon(uint64_t clock) {
   return horizon_;
 }
 
-void PgBackend::Publish(PGconn* conn, uint64_t clock, const std::string* token) {
+PgParams PgBackend::PublishParams(uint64_t clock, const std::string* token) {
   PgParams p;
   p.Bytes(handle_id_).Int8(Horizon(clock));
   if (token != nullptr) p.Bytes(*token);
-  PgExec(conn, token != nullptr ? sql_.publish_with_token : sql_.publish, p,
-         "publishing the oldest snapshot", target_);
+  return p;
+}
+
+void PgBackend::Publish(PGconn* conn, uint64_t clock, const std::string* token) {
+  PgExec(conn, token != nullptr ? sql_.publish_with_token : sql_.publish,
+         PublishParams(clock, token), "publishing the oldest snapshot", target_);
 }
 
 void PgBackend::Heartbeat() {
@@ -44,12 +49,40 @@ void PgBackend::Heartbeat() {
   }
 }
 
+bool PgBackend::CollectDue() {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    // Under load, collecting after every batch would cost each batch a
+    // statement and a transaction of its own: once in a while is enough.
+    MutexLock lock(&mu_);
+    if (!queue_.empty() && now - last_collect_ < kCollectInterval) return false;
+  }
+  last_collect_ = now;
+  return true;
+}
+
 void PgBackend::Collect(PGconn* conn) {
   // Every handle seen lately published the oldest start_ts its snapshots
   // may have; versions superseded at or before the least of them, and
-  // tombstones and purges at or before it, are read by nobody.
-  PgResult r = PgExec(conn, sql_.collect, "collecting old versions", target_);
-  tombstones_collected_.fetch_add(r.int8(0, 0));
+  // tombstones and purges at or before it, are read by nobody. One round
+  // trip; a collection the server loses in a crash is done again by the
+  // next, so it does not wait for the server to flush it.
+  constexpr const char* kWhat = "collecting old versions";
+  try {
+    std::vector<PgResult> results;
+    {
+      PgPipeline pipe(conn, target_);
+      pipe.Send("BEGIN", kWhat);
+      pipe.Send(sql_.collect_settings, kWhat);
+      pipe.Send(sql_.collect, kWhat);
+      pipe.Send("COMMIT", kWhat);
+      results = pipe.Run();
+    }
+    tombstones_collected_.fetch_add(results[2].int8(0, 0));
+  } catch (const Error&) {
+    if (PQstatus(conn) == CONNECTION_OK) PgRollback(conn);
+    throw;
+  }
 }
 
 }  // namespace percolite

@@ -108,27 +108,29 @@ class PgTables {
   std::map<std::string, std::optional<uint64_t>> notify_;
 };
 
-// The statements of one batch's server transaction, on the writer's connection.
-class BatchTransaction {
+// The statements of one batch's server transaction, on the writer's
+// connection, sent in two round trips: the lock and what validating needs,
+// then every write and COMMIT.
+class BatchPipeline {
  public:
-  BatchTransaction(PGconn* conn, const PgStatements& sql, const PgTarget& target)
-      : sql(sql), conn_(conn), target_(target) {}
-  PgResult Run(const std::string& statement, const PgParams& params = PgParams()) {
-    return PgExec(conn_, statement, params, "committing", target_);
+  BatchPipeline(PGconn* conn, const PgStatements& sql, const PgTarget& target)
+      : sql(sql), pipe_(conn, target) {}
+  void Send(const std::string& statement, const PgParams& params = PgParams()) {
+    pipe_.Send(statement, params, "committing");
   }
+  std::vector<PgResult> Run() { return pipe_.Run(); }
 
   const PgStatements& sql;
 
  private:
-  PGconn* const conn_;
-  const PgTarget& target_;
+  PgPipeline pipe_;
 };
 
-// Locks the counter row, so the writers of every process take turns (and
-// commit order and timestamp order agree across machines); returns the
-// counter, and the observed columns in *strong.
-uint64_t LockClock(BatchTransaction& tx, const std::string& schema, StrongColumns* strong) {
-  PgResult head = tx.Run(tx.sql.lock_clock_and_observed);
+// The counter, from the result of lock_clock_and_observed (which locks the
+// counter row, so the writers of every process take turns, and commit order
+// and timestamp order agree across machines), and the observed columns in
+// *strong.
+uint64_t LockedClock(const PgResult& head, const std::string& schema, StrongColumns* strong) {
   if (head.rows() != 1) {
     throw Error(ErrorCode::kCorruption,
                 "the store in schema " + schema + " has no counter or no observed-columns record");
@@ -139,10 +141,16 @@ uint64_t LockClock(BatchTransaction& tx, const std::string& schema, StrongColumn
   return head.int8(0, 0);
 }
 
-// Reads what validating the batch needs, in three statements: the newest
-// version of each key it writes, and the acks and notifications of the
-// notifications its commits process.
-void ReadForValidation(BatchTransaction& tx, const std::vector<Request>& batch, PgTables* tables) {
+// Where the results of the reads validation needs are among the first
+// round trip's (-1: not sent).
+struct ValidationReads {
+  int versions = -1, acks = -1, notifications = -1;
+};
+
+// Queues what validating the batch needs, in up to three statements: the
+// newest version of each key it writes, and the acks and notifications of
+// the notifications its commits process. `sent`: statements queued before.
+ValidationReads SendReads(BatchPipeline& tx, const std::vector<Request>& batch, int sent) {
   std::vector<std::string> keys, triggers, trigger_notes;
   std::string row;
   for (const Request& r : batch) {
@@ -156,26 +164,43 @@ void ReadForValidation(BatchTransaction& tx, const std::vector<Request>& batch, 
       }
     }
   }
+  ValidationReads at;
   if (!keys.empty()) {
     PgParams p;
     p.ByteaArray(keys);
-    PgResult found = tx.Run(tx.sql.newest_versions, p);
+    tx.Send(tx.sql.newest_versions, p);
+    at.versions = sent++;
+  }
+  if (triggers.empty()) return at;
+  PgParams p;
+  p.ByteaArray(triggers);
+  tx.Send(tx.sql.read_acks, p);
+  at.acks = sent++;
+  PgParams q;
+  q.ByteaArray(trigger_notes);
+  tx.Send(tx.sql.read_notifications, q);
+  at.notifications = sent++;
+  return at;
+}
+
+void LoadReads(const std::vector<PgResult>& results, const ValidationReads& at, PgTables* tables) {
+  if (at.versions >= 0) {
+    const PgResult& found = results[at.versions];
     for (int i = 0; i < found.rows(); ++i) {
       tables->LoadCell(std::string(found.bytes(i, 0)), found.int8(i, 1));
     }
   }
-  if (triggers.empty()) return;
-  PgParams p;
-  p.ByteaArray(triggers);
-  PgResult acks = tx.Run(tx.sql.read_acks, p);
-  for (int i = 0; i < acks.rows(); ++i) {
-    tables->LoadAck(std::string(acks.bytes(i, 0)), acks.int8(i, 1));
+  if (at.acks >= 0) {
+    const PgResult& acks = results[at.acks];
+    for (int i = 0; i < acks.rows(); ++i) {
+      tables->LoadAck(std::string(acks.bytes(i, 0)), acks.int8(i, 1));
+    }
   }
-  PgParams q;
-  q.ByteaArray(trigger_notes);
-  PgResult notes = tx.Run(tx.sql.read_notifications, q);
-  for (int i = 0; i < notes.rows(); ++i) {
-    tables->LoadNotification(std::string(notes.bytes(i, 0)), notes.int8(i, 1));
+  if (at.notifications >= 0) {
+    const PgResult& notes = results[at.notifications];
+    for (int i = 0; i < notes.rows(); ++i) {
+      tables->LoadNotification(std::string(notes.bytes(i, 0)), notes.int8(i, 1));
+    }
   }
 }
 
@@ -202,30 +227,30 @@ uint64_t ValidateAndApply(const std::vector<Request>& batch, const StrongColumns
 // Writes the batch's versions, then its purges, each over the versions
 // written before it (earlier batches, and earlier commits of this one;
 // never its own commit's or a later one's writes).
-void WriteVersions(BatchTransaction& tx, const PgTables& tables) {
+void WriteVersions(BatchPipeline& tx, const PgTables& tables) {
   if (!tables.cell_keys.empty()) {
     PgParams p;
     p.ByteaArray(tables.cell_keys)
         .Int8Array(tables.cell_ts)
         .Int8Array(tables.cell_states)
         .ByteaArray(tables.cell_values);
-    tx.Run(tx.sql.insert_cells, p);
+    tx.Send(tx.sql.insert_cells, p);
   }
   if (!tables.purge_keys.empty()) {
     PgParams p;
     p.ByteaArray(tables.purge_keys).Int8Array(tables.purge_ts);
-    tx.Run(tx.sql.purge_keys, p);
+    tx.Send(tx.sql.purge_keys, p);
   }
   for (const PgTables::Range& range : tables.ranges) {
     PgParams p;
     p.Bytes(range.from).Bytes(range.end).Int8(range.ts);
-    tx.Run(tx.sql.purge_range, p);
+    tx.Send(tx.sql.purge_range, p);
   }
 }
 
 // Writes the notifications the batch removed or wrote, its acks, and the
 // versions it made collectable.
-void WriteBookkeeping(BatchTransaction& tx, const PgTables& tables) {
+void WriteBookkeeping(BatchPipeline& tx, const PgTables& tables) {
   std::vector<std::string> put_keys, removed;
   std::vector<uint64_t> put_stamps;
   for (const auto& [key, stamp] : tables.notifications()) {
@@ -239,13 +264,13 @@ void WriteBookkeeping(BatchTransaction& tx, const PgTables& tables) {
   if (!removed.empty()) {
     PgParams p;
     p.ByteaArray(removed);
-    tx.Run(tx.sql.delete_notifications, p);
+    tx.Send(tx.sql.delete_notifications, p);
   }
   if (!put_keys.empty()) {
     // Loaded ones the batch left alone are written back as they were.
     PgParams p;
     p.ByteaArray(put_keys).Int8Array(put_stamps);
-    tx.Run(tx.sql.upsert_notifications, p);
+    tx.Send(tx.sql.upsert_notifications, p);
   }
   const std::vector<std::string> acks = tables.changed_acks();
   if (!acks.empty()) {
@@ -253,12 +278,12 @@ void WriteBookkeeping(BatchTransaction& tx, const PgTables& tables) {
     for (const std::string& key : acks) ack_ts.push_back(tables.ack(key));
     PgParams p;
     p.ByteaArray(acks).Int8Array(ack_ts);
-    tx.Run(tx.sql.upsert_acks, p);
+    tx.Send(tx.sql.upsert_acks, p);
   }
   if (!tables.garbage_keys.empty()) {
     PgParams p;
     p.ByteaArray(tables.garbage_keys).Int8Array(tables.garbage_ts);
-    tx.Run(tx.sql.insert_garbage, p);
+    tx.Send(tx.sql.insert_garbage, p);
   }
 }
 
@@ -323,7 +348,7 @@ void PgBackend::WriterLoop() {
     std::vector<Notification> written;
     const bool ok = CommitOrSplit(batch, &results, &written);
     sink_.Offer(written);
-    if (ok) {
+    if (ok && CollectDue()) {
       try {
         Collect(writer_conn_);
       } catch (const Error&) {
@@ -465,27 +490,33 @@ bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std
                             std::string* error) {
   results->clear();
   written->clear();
-  BatchTransaction tx(conn, sql_, target_);
   try {
-    tx.Run("BEGIN");
-    StrongColumns strong;
-    const uint64_t clock = LockClock(tx, target_.schema, &strong);
-    PgTables tables;
-    ReadForValidation(tx, batch, &tables);
-    std::vector<Notification> notes;
-    const uint64_t ts = ValidateAndApply(batch, strong, clock, &tables, results, &notes);
-    WriteVersions(tx, tables);
-    WriteBookkeeping(tx, tables);
-    // The batch's token, in its own transaction: if the connection drops
-    // during COMMIT, the writer reconnects and reads it back to learn
-    // whether the batch committed.
-    Publish(conn, clock, &token);
-    PgParams last;
-    last.Int8(ts);
-    tx.Run(sql_.advance_clock, last);
-    if (target_.poll_interval == 0) tx.Run(sql_.notify_commit);
-    *written = std::move(notes);  // kept on failure too: the token may show it committed
-    tx.Run("COMMIT");
+    {
+      BatchPipeline tx(conn, sql_, target_);
+      tx.Send("BEGIN");
+      tx.Send(sql_.lock_clock_and_observed);
+      const ValidationReads reads = SendReads(tx, batch, 2);
+      const std::vector<PgResult> read = tx.Run();
+      StrongColumns strong;
+      const uint64_t clock = LockedClock(read[1], target_.schema, &strong);
+      PgTables tables;
+      LoadReads(read, reads, &tables);
+      std::vector<Notification> notes;
+      const uint64_t ts = ValidateAndApply(batch, strong, clock, &tables, results, &notes);
+      WriteVersions(tx, tables);
+      WriteBookkeeping(tx, tables);
+      // The batch's token, in its own transaction: if the connection drops
+      // during COMMIT, the writer reconnects and reads it back to learn
+      // whether the batch committed.
+      tx.Send(sql_.publish_with_token, PublishParams(clock, &token));
+      PgParams last;
+      last.Int8(ts);
+      tx.Send(sql_.advance_clock, last);
+      if (target_.poll_interval == 0) tx.Send(sql_.notify_commit);
+      *written = std::move(notes);  // kept on failure too: the token may show it committed
+      tx.Send("COMMIT");
+      tx.Run();
+    }
     batches_.fetch_add(1);
     return true;
   } catch (const Error& e) {

@@ -130,6 +130,86 @@ void PgExecScript(PGconn* conn, const std::string& sql, const char* what, const 
 
 void PgRollback(PGconn* conn) { PQclear(PQexec(conn, "ROLLBACK")); }
 
+PgPipeline::PgPipeline(PGconn* conn, const PgTarget& target) : conn_(conn), target_(target) {
+  if (PQenterPipelineMode(conn_) != 1) {
+    throw Error(ErrorCode::kStorage,
+                "postgresql (" + target_.display +
+                    "): cannot send statements together: " + ServerMessage(conn_));
+  }
+}
+
+PgPipeline::~PgPipeline() {
+  if (PQexitPipelineMode(conn_) == 1 || PQstatus(conn_) != CONNECTION_OK) return;
+  // A Run cut short, or statements queued and never run: read out what the
+  // server still sends (each statement's results end with a null, every
+  // sync point with its own result), then leave.
+  if (!synced_) PQpipelineSync(conn_);
+  for (size_t nulls = 0; nulls <= 2 * queued_.size() + 4 && PQstatus(conn_) == CONNECTION_OK;) {
+    PGresult* result = PQgetResult(conn_);
+    if (result != nullptr) {
+      PQclear(result);
+    } else if (PQexitPipelineMode(conn_) == 1) {
+      return;
+    } else {
+      ++nulls;
+    }
+  }
+}
+
+void PgPipeline::Send(const std::string& sql, const PgParams& params, const char* what) {
+  std::vector<const char*> pointers;
+  std::vector<int> lengths, formats;
+  params.Prepare(&pointers, &lengths, &formats);
+  if (PQsendQueryParams(conn_, sql.c_str(), params.size(), nullptr, pointers.data(), lengths.data(),
+                        formats.data(), /*resultFormat=*/1) != 1) {
+    throw Error(ErrorCode::kStorage, std::string("postgresql (") + target_.display + "): " + what +
+                                         ": " + ServerMessage(conn_));
+  }
+  queued_.push_back(what);
+  synced_ = false;
+}
+
+std::vector<PgResult> PgPipeline::Run() {
+  const auto broken = [this](const char* what) {
+    return Error(ErrorCode::kStorage, std::string("postgresql (") + target_.display + "): " + what +
+                                          ": " + ServerMessage(conn_));
+  };
+  if (PQpipelineSync(conn_) != 1) throw broken(queued_.empty() ? "syncing" : queued_.back());
+  synced_ = true;
+  std::vector<PgResult> results;
+  results.reserve(queued_.size());
+  std::string failure;
+  for (const char* what : queued_) {
+    PGresult* raw = PQgetResult(conn_);
+    if (raw == nullptr) throw broken(what);
+    PgResult result(raw);
+    const ExecStatusType status = PQresultStatus(raw);
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK &&
+        status != PGRES_PIPELINE_ABORTED && failure.empty()) {
+      std::string message = PQresultErrorMessage(raw);
+      while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+        message.pop_back();
+      }
+      failure = std::string("postgresql (") + target_.display + "): " + what + ": " + message;
+    }
+    if (PQstatus(conn_) != CONNECTION_OK) throw broken(what);
+    results.push_back(std::move(result));
+    // The null that ends this statement's results.
+    PGresult* extra = PQgetResult(conn_);
+    if (extra != nullptr) {
+      PQclear(extra);
+      throw broken(what);
+    }
+  }
+  PGresult* sync = PQgetResult(conn_);
+  const bool synced = sync != nullptr && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+  PQclear(sync);
+  if (!synced) throw broken("syncing");
+  queued_.clear();
+  if (!failure.empty()) throw Error(ErrorCode::kStorage, failure);
+  return results;
+}
+
 PGconn* PgConnect(const PgTarget& target, SyncMode sync) {
   // With the target's defaults (a connect timeout, keepalives): a server
   // that does not answer is an error, never a hang.

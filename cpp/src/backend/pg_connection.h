@@ -75,6 +75,37 @@ void PgExecScript(PGconn* conn, const std::string& sql, const char* what, const 
 // Ends the connection's transaction, ignoring errors (the connection may be gone).
 void PgRollback(PGconn* conn);
 
+// Statements sent to the server together and answered together: one round
+// trip for all of them, however many (libpq's pipeline mode). A statement
+// that fails makes the server skip the rest up to the next Run; in a
+// transaction block, the block is then aborted and must be rolled back
+// (after the pipeline is destroyed: ROLLBACK is a statement of its own).
+class PgPipeline {
+ public:
+  // Throws kStorage when the connection cannot enter pipeline mode.
+  PgPipeline(PGconn* conn, const PgTarget& target);
+  // Leaves pipeline mode, reading any results left when a Run was cut short.
+  ~PgPipeline();
+  PgPipeline(const PgPipeline&) = delete;
+  PgPipeline& operator=(const PgPipeline&) = delete;
+
+  // Queues one statement with binary parameters and results; `what` names
+  // it in an error. Throws kStorage when the connection broke.
+  void Send(const std::string& sql, const PgParams& params, const char* what);
+  void Send(const std::string& sql, const char* what) { Send(sql, PgParams(), what); }
+  // Sends the statements queued since the last Run with a sync point and
+  // reads their results, one per statement in order. Throws kStorage naming
+  // the first that failed, once every result up to the sync point is read
+  // (the connection stays usable), or as soon as the connection broke.
+  std::vector<PgResult> Run();
+
+ private:
+  PGconn* const conn_;
+  const PgTarget& target_;
+  std::vector<const char*> queued_;  // what each statement queued is
+  bool synced_ = true;               // no statement queued since the last sync point
+};
+
 // Opens a new connection with synchronous_commit as `sync` asks; throws
 // kStorage naming the server (not the password) when it cannot.
 PGconn* PgConnect(const PgTarget& target, SyncMode sync);

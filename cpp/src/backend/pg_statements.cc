@@ -158,10 +158,15 @@ void CommitStatements(const Template& sql, PgStatements* s) {
   s->lock_clock_and_observed = sql(R"sql(
       SELECT c.ts, m.value FROM {clock} c, {meta} m
       WHERE c.id = 1 AND m.name = 'observed' FOR UPDATE OF c)sql");
+  // Per key, its newest version through cells_key (newest first): never a
+  // join over a scan of cells, which a freshly grown table's statistics can
+  // make the planner prefer.
   s->newest_versions = sql(R"sql(
-      SELECT c.key, max(c.ts) FROM unnest($1::bytea[]) AS u(k)
-      JOIN {cells} c ON PREFIX(c.key) = PREFIX(u.k) AND c.key = u.k
-      WHERE c.purged_ts IS NULL GROUP BY c.key)sql");
+      SELECT u.k, v.ts FROM unnest($1::bytea[]) AS u(k)
+      CROSS JOIN LATERAL (
+        SELECT c.ts FROM {cells} c
+        WHERE PREFIX(c.key) = PREFIX(u.k) AND c.key = u.k AND c.purged_ts IS NULL
+        ORDER BY PREFIX(c.key) DESC, c.ts DESC LIMIT 1) AS v)sql");
   s->read_acks = sql(R"sql(
       SELECT a.key, a.ts FROM unnest($1::bytea[]) AS u(k)
       JOIN {acks} a ON sha256(a.key) = sha256(u.k) AND a.key = u.k)sql");
@@ -215,6 +220,13 @@ void CollectionStatements(const Template& sql, PgStatements* s) {
   // as superseded (or tombstones) at or before it; gone: those versions
   // deleted (state 1, kPgDeleted: a tombstone); purged: the versions purged
   // at or before it.
+  // Each garbage row names one key: found through cells_key, never by a
+  // scan of cells, which a freshly grown table's statistics can make the
+  // planner prefer.
+  s->collect_settings = sql(R"sql(
+      SELECT set_config('synchronous_commit', 'off', true),
+             set_config('enable_hashjoin', 'off', true),
+             set_config('enable_mergejoin', 'off', true))sql");
   s->collect = sql(R"sql(
       WITH h AS (SELECT min(horizon) AS ts FROM {handles}
                  WHERE seen > clock_timestamp() - interval '{lease_seconds} seconds'),

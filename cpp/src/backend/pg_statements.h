@@ -84,7 +84,10 @@ struct PgStatements {
   std::string publish;             // ($1 handle id, $2 horizon)
   std::string publish_with_token;  // ($1 handle id, $2 horizon, $3 token)
   std::string forget_handle;       // ($1 handle id)
-  std::string collect;             // () -> tombstones removed, purged versions removed
+  // Settings of the collecting transaction: no wait for the flush, and
+  // plans that follow the indexes whatever the statistics say.
+  std::string collect_settings;
+  std::string collect;  // () -> tombstones removed, purged versions removed
 
   // The watch (pg_watch.cc).
   std::string listen;
