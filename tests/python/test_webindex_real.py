@@ -109,8 +109,7 @@ def reference_tables(web):
         domains[host][1] += incount[uri]
     return {
         "webindex_pages": sorted(
-            (u, urlsplit(u).hostname, incount[u], len(web.get(u, {})), int(u in web))
-            for u in known
+            (u, urlsplit(u).hostname, incount[u], len(web.get(u, {})), int(u in web)) for u in known
         ),
         "webindex_inlinks": sorted((t, s, a) for s, links in web.items() for t, a in links.items()),
         "webindex_domains": sorted((d, p, n) for d, (p, n) in domains.items()),
