@@ -150,7 +150,8 @@ class _Forward:
     def __call__(self, entries: list[Any]) -> None:
         sink = _current_sink()
         if self.part == "domains":
-            sink.domains(entries)
+            with sink.tables.lock:
+                sink.domains(entries)
         else:
             getattr(sink.tables, self.part)(entries)
 
