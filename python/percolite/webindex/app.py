@@ -63,6 +63,8 @@ __all__ = [
     "load_page",
     "remove_page",
     "load_file",
+    "load_batch",
+    "unload_files",
     "unload_file",
     "set_export",
     "open_sink",
@@ -298,6 +300,23 @@ def load_file(
     tx.set(row, FILE_DIGEST, digest)
     load_page(tx, uri, links)
     return True
+
+
+def load_batch(tx: percolite.Transaction, pages: list[Any]) -> int:
+    """Loads ``pages`` (:class:`inputs.Page`, each URI at most once) in
+    ``tx``; returns how many were new or changed."""
+    changed = 0
+    for page in pages:
+        if page.file is not None:
+            changed += load_file(tx, page.file, page.digest, page.url, page.links)
+        else:
+            changed += load_page(tx, page.url, page.links)
+    return changed
+
+
+def unload_files(tx: percolite.Transaction, paths: list[str]) -> int:
+    """Removes the files ``paths`` and their pages; returns how many were loaded."""
+    return sum(unload_file(tx, path) for path in paths)
 
 
 def unload_file(tx: percolite.Transaction, path: str) -> bool:
