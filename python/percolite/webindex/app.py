@@ -14,7 +14,7 @@ Data flow::
     page_changed (observer)       v  diffs them against page:links
       combine queue "uris"           uri -> (incount, has_content), native sum;
                                      all zero deletes the key: "no longer known"
-      export "export_inlinks"        [target, source] -> anchor, None when gone
+      export "export_inlinks"        source -> its links {target: anchor}, None: gone
       export "export_outcounts"      uri -> number of outlinks, None: no content
                                   |
     uris: export_to + on_change   v
@@ -231,15 +231,14 @@ def page_changed(tx: percolite.Transaction, row: bytes, column: percolite.Column
     new = _links_of(new_value)
     old_links, new_links = old or {}, new or {}
     updates: dict[str, tuple[int, int]] = {}
-    for target, anchor in new_links.items():
-        before = old_links.get(target)
-        if before is None:
-            updates[target] = (1, 0)
-        if before != anchor:
-            inlinks_export.add(tx, json.dumps([target, uri]), anchor)
+    for target in new_links.keys() - old_links.keys():
+        updates[target] = (1, 0)
     for target in old_links.keys() - new_links.keys():
         updates[target] = (-1, 0)
-        inlinks_export.add(tx, json.dumps([target, uri]), None)
+    # One entry per page, its whole link set: the sink replaces the page's
+    # rows, so a page costs one export entry rather than one per link.
+    if new_links != old_links or (old is None) != (new is None):
+        inlinks_export.add(tx, uri, None if new is None else new_value.decode())
     if (old is None) != (new is None):
         updates[uri] = (0, 1 if new is not None else -1)
     if updates:

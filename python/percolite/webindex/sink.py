@@ -10,8 +10,10 @@ brought back by the URI queue gets the outcount exported while it was gone,
 and an outcount exported while the row is gone does not bring it back (a
 row exists exactly while its URI is known).
 
-``webindex_inlinks`` has one row per (target, source page) link, with the
-seq of its last change; ``webindex_inlinks_seq`` guards deleted links.
+``webindex_inlinks`` has one row per (target, source page) link. Its export
+queue has one entry per source page, the page's whole link set (None: the
+page is gone), which replaces the page's rows; ``webindex_inlinks_seq``
+keeps each source page's seq, and a row has the seq of its page's entry.
 
 This exporter belongs in :mod:`percolite.exporters`: the built-in SQL
 exporters write every value column of a row and delete the whole row on a
@@ -51,9 +53,9 @@ CREATE TABLE IF NOT EXISTS webindex_pages_seq (
 CREATE TABLE IF NOT EXISTS webindex_inlinks (
     uri TEXT NOT NULL, from_uri TEXT NOT NULL, anchor TEXT NOT NULL, seq INTEGER NOT NULL,
     PRIMARY KEY (uri, from_uri));
+CREATE INDEX IF NOT EXISTS webindex_inlinks_from ON webindex_inlinks (from_uri);
 CREATE TABLE IF NOT EXISTS webindex_inlinks_seq (
-    uri TEXT NOT NULL, from_uri TEXT NOT NULL, seq INTEGER NOT NULL,
-    PRIMARY KEY (uri, from_uri));
+    from_uri TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 """
 
 
@@ -106,7 +108,7 @@ class SQLiteTables:
     def outcounts(self, entries: list[Any]) -> None:
         self._write(_apply_outcounts, entries)
 
-    # -- export queue "inlinks": [target, source] -> anchor or None -----------
+    # -- export queue "inlinks": source -> JSON {target: anchor} or None -----
     def inlinks(self, entries: list[Any]) -> None:
         self._write(_apply_inlinks, entries)
 
@@ -155,18 +157,17 @@ _UPDATE_OUTCOUNT = (
     "AND (SELECT out_seq FROM webindex_pages_seq WHERE uri = ?1) = ?3"
 )
 _RAISE_LINK_SEQ = (
-    "INSERT INTO webindex_inlinks_seq (uri, from_uri, seq) VALUES (?, ?, ?) "
-    "ON CONFLICT (uri, from_uri) DO UPDATE SET seq = excluded.seq "
+    "INSERT INTO webindex_inlinks_seq (from_uri, seq) VALUES (?, ?) "
+    "ON CONFLICT (from_uri) DO UPDATE SET seq = excluded.seq "
     "WHERE excluded.seq > webindex_inlinks_seq.seq"
 )
-_DELETE_LINK = (
-    "DELETE FROM webindex_inlinks WHERE uri = ?1 AND from_uri = ?2 AND "
-    "(SELECT seq FROM webindex_inlinks_seq WHERE uri = ?1 AND from_uri = ?2) = ?3"
+_DELETE_LINKS = (
+    "DELETE FROM webindex_inlinks WHERE from_uri = ?1 "
+    "AND (SELECT seq FROM webindex_inlinks_seq WHERE from_uri = ?1) = ?2"
 )
-_UPSERT_LINK = (
-    "INSERT INTO webindex_inlinks (uri, from_uri, anchor, seq) SELECT ?1, ?2, ?4, ?3 "
-    "WHERE (SELECT seq FROM webindex_inlinks_seq WHERE uri = ?1 AND from_uri = ?2) = ?3 "
-    "ON CONFLICT (uri, from_uri) DO UPDATE SET anchor = excluded.anchor, seq = excluded.seq"
+_INSERT_LINK = (
+    "INSERT INTO webindex_inlinks (uri, from_uri, anchor, seq) SELECT ?1, ?2, ?3, ?4 "
+    "WHERE (SELECT seq FROM webindex_inlinks_seq WHERE from_uri = ?2) = ?4"
 )
 
 
@@ -190,7 +191,18 @@ def _apply_outcounts(conn: sqlite3.Connection, entries: list[Any]) -> None:
 
 
 def _apply_inlinks(conn: sqlite3.Connection, entries: list[Any]) -> None:
-    rows = [(*json.loads(e.key), e.seq, e.value) for e in entries]
-    conn.executemany(_RAISE_LINK_SEQ, [row[:3] for row in rows])
-    conn.executemany(_DELETE_LINK, [row[:3] for row in rows if row[3] is None])
-    conn.executemany(_UPSERT_LINK, [row for row in rows if row[3] is not None])
+    latest: dict[str, Any] = {}
+    for e in entries:  # a page's rows are replaced once per batch, by its newest entry
+        if e.key not in latest or e.seq > latest[e.key].seq:
+            latest[e.key] = e
+    conn.executemany(_RAISE_LINK_SEQ, [(e.key, e.seq) for e in latest.values()])
+    conn.executemany(_DELETE_LINKS, [(e.key, e.seq) for e in latest.values()])
+    conn.executemany(
+        _INSERT_LINK,
+        [
+            (target, e.key, anchor, e.seq)
+            for e in latest.values()
+            if e.value is not None
+            for target, anchor in json.loads(e.value).items()
+        ],
+    )
