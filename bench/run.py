@@ -38,6 +38,7 @@ import bench_postgresql
 import bench_reads
 import bench_simulation
 import bench_storage
+import bench_webindex
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
 from report import SUMMARY_NAME, format_targets_table, write_report
 
@@ -54,6 +55,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_growth,
     bench_simulation,
     bench_postgresql,
+    bench_webindex,
 )
 
 

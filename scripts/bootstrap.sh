@@ -20,6 +20,8 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 # A real headless browser for the console's tests (tests/python/test_console_browser.py).
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# A real HTML tree no one here wrote, for the webindex tests: PostgreSQL's manual.
+[[ -f /usr/share/doc/postgresql-doc-15/html/index.html ]] || need+=(postgresql-doc-15)
 if ((${#need[@]})); then
   echo "bootstrap: installing ${need[*]} from Debian's packages"
   sudo=""

@@ -229,7 +229,18 @@ def test_pages_table_joins_two_sources_by_their_own_seq(tmp_path):
     assert row() == []
     sink.pages([E(u, (1, 1), 50)])  # back, with the outcount sent while it was gone
     assert row() == [(u, "e.org", 1, 6, 1)]
-    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', "x", 7)])
-    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', None, 8)])
-    sink.inlinks([E('["http://e.org/a", "http://e.org/b"]', "old", 6)])
-    assert wi.read_tables(target)["webindex_inlinks"] == []
+    # The inlinks: one entry per source page, replacing its rows.
+    b, c = "http://e.org/b", "http://e.org/c"
+
+    def inlinks():
+        return wi.read_tables(target)["webindex_inlinks"]
+
+    sink.inlinks([E(b, f'{{"{u}": "x", "{c}": "y"}}', 7)])
+    assert inlinks() == [(u, b, "x"), (c, b, "y")]
+    sink.inlinks([E(b, f'{{"{c}": "z"}}', 9), E(b, f'{{"{u}": "w"}}', 8)])  # newest wins
+    assert inlinks() == [(c, b, "z")]
+    sink.inlinks([E(b, None, 10)])  # the page is gone
+    sink.inlinks([E(b, f'{{"{u}": "old"}}', 6)])  # older than the deletion: ignored
+    assert inlinks() == []
+    sink.inlinks([E(b, f'{{"{u}": "back"}}', 11)])
+    assert inlinks() == [(u, b, "back")]

@@ -45,6 +45,24 @@ def test_normalize_refuses_what_does_not_parse(href):
         links.normalize(href)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://Example.ORG",
+        "https://a.b.example:8443/x/y?q#f",
+        "http://user:pw@Host.example:81/p@q:r",
+        "http://[2001:DB8::1]:8080/",
+        "https://[::1]/a",
+        "http://h/a?b=c/d:e@f",
+        "https://xn--bcher-kva.example/%7E",
+    ],
+)
+def test_domain_of_is_the_host_of_the_normalized_uri(url):
+    uri = links.normalize(url)
+    assert links.domain_of(uri) == urlsplit(uri).hostname
+    assert links.domain_of(url) == urlsplit(url).hostname
+
+
 def test_relative_links_base_and_self_links():
     html = """<html><head><base href="/docs/"></head><body>
     <a href="a.html">First   text

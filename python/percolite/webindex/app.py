@@ -14,7 +14,7 @@ Data flow::
     page_changed (observer)       v  diffs them against page:links
       combine queue "uris"           uri -> (incount, has_content), native sum;
                                      all zero deletes the key: "no longer known"
-      export "export_inlinks"        [target, source] -> anchor, None when gone
+      export "export_inlinks"        source -> its links {target: anchor}, None: gone
       export "export_outcounts"      uri -> number of outlinks, None: no content
                                   |
     uris: export_to + on_change   v
@@ -63,6 +63,8 @@ __all__ = [
     "load_page",
     "remove_page",
     "load_file",
+    "load_batch",
+    "unload_files",
     "unload_file",
     "set_export",
     "open_sink",
@@ -150,7 +152,8 @@ class _Forward:
     def __call__(self, entries: list[Any]) -> None:
         sink = _current_sink()
         if self.part == "domains":
-            sink.domains(entries)
+            with sink.tables.lock:
+                sink.domains(entries)
         else:
             getattr(sink.tables, self.part)(entries)
 
@@ -228,15 +231,14 @@ def page_changed(tx: percolite.Transaction, row: bytes, column: percolite.Column
     new = _links_of(new_value)
     old_links, new_links = old or {}, new or {}
     updates: dict[str, tuple[int, int]] = {}
-    for target, anchor in new_links.items():
-        before = old_links.get(target)
-        if before is None:
-            updates[target] = (1, 0)
-        if before != anchor:
-            inlinks_export.add(tx, json.dumps([target, uri]), anchor)
+    for target in new_links.keys() - old_links.keys():
+        updates[target] = (1, 0)
     for target in old_links.keys() - new_links.keys():
         updates[target] = (-1, 0)
-        inlinks_export.add(tx, json.dumps([target, uri]), None)
+    # One entry per page, its whole link set: the sink replaces the page's
+    # rows, so a page costs one export entry rather than one per link.
+    if new_links != old_links or (old is None) != (new is None):
+        inlinks_export.add(tx, uri, None if new is None else new_value.decode())
     if (old is None) != (new is None):
         updates[uri] = (0, 1 if new is not None else -1)
     if updates:
@@ -297,6 +299,23 @@ def load_file(
     tx.set(row, FILE_DIGEST, digest)
     load_page(tx, uri, links)
     return True
+
+
+def load_batch(tx: percolite.Transaction, pages: list[Any]) -> int:
+    """Loads ``pages`` (:class:`inputs.Page`, each URI at most once) in
+    ``tx``; returns how many were new or changed."""
+    changed = 0
+    for page in pages:
+        if page.file is not None:
+            changed += load_file(tx, page.file, page.digest, page.url, page.links)
+        else:
+            changed += load_page(tx, page.url, page.links)
+    return changed
+
+
+def unload_files(tx: percolite.Transaction, paths: list[str]) -> int:
+    """Removes the files ``paths`` and their pages; returns how many were loaded."""
+    return sum(unload_file(tx, path) for path in paths)
 
 
 def unload_file(tx: percolite.Transaction, path: str) -> bool:

@@ -82,7 +82,17 @@ def normalize(url: str, base: str | None = None) -> str | None:
 
 def domain_of(uri: str) -> str:
     """The domain of a normalized URI: its host (without port or brackets)."""
-    return urlsplit(uri).hostname or ""
+    # Called for every URI change and export entry: a normalized URI always
+    # has "scheme://", a lower-case host and a path starting with "/", so
+    # string splitting gives what urlsplit(uri).hostname would.
+    scheme, sep, rest = uri.partition("://")
+    netloc, slash, _ = rest.partition("/")
+    if not sep or not slash or "?" in netloc or "#" in netloc:
+        return urlsplit(uri).hostname or ""
+    host = netloc.rpartition("@")[2]
+    if host.startswith("["):
+        return host[1 : host.find("]")].lower()
+    return host.partition(":")[0].lower()
 
 
 class Links(NamedTuple):

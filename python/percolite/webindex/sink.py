@@ -10,8 +10,10 @@ brought back by the URI queue gets the outcount exported while it was gone,
 and an outcount exported while the row is gone does not bring it back (a
 row exists exactly while its URI is known).
 
-``webindex_inlinks`` has one row per (target, source page) link, with the
-seq of its last change; ``webindex_inlinks_seq`` guards deleted links.
+``webindex_inlinks`` has one row per (target, source page) link. Its export
+queue has one entry per source page, the page's whole link set (None: the
+page is gone), which replaces the page's rows; ``webindex_inlinks_seq``
+keeps each source page's seq, and a row has the seq of its page's entry.
 
 This exporter belongs in :mod:`percolite.exporters`: the built-in SQL
 exporters write every value column of a row and delete the whole row on a
@@ -51,9 +53,9 @@ CREATE TABLE IF NOT EXISTS webindex_pages_seq (
 CREATE TABLE IF NOT EXISTS webindex_inlinks (
     uri TEXT NOT NULL, from_uri TEXT NOT NULL, anchor TEXT NOT NULL, seq INTEGER NOT NULL,
     PRIMARY KEY (uri, from_uri));
+CREATE INDEX IF NOT EXISTS webindex_inlinks_from ON webindex_inlinks (from_uri);
 CREATE TABLE IF NOT EXISTS webindex_inlinks_seq (
-    uri TEXT NOT NULL, from_uri TEXT NOT NULL, seq INTEGER NOT NULL,
-    PRIMARY KEY (uri, from_uri));
+    from_uri TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 """
 
 
@@ -68,6 +70,10 @@ class SQLiteTables:
             raise FileNotFoundError(f"no directory for the query database {self.path}")
         self.timeout: float = timeout
         self._local = threading.local()
+        # The export queues of one process take turns here rather than in
+        # SQLite's busy handler, which sleeps up to 100 ms between tries: with
+        # four queues writing one file, those sleeps were most of the time.
+        self.lock: threading.Lock = _lock_of(self.path)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -80,15 +86,15 @@ class SQLiteTables:
 
     def _write(self, apply: Any, entries: list[Any]) -> None:
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for entry in entries:
-                apply(conn, entry)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        with self.lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                apply(conn, entries)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     def create(self) -> None:
         """Creates the tables now (they are made at the first export otherwise)."""
@@ -96,86 +102,107 @@ class SQLiteTables:
 
     # -- export queue "pages": uri -> (incount, has_content) or None ----------
     def pages(self, entries: list[Any]) -> None:
-        self._write(_apply_uri, entries)
+        self._write(_apply_uris, entries)
 
     # -- export queue "outcounts": uri -> outcount (None: no content) ---------
     def outcounts(self, entries: list[Any]) -> None:
-        self._write(_apply_outcount, entries)
+        self._write(_apply_outcounts, entries)
 
-    # -- export queue "inlinks": [target, source] -> anchor or None -----------
+    # -- export queue "inlinks": source -> JSON {target: anchor} or None -----
     def inlinks(self, entries: list[Any]) -> None:
-        self._write(_apply_inlink, entries)
+        self._write(_apply_inlinks, entries)
 
 
-def _guard(conn: sqlite3.Connection, uri: str) -> tuple[int, int, int]:
-    row = conn.execute(
-        "SELECT in_seq, out_seq, outcount FROM webindex_pages_seq WHERE uri = ?", (uri,)
-    ).fetchone()
-    return row if row is not None else (-1, -1, 0)
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
 
 
-def _apply_uri(conn: sqlite3.Connection, entry: Any) -> None:
-    uri, value, seq = entry.key, entry.value, entry.seq
-    in_seq, out_seq, outcount = _guard(conn, uri)
-    if seq <= in_seq:
-        return
-    conn.execute(
-        "INSERT INTO webindex_pages_seq (uri, in_seq, out_seq, outcount) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (uri) DO UPDATE SET in_seq = excluded.in_seq",
-        (uri, seq, out_seq, outcount),
+def _lock_of(path: str) -> threading.Lock:
+    """One lock per query database file in this process."""
+    with _locks_lock:
+        return _locks.setdefault(path, threading.Lock())
+
+
+# Each batch is applied by a few executemany() statements instead of
+# statements per entry: first every entry's seq is raised in the guard table
+# where it is higher than the recorded one; then the rows are written only
+# for the entries whose seq is now the recorded one. Within a batch an older
+# entry of a key thus loses to a newer one whatever their order, and an
+# entry delivered twice writes the same row twice.
+
+_RAISE_IN_SEQ = (
+    "INSERT INTO webindex_pages_seq (uri, in_seq, out_seq, outcount) VALUES (?, ?, -1, 0) "
+    "ON CONFLICT (uri) DO UPDATE SET in_seq = excluded.in_seq "
+    "WHERE excluded.in_seq > webindex_pages_seq.in_seq"
+)
+_DELETE_PAGE = (
+    "DELETE FROM webindex_pages WHERE uri = ?1 "
+    "AND (SELECT in_seq FROM webindex_pages_seq WHERE uri = ?1) = ?2"
+)
+# A new row takes the outcount (and its seq) last exported for the URI.
+_UPSERT_PAGE = (
+    "INSERT INTO webindex_pages (uri, domain, incount, outcount, has_content, in_seq, out_seq) "
+    "SELECT ?1, ?2, ?3, s.outcount, ?4, ?5, s.out_seq FROM webindex_pages_seq s "
+    "WHERE s.uri = ?1 AND s.in_seq = ?5 "
+    "ON CONFLICT (uri) DO UPDATE SET incount = excluded.incount, "
+    "has_content = excluded.has_content, in_seq = excluded.in_seq"
+)
+_RAISE_OUT_SEQ = (
+    "INSERT INTO webindex_pages_seq (uri, in_seq, out_seq, outcount) VALUES (?, -1, ?, ?) "
+    "ON CONFLICT (uri) DO UPDATE SET out_seq = excluded.out_seq, outcount = excluded.outcount "
+    "WHERE excluded.out_seq > webindex_pages_seq.out_seq"
+)
+_UPDATE_OUTCOUNT = (
+    "UPDATE webindex_pages SET outcount = ?2, out_seq = ?3 WHERE uri = ?1 "
+    "AND (SELECT out_seq FROM webindex_pages_seq WHERE uri = ?1) = ?3"
+)
+_RAISE_LINK_SEQ = (
+    "INSERT INTO webindex_inlinks_seq (from_uri, seq) VALUES (?, ?) "
+    "ON CONFLICT (from_uri) DO UPDATE SET seq = excluded.seq "
+    "WHERE excluded.seq > webindex_inlinks_seq.seq"
+)
+_DELETE_LINKS = (
+    "DELETE FROM webindex_inlinks WHERE from_uri = ?1 "
+    "AND (SELECT seq FROM webindex_inlinks_seq WHERE from_uri = ?1) = ?2"
+)
+_INSERT_LINK = (
+    "INSERT INTO webindex_inlinks (uri, from_uri, anchor, seq) SELECT ?1, ?2, ?3, ?4 "
+    "WHERE (SELECT seq FROM webindex_inlinks_seq WHERE from_uri = ?2) = ?4"
+)
+
+
+def _apply_uris(conn: sqlite3.Connection, entries: list[Any]) -> None:
+    conn.executemany(_RAISE_IN_SEQ, [(e.key, e.seq) for e in entries])
+    conn.executemany(_DELETE_PAGE, [(e.key, e.seq) for e in entries if e.value is None])
+    conn.executemany(
+        _UPSERT_PAGE,
+        [
+            (e.key, domain_of(e.key), e.value[0], e.value[1], e.seq)
+            for e in entries
+            if e.value is not None
+        ],
     )
-    if value is None:
-        conn.execute("DELETE FROM webindex_pages WHERE uri = ?", (uri,))
-        return
-    incount, has_content = value
-    conn.execute(
-        "INSERT INTO webindex_pages (uri, domain, incount, outcount, has_content, in_seq, "
-        "out_seq) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uri) DO UPDATE SET "
-        "incount = excluded.incount, has_content = excluded.has_content, "
-        "in_seq = excluded.in_seq",
-        (uri, domain_of(uri), incount, outcount, has_content, seq, out_seq),
-    )
 
 
-def _apply_outcount(conn: sqlite3.Connection, entry: Any) -> None:
-    uri, value, seq = entry.key, entry.value, entry.seq
-    in_seq, out_seq, _ = _guard(conn, uri)
-    if seq <= out_seq:
-        return
-    outcount = value or 0
-    conn.execute(
-        "INSERT INTO webindex_pages_seq (uri, in_seq, out_seq, outcount) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (uri) DO UPDATE SET out_seq = excluded.out_seq, "
-        "outcount = excluded.outcount",
-        (uri, in_seq, seq, outcount),
-    )
-    conn.execute(
-        "UPDATE webindex_pages SET outcount = ?, out_seq = ? WHERE uri = ?",
-        (outcount, seq, uri),
-    )
+def _apply_outcounts(conn: sqlite3.Connection, entries: list[Any]) -> None:
+    rows = [(e.key, e.seq, e.value or 0) for e in entries]
+    conn.executemany(_RAISE_OUT_SEQ, rows)
+    conn.executemany(_UPDATE_OUTCOUNT, [(uri, n, seq) for uri, seq, n in rows])
 
 
-def _apply_inlink(conn: sqlite3.Connection, entry: Any) -> None:
-    target, source = json.loads(entry.key)
-    seq = entry.seq
-    row = conn.execute(
-        "SELECT seq FROM webindex_inlinks_seq WHERE uri = ? AND from_uri = ?", (target, source)
-    ).fetchone()
-    if row is not None and seq <= row[0]:
-        return
-    conn.execute(
-        "INSERT INTO webindex_inlinks_seq (uri, from_uri, seq) VALUES (?, ?, ?) "
-        "ON CONFLICT (uri, from_uri) DO UPDATE SET seq = excluded.seq",
-        (target, source, seq),
+def _apply_inlinks(conn: sqlite3.Connection, entries: list[Any]) -> None:
+    latest: dict[str, Any] = {}
+    for e in entries:  # a page's rows are replaced once per batch, by its newest entry
+        if e.key not in latest or e.seq > latest[e.key].seq:
+            latest[e.key] = e
+    conn.executemany(_RAISE_LINK_SEQ, [(e.key, e.seq) for e in latest.values()])
+    conn.executemany(_DELETE_LINKS, [(e.key, e.seq) for e in latest.values()])
+    conn.executemany(
+        _INSERT_LINK,
+        [
+            (target, e.key, anchor, e.seq)
+            for e in latest.values()
+            if e.value is not None
+            for target, anchor in json.loads(e.value).items()
+        ],
     )
-    if entry.value is None:
-        conn.execute(
-            "DELETE FROM webindex_inlinks WHERE uri = ? AND from_uri = ?", (target, source)
-        )
-    else:
-        conn.execute(
-            "INSERT INTO webindex_inlinks (uri, from_uri, anchor, seq) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (uri, from_uri) DO UPDATE SET anchor = excluded.anchor, "
-            "seq = excluded.seq",
-            (target, source, entry.value, seq),
-        )
