@@ -40,4 +40,5 @@ BENCHMARK_ORDER = [
     "growth",
     "simulation",
     "postgresql",
+    "webindex",
 ]
