@@ -450,3 +450,38 @@ TEST_CASE("Gets in key order read what the snapshot sees, whatever commits after
   CHECK(ReadNow(*backend, row(3)) == "later");
   backend->ReleaseHandle();
 }
+
+TEST_CASE("Settling a lost batch ends only the session that sent it, on the server that ran it",
+          "[backend][postgresql]") {
+  if (!HaveTestPostgres()) return;
+  const percolite::PgTarget target = ParsePgTarget(TestPostgres());
+  const percolite::PgStatements sql("settle_session", 60);
+  PGconn* sender = percolite::PgConnect(target, percolite::SyncMode::kFull);
+  PGconn* settler = percolite::PgConnect(target, percolite::SyncMode::kFull);
+  const percolite::PgResult started =
+      percolite::PgExec(sender, sql.session_started, "reading the start", target);
+  REQUIRE(started.rows() == 1);
+  const std::string start(started.bytes(0, 0));
+  const auto end = [&](const std::string& when) {
+    percolite::PgParams session;
+    session.Int8(static_cast<uint64_t>(PQbackendPID(sender))).Bytes(when);
+    percolite::PgExec(settler, sql.end_session, session, "ending", target);
+  };
+  const auto alive = [&] {
+    PGresult* result = PQexec(sender, "SELECT 1");
+    const bool ok = PQresultStatus(result) == PGRES_TUPLES_OK;
+    PQclear(result);
+    return ok;
+  };
+  // The same pid with another start is another session (after a restart or
+  // on a promoted standby): left alone.
+  end("2001-01-01 00:00:00+00");
+  CHECK(alive());
+  end(start);
+  for (int i = 0; i < 100 && alive(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK_FALSE(alive());
+  PQfinish(sender);
+  PQfinish(settler);
+}

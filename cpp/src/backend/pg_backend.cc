@@ -165,7 +165,7 @@ std::shared_ptr<PgBackend> PgBackend::Open(const std::string& target,
     PgPool::Lease lease = backend->pool_.Borrow();
     backend->CreateOrCheckSchema(lease.get(), options.create);
   }
-  backend->writer_conn_ = backend->Connect();
+  backend->AdoptWriter(backend->Connect());
   backend->Heartbeat();
   backend->writer_ = std::thread([raw = backend.get()] { raw->WriterLoop(); });
   return backend;

@@ -215,11 +215,20 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   bool CommitSettled(std::vector<Request>& batch, std::vector<CommitResult>* results,
                      std::vector<Notification>* written, std::string* error)
       EXCLUDES(snapshots_mu_);
+  // A server session, told apart from any other session of any server: its
+  // process id, and when that process started (a pid is reused after a
+  // restart, and a promoted standby has pids of its own).
+  struct Session {
+    int pid = 0;
+    std::string started;
+  };
   // After the writer's connection dropped during the batch of `token` (sent
-  // by the server session `old_session`): whether that batch committed.
-  // kUnknown when the server did not come back (the handle then failed).
-  Settled SettleLostBatch(const std::string& token, int old_session, const std::string& error);
+  // by the server session `old`): whether that batch committed. kUnknown
+  // when the server did not come back (the handle then failed).
+  Settled SettleLostBatch(const std::string& token, const Session& old, const std::string& error);
   bool ReconnectWriter();
+  // Makes `conn` the writer's connection, and learns its session.
+  void AdoptWriter(PGconn* conn);
 
   // pg_collect.cc (see the header comment).
   // The oldest start_ts a snapshot of this handle has or may get, given the
@@ -252,6 +261,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // The writer thread's own connection: only that thread uses it, and Open
   // and Close before it starts and after it ends.
   PGconn* writer_conn_ = nullptr;
+  Session writer_session_;                              // of writer_conn_
   std::chrono::steady_clock::time_point last_collect_;  // the writer thread's
 
   SinkSlot sink_;

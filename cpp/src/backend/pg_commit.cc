@@ -412,11 +412,11 @@ bool PgBackend::CommitSettled(std::vector<Request>& batch, std::vector<CommitRes
       break;
     }
     const std::string token = NewToken();
-    const int old_session = PQbackendPID(writer_conn_);
+    const Session old = writer_session_;
     if (CommitBatch(writer_conn_, batch, token, results, written, error)) return true;
     // Refused by the server: nothing of it applied.
     if (PQstatus(writer_conn_) == CONNECTION_OK) break;
-    const Settled settled = SettleLostBatch(token, old_session, *error);
+    const Settled settled = SettleLostBatch(token, old, *error);
     if (settled == Settled::kCommitted) {
       batches_.fetch_add(1);
       return true;  // the results computed for it stand
@@ -429,13 +429,15 @@ bool PgBackend::CommitSettled(std::vector<Request>& batch, std::vector<CommitRes
   return false;
 }
 
-PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, int old_session,
+PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, const Session& old,
                                               const std::string& error) {
   // The connection dropped somewhere in the batch, perhaps during COMMIT.
   // Settle what happened before anyone is told: reconnect, and read this
   // handle's token. The old session may still be alive on the server,
   // holding the counter row's lock (it takes it first); it is ended, and
-  // the token read under that lock, so its commit is over either way.
+  // the token read under that lock, so its commit is over either way. Only
+  // that session is ended: after a failover the server reached is another
+  // one, where the old pid may be an unrelated session's.
   constexpr const char* kSettling = "settling a commit cut off by a lost connection";
   for (;;) {
     if (!ReconnectWriter()) {
@@ -448,9 +450,9 @@ PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, int old_
       return Settled::kUnknown;
     }
     try {
-      PgParams pid;
-      pid.Int8(static_cast<uint64_t>(old_session));
-      PgExec(writer_conn_, sql_.end_session, pid, "ending the session a lost connection left",
+      PgParams session;
+      session.Int8(static_cast<uint64_t>(old.pid)).Bytes(old.started);
+      PgExec(writer_conn_, sql_.end_session, session, "ending the session a lost connection left",
              target_);
       PgExec(writer_conn_, "BEGIN", kSettling, target_);
       PgExec(writer_conn_, sql_.lock_clock, kSettling, target_);
@@ -473,9 +475,7 @@ bool PgBackend::ReconnectWriter() {
   std::chrono::milliseconds pause(10);
   for (;;) {
     try {
-      PGconn* fresh = Connect();
-      PQfinish(writer_conn_);
-      writer_conn_ = fresh;
+      AdoptWriter(Connect());
       return true;
     } catch (const Error&) {
       if (std::chrono::steady_clock::now() > deadline) return false;
@@ -483,6 +483,22 @@ bool PgBackend::ReconnectWriter() {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
+}
+
+void PgBackend::AdoptWriter(PGconn* conn) {
+  Session session;
+  session.pid = PQbackendPID(conn);
+  try {
+    PgResult r = PgExec(conn, sql_.session_started, "learning the writer's session", target_);
+    // No row (the view hides it): a session never matched, so never ended.
+    if (r.rows() > 0 && !r.null(0, 0)) session.started = std::string(r.bytes(0, 0));
+  } catch (...) {
+    PQfinish(conn);
+    throw;
+  }
+  PQfinish(writer_conn_);
+  writer_conn_ = conn;
+  writer_session_ = std::move(session);
 }
 
 bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std::string& token,

@@ -202,7 +202,11 @@ void CommitStatements(const Template& sql, PgStatements* s) {
   s->insert_garbage = sql("INSERT INTO {garbage} SELECT * FROM unnest($1::bytea[], $2::int8[])");
   s->advance_clock = sql("UPDATE {clock} SET ts = $1 WHERE id = 1");
   s->notify_commit = sql("SELECT pg_notify('{channel}', 'c')");
-  s->end_session = sql("SELECT pg_terminate_backend($1::int8::int)");
+  s->end_session =
+      sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+          "WHERE pid = $1::int8::int AND backend_start::text = $2::text");
+  s->session_started =
+      sql("SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()");
   s->lock_clock = sql("SELECT ts FROM {clock} WHERE id = 1 FOR UPDATE");
   s->read_token = sql("SELECT token FROM {handles} WHERE id = $1");
 }

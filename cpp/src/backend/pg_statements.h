@@ -76,9 +76,10 @@ struct PgStatements {
   std::string advance_clock;            // ($1 ts)
   std::string notify_commit;            // wakes the watches of every handle
   // Settling a batch cut off by a lost connection.
-  std::string end_session;  // ($1 server process id)
-  std::string lock_clock;   // () -> ts; locks the counter
-  std::string read_token;   // ($1 handle id) -> token
+  std::string end_session;      // ($1 server process id, $2 its session_started)
+  std::string session_started;  // this session's start, as text
+  std::string lock_clock;       // () -> ts; locks the counter
+  std::string read_token;       // ($1 handle id) -> token
 
   // The handles table and collection (pg_collect.cc).
   std::string publish;             // ($1 handle id, $2 horizon)
