@@ -15,7 +15,7 @@ from percolite.testing import run_until_idle
 
 def _app():
     app = percolite.App("packed")
-    cq = app.combine_queue("cq", buckets=1)
+    cq = app.combine_queue("cq", buckets=1, key_codec="bytes")
     return app, cq
 
 
