@@ -259,6 +259,7 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
   bool filling = true, stopped = false, malformed = false, follows = false;
   std::string qualifier;
   std::vector<std::pair<std::string_view, std::string_view>> decoded;
+  std::vector<bool> take;
   // Whether a record from now on is past `limit`; false: stop here.
   auto past_limit = [&]() {
     if (filling && taken >= limit) {
@@ -293,11 +294,6 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
     ++taken;
     return true;
   };
-  // Whether a packed record's entry of `key` is taken (once filling is done).
-  auto wanted = [&](std::string_view key) {
-    if (!skip.empty() && skip.count(key) != 0) return false;
-    return filling || taken_keys.count(StableHash64(key)) != 0;
-  };
   auto packed_record = [&](std::string_view value) {
     decoded.clear();
     if (!DecodePacked(value, &decoded)) {
@@ -313,13 +309,24 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
       return true;  // only parked keys' entries: it stays as it is
     }
     if (!past_limit()) return false;
-    size_t wanted_count = 0, unskipped_count = 0;
-    for (const auto& entry : decoded) {
-      if (skip.empty() || skip.count(entry.first) == 0) ++unskipped_count;
-      if (wanted(entry.first)) ++wanted_count;
+    // Entry by entry, as for single-entry records: the batch may end inside
+    // the record, and the rest of it stays (PurgeRead writes it back).
+    take.assign(decoded.size(), false);
+    size_t taking = 0;
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      const std::string_view key = decoded[i].first;
+      if (!skip.empty() && skip.count(key) != 0) continue;
+      if (filling && taken + taking >= limit) filling = false;
+      const uint64_t hash = whole_keys ? StableHash64(key) : 0;
+      if (filling || (whole_keys && taken_keys.count(hash) != 0)) {
+        take[i] = true;
+        ++taking;
+        if (whole_keys) taken_keys.insert(hash);
+      } else {
+        *more = true;  // it stays in the record
+      }
     }
-    if (wanted_count < unskipped_count) *more = true;  // some stay in the record
-    if (wanted_count == 0) {
+    if (taking == 0) {
       follows = false;
       return true;
     }
@@ -336,9 +343,9 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
     auto moved = [&](std::string_view bytes) {
       return std::string_view(kept + (bytes.data() - value.data()), bytes.size());
     };
-    const bool was_filling = filling;
-    for (const auto& [key, entry_value] : decoded) {
-      if (!(was_filling ? (skip.empty() || skip.count(key) == 0) : wanted(key))) continue;
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      if (!take[i]) continue;
+      const auto& [key, entry_value] = decoded[i];
       Entry& entry = out->list().emplace_back();
       entry.qualifier = record.qualifier;
       entry.key_bytes = moved(key);
@@ -346,7 +353,6 @@ Status Read(Transaction& transaction, const std::string& row, std::string_view f
       entry.commit_ts = commit_ts;
       entry.index = index;
       entry.record = record_index;
-      if (whole_keys) taken_keys.insert(StableHash64(key));
       ++taken;
     }
     out->records().back().count = static_cast<uint32_t>(out->list().size()) - record.first;

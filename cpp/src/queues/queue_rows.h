@@ -168,14 +168,13 @@ class Entries {
 // Reads the entries of `row`: its single-entry records (family `family`),
 // then, when `packed`, its packed records (PackedFamily(family)), in commit
 // order, starting after `cursor` (empty: from the start; a cursor is only
-// for single-entry records, so not with `packed`). A run takes whole records
-// from the front until it has at least `limit` entries (all, when fewer
-// remain), so up to one record's entries (kPackedMaxEntries) past `limit`;
-// and, when `whole_keys`, every later entry of their keys too (the rest of
-// the row is scanned for them), so no key's entries are split: of a later
-// packed record, just those entries (PurgeRead writes the rest back in its
-// place). Memory: the entries taken, and the records they came from (each
-// at most kPackedMaxBytes plus one entry). Sets *more when entries remain
+// for single-entry records, so not with `packed`): the first `limit` of them
+// (all, when fewer remain; the batch may end inside a packed record), and,
+// when `whole_keys`, every later entry of their keys too (the rest of the
+// row is scanned for them), so no key's entries are split. A packed record
+// taken in part keeps the rest (PurgeRead writes it back in its place).
+// Memory: the entries taken, and the records they came from (each at most
+// kPackedMaxBytes plus one entry). Sets *more when entries remain
 // that were not returned. Entries whose key is in `skip` (parked keys) are
 // left where they are: neither returned nor counted in *more.
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
