@@ -14,8 +14,8 @@ itself, and checks what it reads:
   passes its checksum and decodes;
 * every cell and notification key decodes (the core raises on malformed
   keys and records);
-* queue entries carry their 12-byte stamp; sharded counters' shards hold
-  integers;
+* queue entries carry their 12-byte stamp, and packed queue records (several
+  entries in one value) decode; sharded counters' shards hold integers;
 * percolite's own records (failures, parked work, leases, metrics, the app
   record) decode.
 
@@ -42,7 +42,6 @@ __all__ = ["check", "CHECK_TIMEOUT"]
 CHECK_TIMEOUT = 600.0
 
 _QUEUE_ENTRY_ROW = re.compile(rb"^[^:]+:(u|e):[0-9]{6}$")
-_STAMP = 12  # bytes in front of a queued entry's key (backend.h kStampSize)
 
 
 def check(path: Any, *, timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
@@ -93,6 +92,7 @@ def _walk(directory: str) -> dict[str, Any]:
     from . import _core
     from ._counters import check_cell as counter_cell_problem
     from ._env import open as open_env
+    from ._queue_rows import PACKED_FAMILIES, STAMP, packed_entries
     from .errors import CorruptionError, Error, StorageError
 
     problems: list[str] = []
@@ -115,7 +115,15 @@ def _walk(directory: str) -> dict[str, Any]:
             with env.transaction() as tx:
                 for row, column, value in tx.scan():
                     counts["cells"] += 1
-                    if _QUEUE_ENTRY_ROW.match(row) and len(column.qualifier) < _STAMP:
+                    if _QUEUE_ENTRY_ROW.match(row) and column.family in PACKED_FAMILIES:
+                        if len(column.qualifier) != STAMP:
+                            problem(f"packed queue record {row!r} {column!r}: no stamp alone")
+                        else:
+                            try:
+                                packed_entries(value)
+                            except ValueError as e:
+                                problem(f"packed queue record {row!r} {column!r}: {e}")
+                    elif _QUEUE_ENTRY_ROW.match(row) and len(column.qualifier) < STAMP:
                         problem(f"queue entry {row!r} {column!r}: no stamp in its qualifier")
                     elif (wrong := counter_cell_problem(row, column, value)) is not None:
                         problem(wrong)

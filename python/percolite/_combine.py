@@ -32,6 +32,7 @@ from ._frames import key_value_frame
 from ._html import combine_queue_html
 from ._log import failure_text
 from ._observer import ObserverTransaction
+from ._queue_rows import queue_depth
 from ._queues import (
     accepts,
     check_linger,
@@ -337,7 +338,7 @@ class CombineQueue(Generic[K, V]):
 
     def depth(self, tx: Transaction) -> int:
         """How many updates are queued (not yet folded) in ``tx``'s view (a scan)."""
-        return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
+        return queue_depth(tx, self._core.entry_row_prefix)
 
     def bucket_of(self, key: K) -> int:
         """The bucket (in ``range(buckets)``) that queues ``key``'s updates:

@@ -21,6 +21,7 @@ from ._frames import Failures, ParkedWork
 from ._html import env_html
 from ._loader import Loader
 from ._progress import Progress
+from ._queue_rows import queue_depth
 from ._transaction import Transaction
 from .errors import AppMismatch, ClosedError, CommitConflict, Error, SinkBlocked, WorkParked
 
@@ -936,7 +937,7 @@ class Env:
             for queue_id, layout in recorded_queues(tx).items():
                 core = _recorded_core_queue(queue_id, layout)
                 if core is not None:
-                    depths[queue_id] = sum(1 for _ in tx.scan(prefix=core.entry_row_prefix))
+                    depths[queue_id] = queue_depth(tx, core.entry_row_prefix)
             return depths
 
     def metrics(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from ._args import check_max_attempts
 from ._cells import SequencedExport
 from ._html import export_queue_html
 from ._log import failure_text
+from ._queue_rows import queue_depth
 from ._queues import (
     accepts,
     check_linger,
@@ -316,7 +317,7 @@ class ExportQueue(Generic[K, V]):
 
     def depth(self, tx: Transaction) -> int:
         """How many entries are queued in ``tx``'s view (a scan: for status and tests)."""
-        return sum(1 for _ in tx.scan(prefix=self._core.entry_row_prefix))
+        return queue_depth(tx, self._core.entry_row_prefix)
 
     def bucket_of(self, key: K) -> int:
         """The bucket (in ``range(buckets)``) that queues ``key``'s entries:

@@ -24,6 +24,7 @@ from _combine_checks import assert_both_guarantees, chain_violations, reference_
 from _isolated import run_child_json
 from conftest import open_store
 from percolite import _core
+from percolite._queue_rows import PACKED_FAMILIES, packed_entries
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -357,9 +358,16 @@ def raw_data_cells(env, queue):
 
 
 def queued_update_values(env, queue):
-    """Sorted values of the queued (not yet folded) update cells."""
+    """Sorted values of the queued (not yet folded) updates: single-entry
+    cells, and the entries of packed records (percolite._queue_rows)."""
+    values = []
     with env.transaction() as tx:
-        return sorted(value for _row, _col, value in tx.scan(prefix=f"{queue.id}:u:"))
+        for _row, col, value in tx.scan(prefix=f"{queue.id}:u:"):
+            if col[0] in PACKED_FAMILIES:
+                values.extend(v for _k, v in packed_entries(value))
+            else:
+                values.append(value)
+    return sorted(values)
 
 
 def same_value(got, expected, codec):

@@ -25,6 +25,7 @@ from pathlib import Path
 import percolite
 from _combine_checks import chain_violations, guarantee_1_violations, reference_sums
 from _isolated import TESTS_DIR, load_fresh, run_command
+from percolite._queue_rows import queue_depth
 
 VOCABULARY = [f"word{i:02}" for i in range(60)]
 
@@ -63,9 +64,7 @@ def read_state(db: Path, module) -> dict:
                         [int(column.qualifier), old, new]
                     )
                     state["pids"].add(pid)
-            state["queued"] = sum(1 for _ in tx.scan(prefix="wc:u:")) + sum(
-                1 for _ in tx.scan(prefix="hist:u:")
-            )
+            state["queued"] = queue_depth(tx, b"wc:u:") + queue_depth(tx, b"hist:u:")
         status = env.status()
     state["pending"] = status["pending"]
     state["failures"] = {o["name"]: o["failures"] for o in status["observers"]}

@@ -499,11 +499,11 @@ def test_a_store_of_another_format_is_refused_naming_both(tmp_path):
     raw = lmdb.open(str(path), max_dbs=8, subdir=True)
     with raw.begin(write=True) as txn:
         meta = raw.open_db(b"meta", txn=txn)
-        assert txn.get(b"format", db=meta) == b"percolite/4"
+        assert txn.get(b"format", db=meta) == b"percolite/5"
         txn.put(b"format", b"percolite/2", db=meta)  # queue entries keyed by key, then stamp
     raw.close()
     with pytest.raises(
-        percolite.CorruptionError, match="format is 'percolite/2'.*reads 'percolite/4'"
+        percolite.CorruptionError, match="format is 'percolite/2'.*reads 'percolite/5'"
     ):
         percolite.open(path)
 
@@ -542,5 +542,5 @@ def test_a_store_of_the_format_before_checksums_is_upgraded_on_open(tmp_path):
     assert percolite.check(path)["ok"]
     raw = lmdb.open(str(path), max_dbs=8, subdir=True, readonly=True)
     with raw.begin() as txn:
-        assert txn.get(b"format", db=raw.open_db(b"meta", txn=txn)) == b"percolite/4"
+        assert txn.get(b"format", db=raw.open_db(b"meta", txn=txn)) == b"percolite/5"
     raw.close()

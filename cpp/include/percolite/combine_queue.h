@@ -49,16 +49,20 @@
 //   atomically with the new values. It must not write the queue's own rows.
 //
 // Layout (rows are "<id>:<kind>:..."; ':' is reserved in ids)
+//   <id>:u:<bucket>   family "U", qualifier stamp (12 bytes)               queued updates,
+//                     value: every update one Add queued in the bucket      packed
 //   <id>:u:<bucket>   family "u", qualifier stamp (12 bytes) + key         queued update
+//                     (single; only in stores written before percolite/5)
 //   <id>:b:<bucket>   family "cq:<id>", qualifiers "notify" and "cursor"   bucket state
 //   <id>:d:<bucket>:<key>  family "cq", qualifier "v"                       current value
 // where <bucket> is the bucket number in 6 decimal digits. The stamp first
-// (backend.h) keeps updates in commit order, so an add appends to the end of
-// each bucket it touches, writing a page or two per bucket instead of one per
-// update; a run scans its whole bucket for the updates of its keys (reads
-// only). Current values sit by bucket (as in the seed: "data is organized to
-// make reading existing values for keys in a bucket more efficient"): a run's
-// reads and writes stay within its bucket's pages instead of touching pages
+// (backend.h) keeps updates in commit order, so an add appends one record
+// (queue_rows.h: more for a very large add) to the end of each bucket it
+// touches, one storage write per bucket instead of one per update; a run
+// scans its whole bucket for the updates of its keys (reads only). Current
+// values sit by bucket (as in the seed: "data is organized to make reading
+// existing values for keys in a bucket more efficient"): a run's reads and
+// writes stay within its bucket's pages instead of touching pages
 // all over the store.
 //
 // Native combiners (no Python, no GIL): "sum", "max", "min" over int64,

@@ -22,8 +22,12 @@ namespace {
 // Bumped whenever what older versions wrote would be misread. 2: combine-queue
 // values moved to <id>:d:<bucket>:<key> (combine_queue.h). 4: every record
 // ends with a checksum (encoding.h); opening a store of kFormatBeforeChecksums
-// adds them.
-constexpr std::string_view kFormat = "percolite/4";
+// adds them. 5: queue entries may be packed, several to a record
+// (queues/queue_rows.h); a store of kFormatBeforePacking holds only
+// single-entry records, which this version still reads, so opening one just
+// retags it (after which a version that knows only percolite/4 refuses it).
+constexpr std::string_view kFormat = "percolite/5";
+constexpr std::string_view kFormatBeforePacking = "percolite/4";
 constexpr std::string_view kFormatBeforeChecksums = "percolite/3";
 
 // The handle of LMDB's main table, the one that lists the named tables.
@@ -287,9 +291,13 @@ void LmdbBackend::CheckFormat(Opening& opening) {
       AddChecksums(txn);
       value = ToVal(kFormat);
       rc = GuardedPut(txn, meta_dbi_, &key, &value, kWhat);
+    } else if (found == kFormatBeforePacking) {
+      value = ToVal(kFormat);
+      rc = GuardedPut(txn, meta_dbi_, &key, &value, kWhat);
     } else if (found != kFormat) {
       throw opening.Damaged("its format is '" + found + "', this version of percolite reads '" +
                             std::string(kFormat) + "' (and upgrades '" +
+                            std::string(kFormatBeforePacking) + "' and '" +
                             std::string(kFormatBeforeChecksums) + "')");
     }
   }

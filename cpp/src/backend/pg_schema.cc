@@ -36,7 +36,11 @@ std::optional<std::string> FindStore(PGconn* conn, const PgStatements& sql,
            ".meta is not a percolite store's (it has no format record): choose another "
            "schema (?schema=NAME in the target)";
   }
-  if (format.bytes(0, 0) != kPgFormat) {
+  if (format.bytes(0, 0) == kPgFormatBeforePacking) {
+    // Its single-entry queue records read as they are: only the tag changes,
+    // so a version that knows only the old format refuses the store from now.
+    PgExec(conn, sql.retag_format, "upgrading the store's format", target);
+  } else if (format.bytes(0, 0) != kPgFormat) {
     return "the store in schema " + schema + " has format '" + std::string(format.bytes(0, 0)) +
            "'; this version of percolite reads format " + std::string(kPgFormat);
   }

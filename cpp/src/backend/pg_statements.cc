@@ -99,6 +99,9 @@ void SchemaStatements(const Template& sql, PgStatements* s) {
         AND ((column_name = 'name' AND data_type = 'text')
           OR (column_name = 'value' AND data_type = 'bytea')))sql");
   s->read_format = sql("SELECT value FROM {meta} WHERE name = convert_from($1, 'UTF8')");
+  s->retag_format =
+      sql("UPDATE {meta} SET value = '{format}'::bytea "
+          "WHERE name = '{format_name}' AND value = '{format_before_packing}'::bytea");
   s->lock_creation = sql("SELECT pg_advisory_xact_lock(hashtext('percolite:{schema}'))");
   s->create = sql(R"sql(
       CREATE SCHEMA IF NOT EXISTS {quoted_schema};
@@ -259,6 +262,7 @@ PgStatements::PgStatements(const std::string& schema, int handle_lease_seconds)
       {"lease_seconds", std::to_string(handle_lease_seconds)},
       {"format_name", std::string(kPgFormatName)},
       {"format", std::string(kPgFormat)},
+      {"format_before_packing", std::string(kPgFormatBeforePacking)},
   };
   for (const char* table : kPgTables) names.emplace_back(table, "\"" + schema + "\"." + table);
   const Template sql(std::move(names));

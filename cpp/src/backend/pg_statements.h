@@ -20,9 +20,13 @@ namespace percolite {
 
 constexpr size_t kPgIndexedBytes = 2000;
 
-// The store's format, in meta: a store of another format is refused.
+// The store's format, in meta: a store of another format is refused. 2:
+// queue entries may be packed, several to a record (queues/queue_rows.h); a
+// store of kPgFormatBeforePacking holds only single-entry records, which
+// this version still reads, so opening one just retags it.
 constexpr std::string_view kPgFormatName = "percolite-store";
-constexpr std::string_view kPgFormat = "1";
+constexpr std::string_view kPgFormat = "2";
+constexpr std::string_view kPgFormatBeforePacking = "1";
 
 // The tables of a store, in its schema.
 constexpr const char* kPgTables[] = {"meta", "clock",   "cells",  "notify",
@@ -44,6 +48,7 @@ struct PgStatements {
   std::string find_tables;         // () -> the store's table names present
   std::string check_meta_columns;  // () -> 2 when meta has percolite's columns
   std::string read_format;         // ($1 format name) -> value
+  std::string retag_format;        // () kPgFormatBeforePacking -> kPgFormat
   std::string lock_creation;       // serializes openers racing to create
   std::string create;              // a script: the schema, tables and records
 

@@ -188,7 +188,7 @@ void CombineQueue::Add(Transaction& transaction,
   for (const auto& [key, value] : updates) CheckValue(key, value);  // all or nothing
   queue_rows::Write(
       transaction, options_.id, "u", kUpdateFamily, family_, options_.buckets,
-      [this](std::string_view key) { return BucketOf(key); }, updates);
+      [this](std::string_view key) { return BucketOf(key); }, updates, /*packed=*/true);
 }
 
 std::optional<std::string> CombineQueue::Get(Transaction& transaction, std::string_view key) const {
@@ -233,8 +233,10 @@ Status CombineQueue::Process(const std::shared_ptr<Transaction>& transaction,
   strategy.id = &options_.id;
   strategy.family = &family_;
   strategy.entry_kind = kUpdateFamily;
-  // A run takes at least buffer_size updates from the front of the bucket,
-  // with every queued update of their keys.
+  strategy.packed = true;
+  // A run takes whole records from the front of the bucket until it has at
+  // least buffer_size updates, with the later records of their keys
+  // (queue_rows::Read).
   strategy.batch = options_.buffer_size;
   strategy.whole_keys = true;
   strategy.linger = linger_.get();

@@ -60,21 +60,130 @@ Observer ProcessorObserver(std::string_view kind, const std::string& id,
   return observer;
 }
 
+std::string PackedFamily(std::string_view family) {
+  std::string packed(family);
+  for (char& c : packed) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return packed;
+}
+
+namespace {
+
+void AppendVarint32(std::string* out, uint32_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Reads a varint of at most 32 bits at *pos; false when truncated or longer.
+bool ReadVarint32(std::string_view in, size_t* pos, uint32_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift <= 28; shift += 7) {
+    if (*pos >= in.size()) return false;
+    const unsigned char byte = static_cast<unsigned char>(in[(*pos)++]);
+    result |= uint64_t{byte & 0x7Fu} << shift;
+    if ((byte & 0x80) == 0) {
+      if (result > UINT32_MAX) return false;
+      *v = static_cast<uint32_t>(result);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ReadSized(std::string_view in, size_t* pos, std::string_view* bytes) {
+  uint32_t size = 0;
+  if (!ReadVarint32(in, pos, &size) || in.size() - *pos < size) return false;
+  *bytes = in.substr(*pos, size);
+  *pos += size;
+  return true;
+}
+
+}  // namespace
+
+void AppendPackedHeader(std::string* out, uint32_t count) {
+  out->push_back(kPackedVersion);
+  AppendVarint32(out, count);
+}
+
+void AppendPackedEntry(std::string* out, std::string_view key, std::string_view value) {
+  AppendVarint32(out, static_cast<uint32_t>(key.size()));
+  out->append(key);
+  AppendVarint32(out, static_cast<uint32_t>(value.size()));
+  out->append(value);
+}
+
+bool PackedCount(std::string_view value, uint32_t* count) {
+  size_t pos = 1;
+  return !value.empty() && value[0] == kPackedVersion && ReadVarint32(value, &pos, count);
+}
+
+bool DecodePacked(std::string_view value,
+                  std::vector<std::pair<std::string_view, std::string_view>>* out) {
+  uint32_t count = 0;
+  if (!PackedCount(value, &count) || count == 0) return false;
+  size_t pos = 1;
+  ReadVarint32(value, &pos, &count);
+  // Each entry takes at least two bytes: a count beyond that is damage, not
+  // a reason to reserve memory.
+  if (count > (value.size() - pos) / 2) return false;
+  out->reserve(out->size() + count);
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string_view key, entry_value;
+    if (!ReadSized(value, &pos, &key) || !ReadSized(value, &pos, &entry_value)) return false;
+    out->emplace_back(key, entry_value);
+  }
+  return pos == value.size();
+}
+
 void Write(Transaction& transaction, const std::string& id, std::string_view kind,
            std::string_view family, const std::string& notify_family, uint32_t buckets,
            const std::function<uint32_t(std::string_view)>& bucket_of,
-           const std::vector<std::pair<std::string, std::string>>& entries) {
+           const std::vector<std::pair<std::string, std::string>>& entries, bool packed) {
   const std::string entry_prefix = id + ":" + std::string(kind) + ":";
   if (!entries.empty()) transaction.CountWrite("queue", id, entries.size());
-  std::vector<bool> notified(buckets, false);
-  for (const auto& [key, value] : entries) {
-    const uint32_t bucket = bucket_of(key);
-    const std::string name = BucketName(bucket);
-    transaction.AddStamped({entry_prefix + name, family, key}, value);
-    if (!notified[bucket]) {
-      transaction.SetWeakNotification({id + ":b:" + name, notify_family, kNotifyQualifier});
-      notified[bucket] = true;
+  if (!packed) {
+    std::vector<bool> notified(buckets, false);
+    for (const auto& [key, value] : entries) {
+      const uint32_t bucket = bucket_of(key);
+      const std::string name = BucketName(bucket);
+      transaction.AddStamped({entry_prefix + name, family, key}, value);
+      if (!notified[bucket]) {
+        transaction.SetWeakNotification({id + ":b:" + name, notify_family, kNotifyQualifier});
+        notified[bucket] = true;
+      }
     }
+    return;
+  }
+  // Each bucket's entries, in the order given (the stable sort keeps it).
+  std::vector<std::pair<uint32_t, uint32_t>> order;  // (bucket, entry index)
+  order.reserve(entries.size());
+  for (uint32_t i = 0; i < entries.size(); ++i) order.emplace_back(bucket_of(entries[i].first), i);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const std::string packed_family = PackedFamily(family);
+  std::string body, record;
+  for (size_t first = 0; first < order.size();) {
+    const uint32_t bucket = order[first].first;
+    const std::string name = BucketName(bucket);
+    const std::string row = entry_prefix + name;
+    while (first < order.size() && order[first].first == bucket) {
+      body.clear();
+      uint32_t count = 0;
+      for (; first < order.size() && order[first].first == bucket; ++first, ++count) {
+        if (count == kPackedMaxEntries || (count > 0 && body.size() >= kPackedMaxBytes)) break;
+        const auto& [key, value] = entries[order[first].second];
+        AppendPackedEntry(&body, key, value);
+      }
+      record.clear();
+      AppendPackedHeader(&record, count);
+      record.append(body);
+      transaction.AddStamped({row, packed_family, std::string_view()}, record);
+    }
+    transaction.SetWeakNotification({id + ":b:" + name, notify_family, kNotifyQualifier});
   }
 }
 
@@ -97,95 +206,254 @@ std::string_view Entries::Keep(std::string_view bytes) {
 Entry& Entries::Add(std::string_view qualifier, std::string_view value) {
   Entry& entry = list_.emplace_back();
   entry.qualifier = Keep(qualifier);
+  entry.key_bytes = entry.qualifier.substr(std::min(kStampSize, entry.qualifier.size()));
   entry.value = Keep(value);
   return entry;
 }
 
-Status Read(Transaction& transaction, const std::string& row, std::string_view family,
-            const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            const std::set<std::string, std::less<>>& skip, Entries* out, bool* more,
-            size_t* consecutive) {
-  *more = false;
-  *consecutive = SIZE_MAX;  // set at the first entry left out
-  // The cells of row/family, visited without copies: each key is its prefix,
-  // then the escaped qualifier and its terminator.
+Record& Entries::AddRecord(std::string_view qualifier, std::string_view value, bool packed) {
+  Record& record = records_.emplace_back();
+  record.qualifier = Keep(qualifier);
+  record.value = Keep(value);
+  record.packed = packed;
+  return record;
+}
+
+namespace {
+
+// The range of the cells of row/family; *prefix = the bytes in front of each
+// cell's escaped qualifier.
+ScanRange FamilyRange(const std::string& row, std::string_view family, size_t* prefix) {
   ScanRange range;
   AppendEscapedPart(&range.from, row);
   AppendEscapedPart(&range.from, family);
-  const size_t prefix = range.from.size();
+  if (prefix) *prefix = range.from.size();
   range.end = PrefixSuccessor(range.from);
-  std::string resume;
-  if (!cursor.empty()) resume = EncodeCellKey({row, family, cursor});
-  // Past `limit`, only entries of these keys are taken (whole_keys). By
+  return range;
+}
+
+void ReadStamp(std::string_view qualifier, uint64_t* commit_ts, uint32_t* index) {
+  *commit_ts = ReadUint64BE(qualifier);
+  uint32_t i = 0;
+  for (size_t b = 8; b < kStampSize; ++b) i = (i << 8) | static_cast<unsigned char>(qualifier[b]);
+  *index = i;
+}
+
+}  // namespace
+
+Status Read(Transaction& transaction, const std::string& row, std::string_view family,
+            const std::string& cursor, size_t limit, bool whole_keys, bool packed,
+            std::string_view what, const std::set<std::string, std::less<>>& skip, Entries* out,
+            bool* more) {
+  *more = false;
+  if (packed && !cursor.empty()) {
+    return Status::Make(ErrorCode::kInvalidArgument,
+                        std::string(what) + ": a cursor cannot point into packed records");
+  }
+  // Past `limit` (whole_keys), only entries of these keys are taken. By
   // hash: an entry of another key with the same hash is taken too, and so
   // is every later entry of that key (all of them are after `limit`), so
   // each key's entries are still never split.
-  std::unordered_set<uint64_t> keys;
-  bool filling = true, malformed = false;
+  std::unordered_set<uint64_t> taken_keys;
+  size_t taken = 0;
+  bool filling = true, stopped = false, malformed = false, follows = false;
   std::string qualifier;
-  transaction.Visit(range, cursor.empty() ? nullptr : &resume,
-                    [&](std::string_view cell, std::string_view value) {
-                      size_t pos = prefix;
-                      if (!ReadEscapedPart(cell, &pos, &qualifier) || pos != cell.size() ||
-                          qualifier.size() < kStampSize) {
-                        malformed = true;
-                        return false;
-                      }
-                      const std::string_view key = std::string_view(qualifier).substr(kStampSize);
-                      if (!skip.empty() && skip.count(key) != 0) {
-                        *consecutive = std::min(*consecutive, out->list().size());
-                        return true;  // a parked key's entry stays queued
-                      }
-                      if (filling && out->list().size() >= limit) {
-                        if (!whole_keys) {
-                          *more = true;
-                          *consecutive = out->list().size();
+  std::vector<std::pair<std::string_view, std::string_view>> decoded;
+  std::vector<bool> take;
+  // Whether a record from now on is past `limit`; false: stop here.
+  auto past_limit = [&]() {
+    if (filling && taken >= limit) {
+      if (!whole_keys) {
+        *more = true;
+        stopped = true;
+        return false;
+      }
+      filling = false;
+    }
+    return true;
+  };
+  auto single = [&](std::string_view value) {
+    const std::string_view key = std::string_view(qualifier).substr(kStampSize);
+    if (!skip.empty() && skip.count(key) != 0) {
+      follows = false;
+      return true;  // a parked key's entry stays queued
+    }
+    if (!past_limit()) return false;
+    const uint64_t hash = whole_keys ? StableHash64(key) : 0;
+    if (!filling && taken_keys.count(hash) == 0) {
+      *more = true;
+      follows = false;
+      return true;
+    }
+    if (whole_keys) taken_keys.insert(hash);
+    Entry& entry = out->Add(qualifier, value);
+    ReadStamp(qualifier, &entry.commit_ts, &entry.index);
+    const uint32_t first = static_cast<uint32_t>(out->list().size() - 1);
+    out->records().push_back(Record{entry.qualifier, std::string_view(), false, follows, first, 1});
+    follows = true;
+    ++taken;
+    return true;
+  };
+  auto packed_record = [&](std::string_view value) {
+    decoded.clear();
+    if (!DecodePacked(value, &decoded)) {
+      malformed = true;
+      return false;
+    }
+    bool unskipped = false;
+    for (const auto& entry : decoded) {
+      if (skip.empty() || skip.count(entry.first) == 0) unskipped = true;
+    }
+    if (!unskipped) {
+      follows = false;
+      return true;  // only parked keys' entries: it stays as it is
+    }
+    if (!past_limit()) return false;
+    // Entry by entry, as for single-entry records: the batch may end inside
+    // the record, and the rest of it stays (PurgeRead writes it back).
+    take.assign(decoded.size(), false);
+    size_t taking = 0;
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      const std::string_view key = decoded[i].first;
+      if (!skip.empty() && skip.count(key) != 0) continue;
+      if (filling && taken + taking >= limit) filling = false;
+      const uint64_t hash = whole_keys ? StableHash64(key) : 0;
+      if (filling || (whole_keys && taken_keys.count(hash) != 0)) {
+        take[i] = true;
+        ++taking;
+        if (whole_keys) taken_keys.insert(hash);
+      } else {
+        *more = true;  // it stays in the record
+      }
+    }
+    if (taking == 0) {
+      follows = false;
+      return true;
+    }
+    Record& record = out->AddRecord(qualifier, value, true);
+    record.follows = follows;
+    record.first = static_cast<uint32_t>(out->list().size());
+    follows = true;
+    const uint32_t record_index = static_cast<uint32_t>(out->records().size() - 1);
+    uint64_t commit_ts = 0;
+    uint32_t index = 0;
+    ReadStamp(qualifier, &commit_ts, &index);
+    // The views into `value`, moved onto the copy the record keeps.
+    const char* const kept = record.value.data();
+    auto moved = [&](std::string_view bytes) {
+      return std::string_view(kept + (bytes.data() - value.data()), bytes.size());
+    };
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      if (!take[i]) continue;
+      const auto& [key, entry_value] = decoded[i];
+      Entry& entry = out->list().emplace_back();
+      entry.qualifier = record.qualifier;
+      entry.key_bytes = moved(key);
+      entry.value = moved(entry_value);
+      entry.commit_ts = commit_ts;
+      entry.index = index;
+      entry.record = record_index;
+      ++taken;
+    }
+    out->records().back().count = static_cast<uint32_t>(out->list().size()) - record.first;
+    return true;
+  };
+  auto visit = [&](std::string_view visited_family, bool is_packed) {
+    size_t prefix = 0;
+    const ScanRange range = FamilyRange(row, visited_family, &prefix);
+    std::string resume;
+    if (!cursor.empty()) resume = EncodeCellKey({row, visited_family, cursor});
+    follows = false;
+    transaction.Visit(range, cursor.empty() ? nullptr : &resume,
+                      [&](std::string_view cell, std::string_view value) {
+                        size_t pos = prefix;
+                        if (!ReadEscapedPart(cell, &pos, &qualifier) || pos != cell.size() ||
+                            qualifier.size() < kStampSize ||
+                            (is_packed && qualifier.size() != kStampSize)) {
+                          malformed = true;
                           return false;
                         }
-                        filling = false;
-                      }
-                      if (!filling) {
-                        if (keys.count(StableHash64(key)) == 0) {
-                          *more = true;
-                          *consecutive = std::min(*consecutive, out->list().size());
-                          return true;
-                        }
-                      } else if (whole_keys) {
-                        keys.insert(StableHash64(key));
-                      }
-                      Entry& entry = out->Add(qualifier, value);
-                      entry.commit_ts = ReadUint64BE(qualifier);
-                      for (size_t i = 8; i < kStampSize; ++i) {
-                        entry.index = (entry.index << 8) | static_cast<unsigned char>(qualifier[i]);
-                      }
-                      return true;
-                    });
+                        return is_packed ? packed_record(value) : single(value);
+                      });
+  };
+  visit(family, false);
+  if (packed && !stopped && !malformed) visit(PackedFamily(family), true);
   if (malformed) {
     return Status::Make(ErrorCode::kCorruption, std::string(what) + ": malformed queued entry");
   }
-  *consecutive = std::min(*consecutive, out->list().size());
   return Status::Ok();
 }
 
 void PurgeRead(Transaction& transaction, const std::string& row, std::string_view family,
-               const std::vector<Entry>& entries, size_t consecutive) {
-  if (consecutive > 0) {
-    transaction.PurgeStamps(
-        row, family, std::string_view(entries.front().qualifier).substr(0, kStampSize),
-        std::string_view(entries[consecutive - 1].qualifier).substr(0, kStampSize));
+               const Entries& read, const std::set<std::string, std::less<>>& kept) {
+  const std::string packed_family = PackedFamily(family);
+  const std::vector<Entry>& entries = read.list();
+  const std::vector<Record>& records = read.records();
+  size_t run = SIZE_MAX;  // the first record of the run of whole records being gathered
+  auto purge_run = [&](size_t end) {
+    if (run == SIZE_MAX) return;
+    transaction.PurgeStamps(row, records[run].packed ? std::string_view(packed_family) : family,
+                            records[run].qualifier.substr(0, kStampSize),
+                            records[end - 1].qualifier.substr(0, kStampSize));
+    run = SIZE_MAX;
+  };
+  std::vector<std::pair<std::string_view, std::string_view>> decoded;
+  std::string rewritten;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& record = records[i];
+    bool whole = true;
+    if (!record.packed) {
+      whole = kept.empty() || kept.count(entries[record.first].key()) == 0;
+    } else {
+      decoded.clear();
+      DecodePacked(record.value, &decoded);  // Read decoded it already
+      // What stays: the entries Read did not take (they view the same bytes
+      // as the entries it took, so they are told apart by address), and
+      // those of keys parked now.
+      rewritten.clear();
+      uint32_t stays = 0;
+      size_t next = record.first;
+      const size_t end = size_t{record.first} + record.count;
+      for (const auto& [key, value] : decoded) {
+        const bool was_taken = next < end && entries[next].key_bytes.data() == key.data();
+        if (was_taken) ++next;
+        if (was_taken && (kept.empty() || kept.count(key) == 0)) continue;
+        AppendPackedEntry(&rewritten, key, value);
+        ++stays;
+      }
+      if (stays > 0) {
+        whole = false;
+        if (stays < decoded.size()) {
+          std::string value;
+          AppendPackedHeader(&value, stays);
+          value.append(rewritten);
+          transaction.Set({row, packed_family, record.qualifier}, value);
+        }
+      }
+    }
+    if (!whole) {
+      purge_run(i);
+      continue;
+    }
+    if (run != SIZE_MAX && !record.follows) purge_run(i);
+    if (run == SIZE_MAX) run = i;
   }
-  for (size_t i = consecutive; i < entries.size(); ++i) {
-    transaction.Purge({row, family, entries[i].qualifier});
-  }
+  purge_run(records.size());
 }
 
-void Peek(Transaction& transaction, const std::string& row, std::string_view family, size_t limit,
-          size_t* found, bool* more) {
-  ScanRange range;
-  AppendEscapedPart(&range.from, row);
-  AppendEscapedPart(&range.from, family);
-  range.end = PrefixSuccessor(range.from);
-  const size_t counted = transaction.Count(range, nullptr, limit == SIZE_MAX ? limit : limit + 1);
+void Peek(Transaction& transaction, const std::string& row, std::string_view family, bool packed,
+          size_t limit, size_t* found, bool* more) {
+  const size_t stop = limit == SIZE_MAX ? limit : limit + 1;
+  size_t counted = transaction.Count(FamilyRange(row, family, nullptr), nullptr, stop);
+  if (packed && counted < stop) {
+    transaction.Visit(FamilyRange(row, PackedFamily(family), nullptr), nullptr,
+                      [&](std::string_view, std::string_view value) {
+                        uint32_t count = 1;  // a malformed one: Read reports it
+                        if (!PackedCount(value, &count) || count == 0) count = 1;
+                        counted += std::min<size_t>(count, stop - counted);
+                        return counted < stop;
+                      });
+  }
   *found = std::min(counted, limit);
   *more = counted > limit;
 }
@@ -199,7 +467,7 @@ Linger::Linger(std::string_view kind, const std::string& id, double seconds) : s
 
 bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
                    const std::string& cursor, const std::string& entry_row, std::string_view family,
-                   size_t full) {
+                   bool packed, size_t full) {
   // Only a run from the start of its bucket lingers; one after a cursor goes on.
   if (seconds_ <= 0 || !cursor.empty()) return false;
   if (transaction.Hurried()) {  // a thread waits for the workers, which have nothing else
@@ -209,7 +477,7 @@ bool Linger::Defer(Transaction& transaction, const std::string& bucket_row,
   }
   size_t found = 0;
   bool more = false;
-  Peek(transaction, entry_row, family, full, &found, &more);
+  Peek(transaction, entry_row, family, packed, full, &found, &more);
   const double wait = For(bucket_row, found, found > 0 && !more && found < full);
   if (wait <= 0) return false;
   transaction.DeferTrigger(wait);
@@ -376,7 +644,7 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
   // with them (and does not linger).
   const std::string cursor = transaction.Get(cursor_cell).value_or("");
   if (strategy.linger->Defer(transaction, bucket_row, cursor, entry_row, strategy.entry_kind,
-                             strategy.batch)) {
+                             strategy.packed, strategy.batch)) {
     return Status::Ok();
   }
   const std::string notify_key = EncodeCellKey({bucket_row, *strategy.family, kNotifyQualifier});
@@ -385,10 +653,9 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
   Entries read;
   const std::vector<Entry>& entries = read.list();
   bool more = false;
-  size_t consecutive = 0;
   Status status = Read(transaction, entry_row, strategy.entry_kind,
                        strategy.resume_after_cursor ? cursor : std::string(), strategy.batch,
-                       strategy.whole_keys, strategy.what, parked, &read, &more, &consecutive);
+                       strategy.whole_keys, strategy.packed, strategy.what, parked, &read, &more);
   if (!status.ok()) return status;
   if (!entries.empty()) {
     if (strategy.batches) ++*strategy.batches;
@@ -409,15 +676,10 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
       status = strategy.consume(transaction, entries);
     }
     if (!status.ok()) return status;
-    if (parked_now.empty()) {
-      PurgeRead(transaction, entry_row, strategy.entry_kind, entries, consecutive);
-    } else {
-      for (const Entry& entry : entries) {
-        if (parked_now.count(entry.key()) == 0) {
-          transaction.Purge({entry_row, strategy.entry_kind, entry.qualifier});
-        }
-      }
-    }
+    // Parked keys' entries stay: those parked before this run (in a packed
+    // record it took for other keys) and now.
+    parked.merge(parked_now);
+    PurgeRead(transaction, entry_row, strategy.entry_kind, read, parked);
   }
   std::string_view next_cursor;
   if (more) next_cursor = strategy.resume_after_cursor ? entries.back().qualifier : kMoreMarker;

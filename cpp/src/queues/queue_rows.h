@@ -1,10 +1,21 @@
 // queue_rows.h (internal): what the combine queue and the export queue share.
-// Both keep queued entries as stamped writes in one row per bucket, with the
-// qualifier the 12-byte stamp (commit_ts, index; the writer puts it in front,
-// backend.h) followed by the key's bytes, and a bucket row holding the "notify"
-// and "cursor" cells. Entries sort in commit order, so a commit appends its
-// entries at the end of each bucket it touches (a page or two per bucket,
-// however many entries), and a run consumes entries from the front.
+// Both keep queued entries as stamped writes in one row per bucket
+// ("<id>:<kind>:<bucket>"), and a bucket row holding the "notify" and
+// "cursor" cells. An entry is stored one of two ways:
+//  - a single-entry record, in family `kind`: qualifier = the 12-byte stamp
+//    (commit_ts, index; the writer puts it in front, backend.h) followed by
+//    the key's bytes, value = the entry's value. The export queue writes
+//    these (each entry's stamp is its seq), and stores of format percolite/4
+//    hold nothing else;
+//  - a packed record, in the queue's packed family (PackedFamily): qualifier
+//    = the stamp alone, value = EncodePacked of every entry one Write call
+//    queued in that bucket, in the order given. One stamped write per touched
+//    bucket instead of one per entry (the combine queue writes these).
+// Records sort in commit order, so a commit appends at the end of each bucket
+// it touches, and a run consumes records from the front. Single-entry
+// records of the combine queue come only from stores of format percolite/4,
+// so they all precede its packed records in commit order; Read visits them
+// first.
 #pragma once
 
 #include <atomic>
@@ -36,6 +47,29 @@ using percolite::kStampSize;  // commit_ts (8) + index (4), appended by the writ
 constexpr std::string_view kNotifyQualifier = "notify";
 constexpr std::string_view kCursorQualifier = "cursor";
 
+// The family of a queue's packed records, given the family of its
+// single-entry records ("u" -> "U").
+std::string PackedFamily(std::string_view family);
+
+// A packed record's value: a version byte (kPackedVersion), the entry count,
+// then each entry's key size, key, value size and value (sizes as unsigned
+// LEB128 varints of at most 32 bits). Write starts a new record once one
+// holds kPackedMaxEntries entries or kPackedMaxBytes bytes, so a record (and
+// what a run reads past its batch size, see Read) stays small.
+constexpr char kPackedVersion = 1;
+constexpr size_t kPackedMaxEntries = 1024;
+constexpr size_t kPackedMaxBytes = 256 * 1024;
+void AppendPackedHeader(std::string* out, uint32_t count);
+void AppendPackedEntry(std::string* out, std::string_view key, std::string_view value);
+// Decodes `value`; false (and *out partly filled) when it is malformed: a
+// wrong version, a truncated or overlong size, bytes left over, or a count
+// that disagrees with the entries. The views point into `value`.
+bool DecodePacked(std::string_view value,
+                  std::vector<std::pair<std::string_view, std::string_view>>* out);
+// The entry count of a packed record, read from its header only; false when
+// the header is malformed.
+bool PackedCount(std::string_view value, uint32_t* count);
+
 // Throws kInvalidArgument naming the bad option. `kind` is "combine queue" or
 // "export queue", `batch_name` the option bounding one run.
 void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets,
@@ -58,22 +92,46 @@ ObservedColumn ProcessorColumn(std::string_view kind, const std::string& id,
 Observer ProcessorObserver(std::string_view kind, const std::string& id,
                            const std::string& notify_family, ObserverFn processor);
 
-// Queues each (key, value) of `entries` as a stamped write in row
-// "<id>:<kind>:<bucket>" (bucket = bucket_of(key)), family `family`, and sets
-// one weak notification per touched bucket on row "<id>:b:<bucket>", column
-// `notify_family`/"notify". Only buffers in `transaction`.
+// Queues each (key, value) of `entries` in row "<id>:<kind>:<bucket>"
+// (bucket = bucket_of(key)): with `packed`, as packed records in family
+// PackedFamily(family), one per touched bucket (more when one would pass
+// kPackedMaxEntries or kPackedMaxBytes); else as single-entry records in
+// family `family`. Sets one weak notification per touched bucket on row
+// "<id>:b:<bucket>", column `notify_family`/"notify". Only buffers in
+// `transaction`.
 void Write(Transaction& transaction, const std::string& id, std::string_view kind,
            std::string_view family, const std::string& notify_family, uint32_t buckets,
            const std::function<uint32_t(std::string_view)>& bucket_of,
-           const std::vector<std::pair<std::string, std::string>>& entries);
+           const std::vector<std::pair<std::string, std::string>>& entries, bool packed = false);
+
+// No record: an Entry read from a single-entry record.
+constexpr uint32_t kSingle = UINT32_MAX;
 
 // One queued entry: views of bytes its Entries keeps.
 struct Entry {
-  std::string_view qualifier;  // as stored: the stamp, then the key
+  // A single-entry record's qualifier as stored (the stamp, then the key);
+  // for an entry of a packed record, that record's qualifier (its stamp).
+  std::string_view qualifier;
+  std::string_view key_bytes;
   std::string_view value;
-  uint64_t commit_ts = 0;
+  uint64_t commit_ts = 0;  // the record's stamp
   uint32_t index = 0;
-  std::string_view key() const { return qualifier.substr(kStampSize); }
+  uint32_t record = kSingle;  // for a packed record's entry: Entries::records()
+  std::string_view key() const { return key_bytes; }
+};
+
+// A record Read took entries of: a packed record (whole, or in part: the
+// rest stays in it), or a single-entry record (value empty, packed false).
+struct Record {
+  std::string_view qualifier;
+  std::string_view value;  // a packed record's whole value
+  bool packed = false;
+  // Whether it directly follows the record before it in records(), in the
+  // same family, with no record left out between: PurgeRead removes a run of
+  // such records as one range.
+  bool follows = false;
+  uint32_t first = 0;  // its entries taken: list()[first, first + count)
+  uint32_t count = 0;
 };
 
 // What Read found: the entries, and the bytes they view, copied into blocks
@@ -89,44 +147,58 @@ class Entries {
 
   std::vector<Entry>& list() { return list_; }
   const std::vector<Entry>& list() const { return list_; }
-  // Appends an entry viewing copies of `qualifier` and `value`.
+  std::vector<Record>& records() { return records_; }
+  const std::vector<Record>& records() const { return records_; }
+  // Appends an entry viewing copies of `qualifier` and `value` (a
+  // single-entry record's).
   Entry& Add(std::string_view qualifier, std::string_view value);
+  // Appends a record viewing copies of `qualifier` and `value`; returns it.
+  Record& AddRecord(std::string_view qualifier, std::string_view value, bool packed);
 
  private:
   std::string_view Keep(std::string_view bytes);
 
   std::vector<Entry> list_;
+  std::vector<Record> records_;
   std::vector<std::unique_ptr<char[]>> blocks_;
   size_t used_ = 0;      // bytes used in blocks_.back()
   size_t capacity_ = 0;  // size of blocks_.back()
 };
 
-// Reads the entries of `row`/`family` in commit order, starting after
-// `cursor` (empty: from the start): the first `limit` of them (all, when fewer
-// remain), and, when `whole_keys`, every later entry of their keys too (the
-// rest of the row is scanned for them), so no key's entries are split. Sets
-// *more when entries remain that were not returned, and *consecutive to how
-// many of the first entries of *out follow each other in the row with none
-// left out between them: PurgeRead removes those as one range.
-// Entries whose key is in `skip` (parked keys) are left where they are:
-// neither returned nor counted in *more.
+// Reads the entries of `row`: its single-entry records (family `family`),
+// then, when `packed`, its packed records (PackedFamily(family)), in commit
+// order, starting after `cursor` (empty: from the start; a cursor is only
+// for single-entry records, so not with `packed`): the first `limit` of them
+// (all, when fewer remain; the batch may end inside a packed record), and,
+// when `whole_keys`, every later entry of their keys too (the rest of the
+// row is scanned for them), so no key's entries are split. A packed record
+// taken in part keeps the rest (PurgeRead writes it back in its place).
+// Memory: the entries taken, and the records they came from (each at most
+// kPackedMaxBytes plus one entry). Sets *more when entries remain
+// that were not returned. Entries whose key is in `skip` (parked keys) are
+// left where they are: neither returned nor counted in *more.
 Status Read(Transaction& transaction, const std::string& row, std::string_view family,
-            const std::string& cursor, size_t limit, bool whole_keys, std::string_view what,
-            const std::set<std::string, std::less<>>& skip, Entries* out, bool* more,
-            size_t* consecutive);
+            const std::string& cursor, size_t limit, bool whole_keys, bool packed,
+            std::string_view what, const std::set<std::string, std::less<>>& skip, Entries* out,
+            bool* more);
 
-// Purges, in `transaction`, the entries Read returned in `entries`, of which
-// the first `consecutive` go as one range (Transaction::PurgeStamps) and the
-// rest one by one.
+// Removes, in `transaction`, what a run consumed of the records Read
+// returned in `read`: the entries it took, except those whose key is in
+// `kept` (keys parked by the run). A record left with nothing goes (runs of
+// consecutive ones as one range, Transaction::PurgeStamps); a packed record
+// left with some entries is written again in place (same qualifier, so same
+// position in commit order), holding just those.
 void PurgeRead(Transaction& transaction, const std::string& row, std::string_view family,
-               const std::vector<Entry>& entries, size_t consecutive);
+               const Entries& read, const std::set<std::string, std::less<>>& kept);
 
 // What Read from the start would find, without reading it: *found = the
-// entries of `row`/`family`, at most `limit`, and
-// *more = whether more than `limit` remain. Only counts (no copies): a run
-// that lingers costs a walk over its bucket's keys, not a copy of them.
-void Peek(Transaction& transaction, const std::string& row, std::string_view family, size_t limit,
-          size_t* found, bool* more);
+// entries of `row` (single-entry records of `family`, and with `packed` the
+// packed records' entries), at most `limit`, and *more = whether more than
+// `limit` remain. Only counts (no copies; a packed record's count is in its
+// header): a run that lingers costs a walk over its bucket's records, not a
+// copy of them.
+void Peek(Transaction& transaction, const std::string& row, std::string_view family, bool packed,
+          size_t limit, size_t* found, bool* more);
 
 // Lingering, for both queues (the rule is in export_queue.h): remembers, per
 // bucket row, when this process first found it short and how many entries
@@ -142,7 +214,8 @@ class Linger {
   // Transaction::DeferTrigger) and returns true: the caller returns ok without
   // writing anything.
   bool Defer(Transaction& transaction, const std::string& bucket_row, const std::string& cursor,
-             const std::string& entry_row, std::string_view family, size_t full) EXCLUDES(mu_);
+             const std::string& entry_row, std::string_view family, bool packed, size_t full)
+      EXCLUDES(mu_);
 
  private:
   struct Short {
@@ -170,6 +243,7 @@ struct BucketStrategy {
   const std::string* id;             // the queue's id: rows are "<id>:<kind>:<bucket>"
   const std::string* family;         // the bucket row's family: "cq:<id>" / "eq:<id>"
   std::string_view entry_kind;       // the entry rows' kind letter, also their family
+  bool packed = false;               // entries may be in packed records too (Write)
   size_t batch = 0;                  // entries one run takes (at least, with whole_keys)
   bool whole_keys = false;           // a run takes every queued entry of the keys it reads
   bool resume_after_cursor = false;  // the cursor names the last entry taken; else a marker

@@ -18,6 +18,7 @@ import threading
 import time
 
 import percolite
+from percolite._queue_rows import queue_depth
 
 from children import open_store
 
@@ -51,9 +52,10 @@ def values(env, cq):
 
 
 def queued(env, queue_id):
-    """How many queued (not yet consumed) update cells the queue has."""
+    """How many queued (not yet consumed) updates the queue has (a packed
+    record holds several: percolite._queue_rows)."""
     with env.transaction() as tx:
-        return sum(1 for _ in tx.scan(prefix=queue_id + ":u:"))
+        return queue_depth(tx, (queue_id + ":u:").encode())
 
 
 def observer(env, queue_id):
