@@ -333,10 +333,15 @@ def test_two_worker_groups_end_exact_through_a_fault(tmp_path, monkeypatch, faul
         expected = _load_hot_updates(target, module, 400, seed=7)
         first = _worker_group(target, server.uri)
         second = _worker_group(target, server.uri)
-        # The fault lands mid-run: once the sink has rows, with work left.
+        # The fault lands mid-run: once every worker process of both groups
+        # holds its lease (none is still opening the store, which a server
+        # that is down refuses) and the sink has rows, with work left.
         with percolite.open(target, app=module.app) as env:
             deadline = time.monotonic() + 60
-            while not _sink_rows(server.dsn) and time.monotonic() < deadline:
+            while time.monotonic() < deadline and not (
+                sum(lease["live"] for lease in env.status()["leases"]) == 4
+                and _sink_rows(server.dsn)
+            ):
                 time.sleep(0.05)
             assert env.status()["pending"] > 0, "the fault lands mid-run"
         if fault == "kill a group":
