@@ -35,3 +35,14 @@ TEST_CASE("Entries keeps every view valid across blocks and a move", "[queue_row
 }
 
 }  // namespace
+
+TEST_CASE("Bucket names are six digits, in the order of their numbers", "[queue_rows]") {
+  using percolite::queue_rows::BucketName;
+  CHECK(BucketName(0) == "000000");
+  CHECK(BucketName(7) == "000007");
+  CHECK(BucketName(4096) == "004096");
+  CHECK(BucketName(percolite::kMaxBuckets) == "999999");
+  for (uint32_t bucket = 1; bucket < 2000; ++bucket) {
+    CHECK(BucketName(bucket - 1) < BucketName(bucket));
+  }
+}
