@@ -75,6 +75,26 @@ void BindNames(py::module_& m) {
       "(kind, queue id) of the queue whose processor runs under observer name `name`, kind "
       "'combine queue' or 'export queue'; None for any other name (only those two prefixes "
       "count: 'my queue x' is no queue's)");
+  m.def(
+      "packed_entries",
+      [](py::bytes value) {
+        py::list out;
+        for (const auto& [key, entry] : percolite::PackedQueueEntries(std::string_view(value)))
+          out.append(py::make_tuple(py::bytes(key), py::bytes(entry)));
+        return out;
+      },
+      py::arg("value"),
+      "the (key, value) entries of a packed queue record's value, in order; ValueError when it "
+      "does not decode");
+  m.def(
+      "packed_count",
+      [](py::bytes value) -> py::object {
+        const auto count = percolite::PackedQueueCount(std::string_view(value));
+        if (!count) return py::none();
+        return py::int_(*count);
+      },
+      py::arg("value"),
+      "the entry count in a packed queue record's header; None when the header does not decode");
 }
 
 void BindConstants(py::module_& m) {
@@ -84,6 +104,12 @@ void BindConstants(py::module_& m) {
   m.attr("MAX_BUCKETS") = percolite::kMaxBuckets;
   m.attr("MAX_LINGER_SECONDS") = percolite::kMaxLingerSeconds;
   m.attr("QUEUE_KINDS") = py::make_tuple(percolite::kCombineQueueKind, percolite::kExportQueueKind);
+  // Queued records: the stamp in front of a key, and the families of packed records.
+  m.attr("STAMP_SIZE") = percolite::kStampSize;
+  py::list packed;
+  for (const std::string& family : percolite::PackedQueueFamilies())
+    packed.append(py::bytes(family));
+  m.attr("PACKED_FAMILIES") = py::tuple(packed);
   m.attr("NOTIFY_STRONG") = static_cast<int>(percolite::NotifyKind::kStrong);
   m.attr("NOTIFY_WEAK") = static_cast<int>(percolite::NotifyKind::kWeak);
   m.attr("SYNC_MODES") = py::make_tuple("full", "meta", "none");  // as ParseSync reads them

@@ -1,62 +1,29 @@
-"""Queued entries as a queue stores them (cpp/src/queues/queue_rows.h), for
-the readers outside the core: queue depths and ``percolite check``.
+"""Queued entries as a queue stores them, for the readers outside the core:
+queue depths and ``percolite check``. The layout is the core's
+(``cpp/src/queues/queue_rows.h``); this module asks ``_core`` for it.
 
-A bucket row ``<id>:<kind>:<bucket>`` holds single-entry records (family
-``u`` or ``e``: the qualifier is the 12-byte stamp, then the key) and packed
-records (family ``U`` or ``E``: the qualifier is the stamp alone, the value
-holds several entries). Depths count entries, not records.
+A bucket row ``<id>:<kind>:<bucket>`` holds single-entry records (the
+qualifier is the stamp, then the key) and packed records (in the families
+``_core.PACKED_FAMILIES``: the qualifier is the stamp alone, the value holds
+several entries). Depths count entries, not records.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import _core
+
 __all__ = ["PACKED_FAMILIES", "STAMP", "entry_count", "packed_entries", "queue_depth"]
 
-STAMP = 12  # bytes of a record's stamp (backend.h kStampSize)
-PACKED_FAMILIES = (b"U", b"E")
-_PACKED_VERSION = 1
-
-
-def _varint(value: bytes, pos: int) -> tuple[int, int]:
-    """The unsigned varint (at most 32 bits) at ``pos`` and the position
-    after it; ValueError when truncated or too long."""
-    result = 0
-    for shift in range(0, 35, 7):
-        if pos >= len(value):
-            raise ValueError("truncated")
-        byte = value[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            if result >> 32:
-                raise ValueError("a size of more than 32 bits")
-            return result, pos
-    raise ValueError("a size of more than 5 bytes")
+STAMP: int = _core.STAMP_SIZE  # bytes of a record's stamp (commit_ts, index)
+PACKED_FAMILIES: tuple[bytes, ...] = _core.PACKED_FAMILIES
 
 
 def packed_entries(value: bytes) -> list[tuple[bytes, bytes]]:
-    """The (key, value) entries of a packed record; ValueError naming what is
-    wrong when it does not decode."""
-    if not value or value[0] != _PACKED_VERSION:
-        raise ValueError("not a packed record of version 1")
-    count, pos = _varint(value, 1)
-    if count == 0 or count > (len(value) - pos) // 2:
-        raise ValueError(f"a count of {count} entries in {len(value)} bytes")
-    entries = []
-    for _ in range(count):
-        size, pos = _varint(value, pos)
-        key = value[pos : pos + size]
-        pos += size
-        size, pos = _varint(value, pos)
-        entry = value[pos : pos + size]
-        pos += size
-        if pos > len(value):
-            raise ValueError("truncated")
-        entries.append((key, entry))
-    if pos != len(value):
-        raise ValueError(f"{len(value) - pos} bytes after the last entry")
-    return entries
+    """The (key, value) entries of a packed record; ValueError when it does
+    not decode."""
+    return _core.packed_entries(value)
 
 
 def entry_count(family: bytes, value: bytes) -> int:
@@ -64,11 +31,8 @@ def entry_count(family: bytes, value: bytes) -> int:
     packed record counts as one: ``percolite check`` reports it)."""
     if family not in PACKED_FAMILIES:
         return 1
-    try:
-        count, _ = _varint(value, 1)
-    except ValueError:
-        return 1
-    return count if value[:1] == bytes([_PACKED_VERSION]) and count > 0 else 1
+    count = _core.packed_count(value)
+    return count if count else 1
 
 
 def queue_depth(tx: Any, entry_row_prefix: bytes) -> int:

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace percolite {
 
@@ -36,5 +37,18 @@ std::string QueueProcessorName(std::string_view kind, std::string_view id);
 // splitting at " queue " would take it for a queue "x" of kind "my". The id
 // is the rest of the name as it is, " queue " included.
 std::optional<std::pair<std::string, std::string>> ParseQueueProcessorName(std::string_view name);
+
+// Queued records as readers outside the queues see them (queue depths,
+// `percolite check`): a bucket row keeps single-entry records in one family
+// and packed records, several entries each, in another (queues/queue_rows.h
+// has the layout). The families of packed records, of both queues:
+std::vector<std::string> PackedQueueFamilies();
+// The (key, value) entries of a packed record's value, viewing it; throws
+// kInvalidArgument saying what is wrong when it does not decode.
+std::vector<std::pair<std::string_view, std::string_view>> PackedQueueEntries(
+    std::string_view value);
+// The entry count in a packed record's header, or nullopt when the header
+// does not decode.
+std::optional<uint32_t> PackedQueueCount(std::string_view value);
 
 }  // namespace percolite

@@ -14,7 +14,7 @@
 namespace percolite {
 namespace {
 
-constexpr std::string_view kUpdateFamily = "u";
+constexpr std::string_view kUpdateFamily = queue_rows::kCombineUpdateFamily;
 constexpr std::string_view kKind = "combine queue";  // in messages and the processor's name
 
 int64_t ReadInt64(const char* p) {

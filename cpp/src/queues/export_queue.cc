@@ -9,7 +9,7 @@
 namespace percolite {
 namespace {
 
-constexpr std::string_view kEntryFamily = "e";
+constexpr std::string_view kEntryFamily = queue_rows::kExportEntryFamily;
 constexpr std::string_view kKind = "export queue";  // in messages and the processor's name
 
 }  // namespace

@@ -126,21 +126,36 @@ bool PackedCount(std::string_view value, uint32_t* count) {
 }
 
 bool DecodePacked(std::string_view value,
-                  std::vector<std::pair<std::string_view, std::string_view>>* out) {
+                  std::vector<std::pair<std::string_view, std::string_view>>* out,
+                  std::string* why) {
+  const auto fail = [why](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+  if (value.empty() || value[0] != kPackedVersion) {
+    return fail("not a packed record of version " + std::to_string(int{kPackedVersion}));
+  }
   uint32_t count = 0;
-  if (!PackedCount(value, &count) || count == 0) return false;
   size_t pos = 1;
-  ReadVarint32(value, &pos, &count);
+  if (!ReadVarint32(value, &pos, &count)) return fail("its entry count does not decode");
   // Each entry takes at least two bytes: a count beyond that is damage, not
   // a reason to reserve memory.
-  if (count > (value.size() - pos) / 2) return false;
+  if (count == 0 || count > (value.size() - pos) / 2) {
+    return fail("a count of " + std::to_string(count) + " entries in " +
+                std::to_string(value.size()) + " bytes");
+  }
   out->reserve(out->size() + count);
   for (uint32_t i = 0; i < count; ++i) {
     std::string_view key, entry_value;
-    if (!ReadSized(value, &pos, &key) || !ReadSized(value, &pos, &entry_value)) return false;
+    if (!ReadSized(value, &pos, &key) || !ReadSized(value, &pos, &entry_value)) {
+      return fail("truncated in entry " + std::to_string(i + 1) + " of " + std::to_string(count));
+    }
     out->emplace_back(key, entry_value);
   }
-  return pos == value.size();
+  if (pos != value.size()) {
+    return fail(std::to_string(value.size() - pos) + " bytes after the last entry");
+  }
+  return true;
 }
 
 void Write(Transaction& transaction, const std::string& id, std::string_view kind,
@@ -697,6 +712,27 @@ Status ProcessBucket(const BucketStrategy& strategy, Transaction& transaction,
 }  // namespace queue_rows
 
 // Build and parse side by side: what one writes the other must read back.
+std::vector<std::string> PackedQueueFamilies() {
+  return {queue_rows::PackedFamily(queue_rows::kCombineUpdateFamily),
+          queue_rows::PackedFamily(queue_rows::kExportEntryFamily)};
+}
+
+std::vector<std::pair<std::string_view, std::string_view>> PackedQueueEntries(
+    std::string_view value) {
+  std::vector<std::pair<std::string_view, std::string_view>> entries;
+  std::string why;
+  if (!queue_rows::DecodePacked(value, &entries, &why)) {
+    throw Error(ErrorCode::kInvalidArgument, "a packed queue record that does not decode: " + why);
+  }
+  return entries;
+}
+
+std::optional<uint32_t> PackedQueueCount(std::string_view value) {
+  uint32_t count = 0;
+  if (!queue_rows::PackedCount(value, &count)) return std::nullopt;
+  return count;
+}
+
 std::string QueueProcessorName(std::string_view kind, std::string_view id) {
   if (kind != kCombineQueueKind && kind != kExportQueueKind) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -45,6 +45,10 @@ namespace queue_rows {
 
 using percolite::kStampSize;  // commit_ts (8) + index (4), appended by the writer (backend.h)
 constexpr std::string_view kNotifyQualifier = "notify";
+// The families of single-entry records: a combine queue's updates, an
+// export queue's entries.
+constexpr std::string_view kCombineUpdateFamily = "u";
+constexpr std::string_view kExportEntryFamily = "e";
 constexpr std::string_view kCursorQualifier = "cursor";
 
 // The family of a queue's packed records, given the family of its
@@ -61,11 +65,13 @@ constexpr size_t kPackedMaxEntries = 1024;
 constexpr size_t kPackedMaxBytes = 256 * 1024;
 void AppendPackedHeader(std::string* out, uint32_t count);
 void AppendPackedEntry(std::string* out, std::string_view key, std::string_view value);
-// Decodes `value`; false (and *out partly filled) when it is malformed: a
-// wrong version, a truncated or overlong size, bytes left over, or a count
-// that disagrees with the entries. The views point into `value`.
+// Decodes `value`; false (and *out partly filled, *why saying what is
+// wrong when given) when it is malformed: a wrong version, a truncated or
+// overlong size, bytes left over, or a count that disagrees with the
+// entries. The views point into `value`.
 bool DecodePacked(std::string_view value,
-                  std::vector<std::pair<std::string_view, std::string_view>>* out);
+                  std::vector<std::pair<std::string_view, std::string_view>>* out,
+                  std::string* why = nullptr);
 // The entry count of a packed record, read from its header only; false when
 // the header is malformed.
 bool PackedCount(std::string_view value, uint32_t* count);
