@@ -140,7 +140,7 @@ def directory_pages(
                 continue
             page = _html_page(path, url, data, None, on_problem)
             if page is not None:
-                yield page._replace(file=path, digest=hashlib.sha256(data).hexdigest())
+                yield Page(page.url, page.links, path, hashlib.sha256(data).hexdigest())
 
 
 def _html_page(
