@@ -480,6 +480,9 @@ RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& obse
     return RunOutcome::kFailed;
   }
   run->attempts = record.attempts;
+  // No record when the work is no longer pending (a run elsewhere committed
+  // it, or a commit settled after a lost connection did): nothing to report.
+  if (record.cell_key.empty()) return RunOutcome::kFailed;
   if (options_.on_failure) options_.on_failure(observer.column, record);
   return record.parked ? RunOutcome::kParked : RunOutcome::kFailed;
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +158,39 @@ TEST_CASE("Work that fails max_attempts times is parked, no longer pending, and 
   CHECK(parked[0].cell_key == percolite::EncodeCellKey({"b", "doc", "content"}));
   CHECK(percolite::RetryParked(*source, [](const WorkRecord&) { return true; }) == 1);
   CHECK(percolite::RetryParked(*source, [](const WorkRecord&) { return true; }) == 0);
+}
+
+TEST_CASE("A run that fails after its work was done elsewhere reports no empty record",
+          "[failures][workers][conformance]") {
+  Store store(PERCOLITE_EACH_BACKEND());
+  auto& source = store.source;
+  store.backend->SetObservedColumns({kContent});
+  // The run's notification is consumed by another transaction (as by a run
+  // elsewhere, or a commit settled after a lost connection), then it fails.
+  Observer observer{kContent, [&](const std::shared_ptr<Transaction>&, const Cell& cell) {
+                      auto other = source->Begin();
+                      other->SetTrigger(percolite::EncodeCellKey({cell.row, "doc", "content"}));
+                      other->Commit();
+                      return Status::Make(ErrorCode::kCallback, "lost the race");
+                    }};
+  std::vector<WorkRecord> reported;
+  std::mutex reported_mu;
+  percolite::WorkerOptions options = Fast();
+  options.on_failure = [&](const ObservedColumn&, const WorkRecord& record) {
+    std::lock_guard<std::mutex> lock(reported_mu);
+    reported.push_back(record);
+  };
+  {
+    percolite::Workers workers(source, {observer}, options);
+    workers.Start();
+    SetContent(*source, "a");
+    REQUIRE(workers.WaitIdle(30));
+    workers.Stop();
+    CHECK(workers.Stats().observers.at(0).failures == 1);
+  }
+  CHECK(reported.empty());
+  CHECK(Records(*source, false).empty());
+  CHECK(store.backend->PendingNotifications() == 0);
 }
 
 TEST_CASE("Failures recorded by many threads at once are all counted", "[failures][conformance]") {
