@@ -485,3 +485,18 @@ TEST_CASE("Settling a lost batch ends only the session that sent it, on the serv
   PQfinish(sender);
   PQfinish(settler);
 }
+
+TEST_CASE("A session whose client vanished mid-transaction is ended by the server",
+          "[backend][postgresql]") {
+  if (!HaveTestPostgres()) return;
+  const percolite::PgTarget target = ParsePgTarget(TestPostgres());
+  PGconn* conn = percolite::PgConnect(target, percolite::SyncMode::kFull);
+  const auto show = [&](const char* name) {
+    return std::string(
+        percolite::PgExec(conn, std::string("SHOW ") + name, "showing", target).bytes(0, 0));
+  };
+  // Locks held by a writer cut off mid-batch are released within seconds.
+  CHECK(show("idle_in_transaction_session_timeout") == "10s");
+  CHECK(show("synchronous_commit") == "on");
+  PQfinish(conn);
+}

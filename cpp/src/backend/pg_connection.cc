@@ -210,6 +210,22 @@ std::vector<PgResult> PgPipeline::Run() {
   return results;
 }
 
+namespace {
+
+// The server's side of a connection the network lost. percolite never
+// leaves a transaction open between its own round trips, so a session idle
+// in one has lost its client mid-batch: the server ends it (and releases its
+// locks, which would stall every other writer) after 10 s. Over TCP the
+// server probes a silent client as the client probes the server (the
+// target's keepalive defaults), and gives up on unacknowledged data after
+// 10 s; over a Unix socket these do nothing.
+constexpr const char* kServerSideTimeouts =
+    "SET idle_in_transaction_session_timeout = '10s'; SET tcp_keepalives_idle = 5; "
+    "SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3; "
+    "SET tcp_user_timeout = 10000";
+
+}  // namespace
+
 PGconn* PgConnect(const PgTarget& target, SyncMode sync) {
   // With the target's defaults (a connect timeout, keepalives): a server
   // that does not answer is an error, never a hang.
@@ -225,8 +241,9 @@ PGconn* PgConnect(const PgTarget& target, SyncMode sync) {
       conn, [](void*, const char*) {}, nullptr);
   const char* setting = sync == SyncMode::kFull ? "on" : "off";
   try {
-    PgExec(conn, std::string("SET synchronous_commit = ") + setting, "setting up the connection",
-           target);
+    PgExecScript(conn,
+                 std::string("SET synchronous_commit = ") + setting + "; " + kServerSideTimeouts,
+                 "setting up the connection", target);
   } catch (...) {
     PQfinish(conn);
     throw;
