@@ -24,9 +24,11 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +72,31 @@ def _reachable_by_server(directory: Path) -> bool:
     return all(part.stat().st_mode & 0o001 for part in (path, *path.parents))
 
 
+def _children_of(pid: int) -> list[int]:
+    """Pids of the processes whose parent is ``pid`` (a postmaster's backends)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces, so split after ")".
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            children.append(int(entry.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no parent reaped has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 class TemporaryPostgres:
     """One throw-away cluster: ``start()`` returns its DSN, ``stop()`` removes it.
 
@@ -85,9 +112,13 @@ class TemporaryPostgres:
         *,
         durable: bool = False,
         password: str | None = None,
+        synchronous_standby: bool = False,
     ):
         self.bin_dir = bin_dir
         self.durable = durable
+        # Commits wait for a standby's flush (any standby: '*'), as on a
+        # primary that must not lose a commit it reported in a failover.
+        self.synchronous_standby = synchronous_standby
         if parent is not None and not _reachable_by_server(parent):
             parent = None  # e.g. under pytest's private tmp: use the system's temp dir
         self.base = Path(tempfile.mkdtemp(prefix="percolite-pg-", dir=parent))
@@ -123,7 +154,7 @@ class TemporaryPostgres:
                 f"{result.stdout}{result.stderr}{log}"
             )
 
-    def start(self) -> str:
+    def _prepare_directories(self) -> None:
         self.socket_dir.mkdir()
         if os.geteuid() == 0:
             try:
@@ -136,11 +167,15 @@ class TemporaryPostgres:
             for path in (self.base, self.socket_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
             os.chmod(self.base, 0o755)  # mkdtemp's 0o700 would keep the server user out
+
+    def start(self) -> str:
+        self._prepare_directories()
         auth = ["--auth=trust"]
         if self.password is not None:
             pwfile = self.base / "password"
             pwfile.write_text(self.password + "\n")
             if os.geteuid() == 0:
+                user = pwd.getpwnam(SERVER_USER)
                 os.chown(pwfile, user.pw_uid, user.pw_gid)
             auth = ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
         self._run(
@@ -160,11 +195,14 @@ class TemporaryPostgres:
 
     def _start_server(self) -> None:
         durability = "on" if self.durable else "off"
+        commits = "on" if self.durable or self.synchronous_standby else "off"
         options = (
             f"-k {self.socket_dir} -p {_PORT} -c listen_addresses='' "
-            f"-c fsync={durability} -c synchronous_commit={durability} "
+            f"-c fsync={durability} -c synchronous_commit={commits} "
             f"-c full_page_writes={durability} -c max_connections=100"
         )
+        if self.synchronous_standby:
+            options += " -c synchronous_standby_names='*'"
         self._run(
             "pg_ctl",
             "-D",
@@ -179,6 +217,49 @@ class TemporaryPostgres:
             "start",
         )
         self._started = True
+
+    def make_standby(self) -> TemporaryPostgres:
+        """A streaming standby of this server, started: ``pg_basebackup -R``
+        into a directory of its own, with its own socket. ``promote()`` makes
+        it the primary (one with no standby of its own: its commits wait for
+        nobody)."""
+        standby = TemporaryPostgres(self.bin_dir, self.base.parent, durable=self.durable)
+        standby._prepare_directories()
+        standby._run(
+            "pg_basebackup",
+            "-D",
+            str(standby.data),
+            "-R",  # standby.signal and primary_conninfo: a streaming standby
+            "-X",
+            "stream",
+            "--no-sync",
+            "-h",
+            str(self.socket_dir),
+            "-p",
+            str(_PORT),
+            "-U",
+            "postgres",
+        )
+        standby._start_server()
+        return standby
+
+    def promote(self) -> None:
+        """``pg_ctl promote``: the standby becomes a primary (waits until it is)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def kill(self) -> None:
+        """SIGKILLs the postmaster, as when its machine dies: no shutdown,
+        no goodbye to clients or standbys (the backends notice they lost
+        their postmaster and end). The directory stays until :meth:`stop`."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        backends = _children_of(pid)
+        os.kill(pid, signal.SIGKILL)
+        self._started = False
+        # The orphaned backends notice their postmaster is gone and end;
+        # wait for them so that stop() does not remove files under them.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(map(_alive, [pid, *backends])):
+            time.sleep(0.02)
 
     def pause(self) -> None:
         """``pg_ctl stop -m fast``, keeping the data: the server is down
@@ -233,14 +314,20 @@ _NOT_INSTALLED = (
 
 @contextlib.contextmanager
 def temporary_postgres(
-    parent: Path | None = None, *, durable: bool = False, password: str | None = None
+    parent: Path | None = None,
+    *,
+    durable: bool = False,
+    password: str | None = None,
+    synchronous_standby: bool = False,
 ) -> Iterator[TemporaryPostgres]:
     """A started server, stopped and removed on exit. Raises RuntimeError when
     PostgreSQL is not installed."""
     bin_dir = find_postgres_bin()
     if bin_dir is None:
         raise RuntimeError(_NOT_INSTALLED)
-    server = TemporaryPostgres(bin_dir, parent, durable=durable, password=password)
+    server = TemporaryPostgres(
+        bin_dir, parent, durable=durable, password=password, synchronous_standby=synchronous_standby
+    )
     try:
         server.start()
         yield server

@@ -1,0 +1,151 @@
+"""A store on a PostgreSQL primary with a synchronous standby, the primary's
+machine lost mid-run (its postmaster SIGKILLed: no shutdown, no goodbye to
+clients) and the standby promoted, as an operator or an orchestrator would.
+
+Everything follows the primary through one multi-host URI: the loader, a
+worker group in processes of its own, and the sink the export queue writes.
+A commit in flight when the primary died is settled on the new primary by
+its commit token (synchronous replication means every commit the old
+primary reported is on the standby): the run ends with the store and the
+sink exact, every loader future that resolved successfully applied once and
+every one that failed not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import percolite
+import psycopg
+import pytest
+from _isolated import TESTS_DIR, load_fresh
+from _postgres import temporary_postgres
+
+
+@pytest.fixture
+def primary_and_standby(tmp_path):
+    with temporary_postgres(tmp_path, synchronous_standby=True) as primary:
+        standby = primary.make_standby()
+        try:
+            yield primary, standby
+        finally:
+            standby.stop()
+
+
+def _both(primary, standby, extra: str = "") -> str:
+    """The URI naming both servers; libpq picks the one that takes writes."""
+    return (
+        f"postgresql://postgres@/postgres?host={primary.socket_dir},{standby.socket_dir}"
+        f"&port={primary.port},{standby.port}&target_session_attrs=read-write{extra}"
+    )
+
+
+def _wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _sink_rows(uri: str) -> int:
+    with psycopg.connect(uri) as db:
+        if db.execute("SELECT to_regclass('hot_values')").fetchone()[0] is None:
+            return 0
+        return db.execute("SELECT count(*) FROM hot_values").fetchone()[0]
+
+
+def test_a_failover_mid_run_loses_nothing_and_applies_nothing_twice(
+    primary_and_standby, monkeypatch
+):
+    primary, standby = primary_and_standby
+    sink_uri = _both(primary, standby)
+    target = _both(primary, standby, "&schema=failover&reconnect_timeout=60")
+    monkeypatch.setenv("PG_SINK", sink_uri)
+    module = load_fresh("children.pg_groups_app")
+    rng = random.Random(11)
+    keys = [f"k{i:03}" for i in range(200)]
+    submitted: list = []  # (future, updates)
+    stop_loading = threading.Event()
+
+    def add(tx, updates):
+        module.hot.add(tx, updates)
+
+    env = percolite.open(target, app=module.app)
+
+    def load() -> None:
+        with env.loader() as loader:
+            while not stop_loading.is_set():
+                updates = {key: rng.randint(1, 9) for key in rng.sample(keys, 50)}
+                submitted.append((loader.submit(add, updates), updates))
+
+    loading = threading.Thread(target=load, name="loading")
+    group = None
+    try:
+        loading.start()
+        group = subprocess.Popen(
+            [sys.executable, "-m", "percolite", "worker", "children.pg_groups_app:app"]
+            + ["--processes", "2", "--threads", "2"],
+            cwd=TESTS_DIR,
+            env={**os.environ, "PERCOLITE_DB": target, "PG_SLOW": "0.05"},
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # The primary dies with both processes of the group at work, rows in
+        # the sink, and the loader committing.
+        _wait_for(
+            lambda: (
+                sum(lease["live"] for lease in env.status()["leases"]) == 2
+                and _sink_rows(sink_uri) > 0
+            ),
+            "the worker group to start exporting",
+        )
+        resolved_before = sum(future.done() for future, _ in submitted)
+        primary.kill()
+        time.sleep(0.5)  # the orchestrator notices
+        standby.promote()
+        _wait_for(
+            lambda: sum(future.done() for future, _ in submitted) > resolved_before + 100,
+            "loader commits on the promoted standby",
+        )
+        stop_loading.set()
+        loading.join(timeout=120)
+        assert not loading.is_alive(), "the loader finished"
+
+        expected: dict[str, int] = {}
+        failed = []
+        for future, updates in submitted:
+            error = future.exception(timeout=0)
+            if error is not None:
+                failed.append(error)
+                continue
+            for key, value in updates.items():
+                expected[key] = expected.get(key, 0) + value
+        # A failover may fail a commit it cannot settle; it must say which.
+        assert all(isinstance(e, percolite.Error) for e in failed), failed
+        assert len(failed) < len(submitted) / 10
+
+        _wait_for(lambda: env.status()["pending"] == 0, "the group to finish the queues")
+        group.send_signal(signal.SIGTERM)
+        _out, err = group.communicate(timeout=120)
+        assert group.returncode == 0, err
+
+        with env.transaction() as tx:
+            assert dict(module.hot.scan(tx)) == expected
+        with psycopg.connect(sink_uri) as db:
+            rows = dict(db.execute("SELECT k, v FROM hot_values").fetchall())
+        assert rows == expected
+    finally:
+        stop_loading.set()
+        loading.join(timeout=120)
+        if group is not None and group.poll() is None:
+            os.killpg(group.pid, signal.SIGKILL)
+            group.communicate()
+        env.close()
