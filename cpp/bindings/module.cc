@@ -52,6 +52,17 @@ void BindNames(py::module_& m) {
       "(libpq URI without percolite's parameters, schema, form to show with the password "
       "hidden) of a postgresql:// target; ValueError naming what is wrong");
   m.def(
+      "postgresql_connect_defaults",
+      [] {
+        py::dict defaults;
+        for (const auto& [name, value] : percolite::PgConnectDefaults())
+          defaults[name.c_str()] = value;
+        return defaults;
+      },
+      "{libpq keyword: value} percolite adds to a postgresql connection that leaves them out "
+      "(connect_timeout, TCP keepalives, tcp_user_timeout): a vanished server is noticed in "
+      "about 10 s");
+  m.def(
       "hide_password", [](std::string_view text) { return percolite::HidePasswords(text); },
       py::arg("text"),
       "text with every password in it replaced by ***: a postgresql:// URI's user:PASSWORD@, a "

@@ -1,7 +1,7 @@
 """Which server a postgresql store reaches: several hosts in one URI (the
 first one that accepts writes), a server that never answers (an error within
 the connect timeout, never a hang), and the target attributes a writing
-store refuses.
+store refuses; the PostgreSQL sink likewise.
 
 Every server here is on this machine: the session's (a Unix socket), or a
 TCP socket of the test's own that accepts connections and never answers, as
@@ -15,6 +15,8 @@ import time
 
 import percolite
 import pytest
+from percolite import SequencedExport
+from percolite.exporters import Postgres
 
 COL = ("f", "q")
 
@@ -99,3 +101,21 @@ def test_reconnect_timeout_is_a_setting_of_the_target(postgres_server):
     for bad in ("0", "soon", "61"):
         with pytest.raises(ValueError, match="reconnect_timeout"):
             percolite.open(f"{postgres_server.uri}&reconnect_timeout={bad}")
+
+
+def test_the_postgres_sink_goes_past_a_host_that_is_down(postgres_server, tmp_path):
+    missing = tmp_path / "no-server-here"
+    missing.mkdir()
+    dsn = _hosts_uri([str(missing), str(postgres_server.socket_dir)], [5432, postgres_server.port])
+    with Postgres(dsn, "past_down", key="k", columns="v") as sink:
+        sink([SequencedExport("a", 1, 1)])
+        assert sink.rows() == {"a": 1}
+
+
+def test_the_postgres_sink_notices_a_silent_server_within_its_connect_timeout(silent_host):
+    host, port = silent_host
+    with Postgres(f"postgresql://postgres@{host}:{port}/postgres", "t", connect_timeout=1) as sink:
+        began = time.monotonic()
+        with pytest.raises(ConnectionError, match="cannot connect"):
+            sink([SequencedExport("a", 1, 1)])
+        assert time.monotonic() - began < 30

@@ -12,6 +12,7 @@ import logging
 import shutil
 import sqlite3
 import sys
+import threading
 import uuid
 
 import percolite
@@ -168,6 +169,32 @@ def test_a_custom_exporter_learns_the_store_from_its_batch(tmp_path):
     assert (queue, store, epoch) == ("out", identity["store"], identity["epoch"])
     assert [(e.key, e.value) for e in entries] == [("k", 1)]
     assert isinstance(entries[0], percolite.SequencedExport)
+
+
+def test_first_batches_of_many_writers_at_once_all_apply(sink):
+    """Writers (each its own exporter object, as each process has) sending
+    their first batch together: one creates the tables and records the
+    owner, none fails for having raced it."""
+    writers = [sink.make() for _ in range(8)]
+    start = threading.Barrier(len(writers))
+    errors = []
+
+    def first_batch(i, exporter):
+        batch = percolite.ExportBatch([percolite.SequencedExport(f"k{i}", i, 1)])
+        batch.queue, batch.store, batch.epoch = "q", "a" * 32, 1
+        start.wait()
+        try:
+            exporter(batch)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_batch, args=item) for item in enumerate(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert sink.rows() == {f"k{i}": i for i in range(len(writers))}
 
 
 def test_a_built_in_exporter_called_directly_checks_nothing(tmp_path, sink):

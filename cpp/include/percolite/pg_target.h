@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace percolite {
@@ -73,5 +74,10 @@ struct PgTarget {
 // its connections is noticed in about 10 s instead of TCP's many minutes
 // (they do nothing over a Unix socket).
 PgTarget ParsePgTarget(const std::string& target);
+
+// The defaults above, (libpq keyword, value), for other clients of a
+// postgresql server that should notice a vanished one as quickly (the
+// PostgreSQL exporter's connections).
+std::vector<std::pair<std::string, std::string>> PgConnectDefaults();
 
 }  // namespace percolite

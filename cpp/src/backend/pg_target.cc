@@ -219,6 +219,14 @@ constexpr std::pair<const char*, const char*> kConnectDefaults[] = {
     {"keepalives_interval", "2"}, {"keepalives_count", "3"}, {"tcp_user_timeout", "10000"},
 };
 
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> PgConnectDefaults() {
+  return {std::begin(kConnectDefaults), std::end(kConnectDefaults)};
+}
+
+namespace {
+
 // `target_session_attrs` checked (a store must write), or set when several
 // hosts are named; then the defaults. Returns the URI libpq connects with.
 std::string ConnectUri(const PgTarget& target, const std::map<std::string, std::string>& set) {

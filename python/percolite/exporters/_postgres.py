@@ -50,7 +50,11 @@ class Postgres(_SQLExporter):
     Connections are opened on first use, per process, and are not tested at
     construction; :meth:`check` connects now. An unreachable server raises
     ConnectionError naming the DSN (password hidden) and the cause, from the
-    call, so the batch stays queued. ``connect_timeout`` is in seconds.
+    call, so the batch stays queued. ``connect_timeout`` is in seconds (per
+    host). What the DSN leaves out is set as for a store on PostgreSQL: TCP
+    keepalives and ``tcp_user_timeout``, so that a server that vanished is
+    noticed in about 10 s, and ``target_session_attrs=read-write`` when the
+    DSN names several hosts (the sink follows a failover to the new primary).
     Raises ImportError at construction when psycopg is not installed.
     """
 
@@ -76,10 +80,21 @@ class Postgres(_SQLExporter):
         self._dsn = dsn
         self.safe_dsn: str = _hide_password(dsn)
         try:
-            self._psycopg.conninfo.conninfo_to_dict(dsn)
+            given = self._psycopg.conninfo.conninfo_to_dict(dsn)
         except self._psycopg.Error as exc:
             raise ValueError(f"bad PostgreSQL DSN {self.safe_dsn!r}: {exc}") from None
         self.connect_timeout: float = check_positive_seconds(connect_timeout, "connect_timeout")
+        # As a store's connections: a vanished server noticed in seconds,
+        # and with several hosts, the one that takes writes.
+        options = {
+            name: value
+            for name, value in _core.postgresql_connect_defaults().items()
+            if name not in given
+        }
+        options["connect_timeout"] = max(1, math.ceil(self.connect_timeout))
+        if "," in str(given.get("host", "")) and "target_session_attrs" not in given:
+            options["target_session_attrs"] = "read-write"
+        self._connect_options = options
         self._set_up(table, key, columns, create)
         if len(self.owner_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
             raise ValueError(
@@ -90,9 +105,7 @@ class Postgres(_SQLExporter):
     def _connect(self) -> Any:
         psycopg = self._psycopg
         try:
-            return psycopg.connect(
-                self._dsn, connect_timeout=max(1, math.ceil(self.connect_timeout))
-            )
+            return psycopg.connect(self._dsn, **self._connect_options)
         except psycopg.OperationalError as exc:
             cause = str(exc).strip() or type(exc).__name__
             raise ConnectionError(
@@ -171,9 +184,19 @@ class Postgres(_SQLExporter):
     def _ensure_tables(self, cursor: Any, rows: list[Any]) -> bool:
         # Concurrent CREATE TABLE IF NOT EXISTS can fail in PostgreSQL: one
         # creator at a time, until this transaction ends.
+        self._lock_creation(cursor)
+        return super()._ensure_tables(cursor, rows)
+
+    def _create_owner(self, cursor: Any) -> None:
+        # As for the main table (_ensure_tables), and no lock once it exists.
+        if not self._exists(cursor, self.owner_table):
+            self._lock_creation(cursor)
+            super()._create_owner(cursor)
+
+    def _lock_creation(self, cursor: Any) -> None:
+        """Until this transaction ends, the only call creating tables."""
         lock_name = f"percolite.exporters {self.table}"
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock_name,))
-        return super()._ensure_tables(cursor, rows)
 
     def _exists(self, cursor: Any, table: str) -> bool:
         cursor.execute("SELECT to_regclass(%s)", (_quote(table),))

@@ -517,9 +517,13 @@ class _SQLExporter:
         """The store the sink belongs to, read in the caller's transaction
         (the owner table is made when missing)."""
         if not self._owner_ready:
-            handle.execute(self._sql.create_owner)
+            self._create_owner(handle)
         row = handle.execute(self._sql.select_owner + self._owner_lock).fetchone()
         return None if row is None else (row[0], int(row[1]))
+
+    def _create_owner(self, handle: Any) -> None:
+        """Makes the owner table when it is missing."""
+        handle.execute(self._sql.create_owner)
 
     def _check_owner(self, handle: Any, entries: Any) -> None:
         """In the call's write transaction, before anything is written:
