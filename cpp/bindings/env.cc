@@ -184,6 +184,19 @@ py::dict BackendStatsToDict(const percolite::BackendStats& s) {
   d["tombstones_collected"] = s.tombstones_collected;
   d["map_size"] = s.map_size;
   d["map_growths"] = s.map_growths;
+  if (!s.server.empty()) {  // a store on a server: its connection
+    d["server"] = s.server;
+    d["reconnections"] = s.reconnections;
+    d["last_reconnection"] = s.reconnections == 0
+                                 ? py::none()
+                                 : py::object(py::dict(py::arg("cause") = s.last_reconnection_cause,
+                                                       py::arg("unix") = s.last_reconnection_unix));
+    d["failovers"] = s.failovers;
+    d["last_failover"] = s.failovers == 0
+                             ? py::none()
+                             : py::object(py::dict(py::arg("servers") = s.last_failover,
+                                                   py::arg("unix") = s.last_failover_unix));
+  }
   return d;
 }
 

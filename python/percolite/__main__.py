@@ -124,6 +124,9 @@ def _status(args: argparse.Namespace) -> int:
     if status["identity"] is not None:
         identity = status["identity"]
         print(f"identity: {identity['store']} (epoch {identity['epoch']})")
+    server = status["server"]
+    if server is not None:
+        _print_server(server)
     n = status["pending"]
     print(f"pending: {n} notification{'s' if n != 1 else ''}")
     print(f"parked:  {status['parked']} (notifications and queue keys)")
@@ -167,6 +170,27 @@ def _status(args: argparse.Namespace) -> int:
         (_parked_items if args.details else _parked_summary)(parked)
         _retry_commands(args.db, parked)
     return EXIT_DONE
+
+
+def _print_server(server: dict) -> None:
+    """The server line of ``percolite status``, and the last reconnection
+    and failover any process recorded."""
+    n = server["reconnections"]
+    print(
+        f"server:  {server['address']} ({n} reconnection{'s' if n != 1 else ''}, "
+        f"{server['failovers']} failover{'s' if server['failovers'] != 1 else ''}, "
+        "every process)"
+    )
+    last = server["last_failover"]
+    if last is not None:
+        seen = f"(seen by {last['process']})"
+        print(f"  last failover {_when(last['unix'])}: {last['servers']} {seen}")
+    last = server["last_reconnection"]
+    if last is not None:
+        print(
+            f"  last reconnection {_when(last['unix'])} to {last['server']} "
+            f"(seen by {last['process']}): {last['cause']}"
+        )
 
 
 def _parked_items(records: list[dict]) -> None:

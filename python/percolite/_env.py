@@ -861,7 +861,13 @@ class Env:
         ``committing``: runs whose commits are with the writer or wait to be
         settled, their notifications held meanwhile, and ``lease``); the
         worker leases of every process (``leases``: owner, group, threads,
-        expiry, last renewal, live, partitions taken); and this process's commit counters."""
+        expiry, last renewal, live, partitions taken); this process's commit
+        counters (``store``); and for a store on a server (``server``, None
+        for a local one): the server this handle reaches (``address``), the
+        reconnections and failovers every process counted, and the last of
+        each any process recorded (``last_reconnection``: its ``cause``;
+        ``last_failover``: its ``servers``, old -> new; both with ``server``,
+        ``unix`` and ``process``)."""
         check_bool("status: queues", queues)
         workers = self._core.worker_stats()
         pending = self._core.pending_by_column()
@@ -924,6 +930,7 @@ class Env:
             "queues": depths,
             "sinks": sinks,
             "store": self.stats(),
+            "server": _metrics.server_status(self),
         }
 
     def queue_depths(self) -> dict[str, int]:
@@ -953,7 +960,7 @@ class Env:
                           "queue_batches", "queue_entries": {queue: n},
                           "observer_writes": {observer: {target: n}},
                           "commit_seconds_bucket": {le: n}, "commit_seconds_sum",
-                          "commit_seconds_count"},
+                          "commit_seconds_count", "reconnections", "failovers"},
              "gauges": {"pending_notifications", "pending_by_observer",
                         "parked", "parked_by_observer", "queue_depth",
                         "sink_failing", "sink_failing_since_unix",
@@ -969,7 +976,9 @@ class Env:
         app's dataflow graph, learned from its runs. ``commit_seconds_*`` is
         a histogram of how long commits took (from the call to the result,
         group commit and sync included): ``le`` is a bucket's upper bound in
-        seconds, counts cumulative as in Prometheus. ``percolite status DB
+        seconds, counts cumulative as in Prometheus. ``reconnections`` counts
+        the connections to a store's server lost and made again, ``failovers``
+        those that reached another host (0 for a local store). ``percolite status DB
         --prometheus`` prints them in the Prometheus text format.
         """
         self._recorder.flush()

@@ -38,6 +38,7 @@ __all__ = [
     "read",
     "recorder_for",
     "serve",
+    "server_status",
 ]
 
 FLUSH_SECONDS = 2.0
@@ -45,6 +46,12 @@ FLUSH_SECONDS = 2.0
 _ROW = _core.SYSTEM_ROW_PREFIX + b"metrics"
 _FAMILY = b"m"
 _RETIRED = b"retired"
+# The last reconnection and the last failover any process saw, in the same
+# row: {"cause" or "servers", "server", "unix", "process"}.
+_EVENTS = b"e"
+_EVENT_KINDS = ("reconnection", "failover")
+
+_store_log = logging.getLogger("percolite.store")
 
 _log = logging.getLogger("percolite.metrics")
 
@@ -68,6 +75,11 @@ COUNTERS = {
         "runs wrote: the edges of the app's dataflow graph.",
         ("observer", "target"),
     ),
+    "reconnections": (
+        "Connections to the store's server lost and made again (stores on a server).",
+        None,
+    ),
+    "failovers": ("Reconnections that reached another host (a promoted standby).", None),
     "commit_seconds_bucket": ("Commits by how long they took (seconds, cumulative).", "le"),
     "commit_seconds_sum": ("Seconds that commits took, in all.", None),
     "commit_seconds_count": ("Commits timed.", None),
@@ -87,6 +99,7 @@ class _Recorder:
         self.last: dict[int, Sample] = {}  # per source (env or queue), its last sample
         self.own_commits = 0  # metric writes, left out of "commits"
         self.lock = threading.Lock()
+        self.seen = {kind: 0 for kind in _EVENT_KINDS}  # reconnections, failovers logged
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="percolite-metrics", daemon=True)
         self.thread.start()
@@ -102,6 +115,9 @@ class _Recorder:
                 ("conflicts", ""): stats["conflicts"],
                 ("syncs", ""): stats["batches"],
             }
+            if "server" in stats:
+                process[("reconnections", "")] = stats["reconnections"]
+                process[("failovers", "")] = stats["failovers"]
             latency = core.commit_latency()
             for bound, count in latency["buckets"]:
                 process[("commit_seconds_bucket", _le(bound))] = count
@@ -154,8 +170,50 @@ class _Recorder:
             if env is None or not self._collect():
                 return
             value = json.dumps(_encode(self.totals)).encode()
-            env.run(lambda tx: tx.set(_ROW, (_FAMILY, self.id), value))
+            events = self._new_events(env.core.stats())
+
+            def write(tx: Any) -> None:
+                tx.set(_ROW, (_FAMILY, self.id), value)
+                for kind, event in events.items():
+                    tx.set(_ROW, (_EVENTS, kind.encode()), json.dumps(event).encode())
+
+            env.run(write)
             self.own_commits += 1
+
+    def _new_events(self, stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The reconnection and failover this process saw since the last
+        flush (the last of each), logged once however many attempts or
+        breaks it took: a reconnect storm is one line per flush, not one
+        per attempt."""
+        events: dict[str, dict[str, Any]] = {}
+        if "server" not in stats:
+            return events
+        process = self.id.decode()
+        for kind, count_key, detail in (
+            ("reconnection", "reconnections", "cause"),
+            ("failover", "failovers", "servers"),
+        ):
+            count, last = stats[count_key], stats["last_" + kind]
+            if count <= self.seen[kind] or last is None:
+                continue
+            new = count - self.seen[kind]
+            self.seen[kind] = count
+            event = {detail: last[detail], "server": stats["server"], "unix": last["unix"]}
+            events[kind] = {**event, "process": process}
+            times = "" if new == 1 else f" ({new} times since the last report)"
+            if kind == "failover":
+                _store_log.warning(
+                    "%s: failed over to another server%s: %s", self.path, times, last[detail]
+                )
+            else:
+                _store_log.warning(
+                    "%s: the connection to the server was lost%s and made again to %s: %s",
+                    self.path,
+                    times,
+                    stats["server"],
+                    last[detail],
+                )
+        return events
 
     def retire(self) -> None:
         """Adds this process's totals to the retired cell, deletes its own."""
@@ -164,8 +222,11 @@ class _Recorder:
             if env is None:
                 return
             self._collect()
+            events = self._new_events(env.core.stats())
 
             def fold(tx: Any) -> None:
+                for kind, event in events.items():
+                    tx.set(_ROW, (_EVENTS, kind.encode()), json.dumps(event).encode())
                 stored = tx.get(_ROW, (_FAMILY, _RETIRED))
                 retired = _decode(json.loads(stored)) if stored else {}
                 for key, value in self.totals.items():
@@ -173,7 +234,7 @@ class _Recorder:
                 tx.set(_ROW, (_FAMILY, _RETIRED), json.dumps(_encode(retired)).encode())
                 tx.delete(_ROW, (_FAMILY, self.id))
 
-            if self.totals:
+            if self.totals or events:
                 env.run(fold)
 
     def _loop(self) -> None:
@@ -272,6 +333,38 @@ def pending_by_observer(env: Any) -> dict[str, int]:
         name = names.get(column, "(no observer)")
         pending_by[name] = pending_by.get(name, 0) + n
     return pending_by
+
+
+def server_status(env: Any) -> dict[str, Any] | None:
+    """For a store on a server (None for a local one): ``address``, the
+    server this handle reaches; ``reconnections`` and ``failovers``, the
+    totals every process recorded (as the metrics count them); and
+    ``last_reconnection`` and ``last_failover``, the last of each any
+    process recorded (``cause`` or ``servers``, ``server``, ``unix``,
+    ``process``), or None."""
+    stats = env.core.stats()
+    if "server" not in stats:
+        return None
+    totals = dict.fromkeys(("reconnections", "failovers"), 0)
+    last: dict[str, Any] = dict.fromkeys(_EVENT_KINDS)
+    with env.transaction() as tx:
+        for cell in tx.scan(prefix=_ROW):
+            family, qualifier = cell.column.family, cell.column.qualifier
+            try:
+                if family == _FAMILY:
+                    stored = _decode(json.loads(cell.value))
+                    for name in totals:
+                        totals[name] += int(stored.get((name, ""), 0))
+                elif family == _EVENTS and qualifier.decode() in last:
+                    last[qualifier.decode()] = json.loads(cell.value)
+            except (ValueError, AttributeError):
+                continue  # a cell another version wrote
+    return {
+        "address": stats["server"],
+        **totals,
+        "last_reconnection": last["reconnection"],
+        "last_failover": last["failover"],
+    }
 
 
 def read(env: Any) -> dict[str, Any]:

@@ -496,7 +496,7 @@ TEST_CASE("A session whose client vanished mid-transaction is ended by the serve
         percolite::PgExec(conn, std::string("SHOW ") + name, "showing", target).bytes(0, 0));
   };
   // Locks held by a writer cut off mid-batch are released within seconds.
-  CHECK(show("idle_in_transaction_session_timeout") == "10s");
+  CHECK(show("idle_in_transaction_session_timeout") == "5s");
   CHECK(show("synchronous_commit") == "on");
   PQfinish(conn);
 }

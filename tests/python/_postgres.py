@@ -36,9 +36,11 @@ import pytest
 
 __all__ = [
     "TemporaryPostgres",
+    "both_servers",
     "find_postgres_bin",
     "postgres_dsn",
     "postgres_server",
+    "primary_and_standby",
     "temporary_postgres",
 ]
 
@@ -113,8 +115,12 @@ class TemporaryPostgres:
         durable: bool = False,
         password: str | None = None,
         synchronous_standby: bool = False,
+        tcp: tuple[str, str] | None = None,
     ):
         self.bin_dir = bin_dir
+        # (address, network): also listen on TCP at address, port 5432, and
+        # trust clients from network (a CIDR).
+        self.tcp = tcp
         self.durable = durable
         # Commits wait for a standby's flush (any standby: '*'), as on a
         # primary that must not lose a commit it reported in a failover.
@@ -190,6 +196,9 @@ class TemporaryPostgres:
             "UTF8",
             "--locale=C",
         )
+        if self.tcp is not None:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.tcp[1]} trust\n")
         self._start_server()
         return self.dsn
 
@@ -197,7 +206,8 @@ class TemporaryPostgres:
         durability = "on" if self.durable else "off"
         commits = "on" if self.durable or self.synchronous_standby else "off"
         options = (
-            f"-k {self.socket_dir} -p {_PORT} -c listen_addresses='' "
+            f"-k {self.socket_dir} -p {_PORT} "
+            f"-c listen_addresses='{self.tcp[0] if self.tcp else ''}' "
             f"-c fsync={durability} -c synchronous_commit={commits} "
             f"-c full_page_writes={durability} -c max_connections=100"
         )
@@ -319,6 +329,7 @@ def temporary_postgres(
     durable: bool = False,
     password: str | None = None,
     synchronous_standby: bool = False,
+    tcp: tuple[str, str] | None = None,
 ) -> Iterator[TemporaryPostgres]:
     """A started server, stopped and removed on exit. Raises RuntimeError when
     PostgreSQL is not installed."""
@@ -326,7 +337,12 @@ def temporary_postgres(
     if bin_dir is None:
         raise RuntimeError(_NOT_INSTALLED)
     server = TemporaryPostgres(
-        bin_dir, parent, durable=durable, password=password, synchronous_standby=synchronous_standby
+        bin_dir,
+        parent,
+        durable=durable,
+        password=password,
+        synchronous_standby=synchronous_standby,
+        tcp=tcp,
     )
     try:
         server.start()
@@ -354,6 +370,27 @@ def postgres_server():
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def primary_and_standby(tmp_path):
+    """A primary whose commits wait for its streaming standby, and that
+    standby, started for one test: ``(primary, standby)``. ``primary.kill()``
+    and ``standby.promote()`` make a failover."""
+    with temporary_postgres(tmp_path, synchronous_standby=True) as primary:
+        standby = primary.make_standby()
+        try:
+            yield primary, standby
+        finally:
+            standby.stop()
+
+
+def both_servers(primary: TemporaryPostgres, standby: TemporaryPostgres, extra: str = "") -> str:
+    """The URI naming both servers; libpq picks the one that takes writes."""
+    return (
+        f"postgresql://postgres@/postgres?host={primary.socket_dir},{standby.socket_dir}"
+        f"&port={_PORT},{_PORT}&target_session_attrs=read-write{extra}"
+    )
 
 
 @pytest.fixture(scope="session")

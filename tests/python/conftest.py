@@ -12,7 +12,11 @@ import os
 
 import percolite
 import pytest
-from _postgres import postgres_dsn, postgres_server  # noqa: F401 - session fixtures: a real server
+from _postgres import (  # noqa: F401 - fixtures: real servers
+    postgres_dsn,
+    postgres_server,
+    primary_and_standby,
+)
 from children import POSTGRES_VARIABLE, open_store, store_target
 
 __all__ = ["BACKENDS", "COL", "as_tuples", "committed_cells", "open_store", "store_target"]

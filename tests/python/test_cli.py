@@ -464,6 +464,18 @@ def test_status_of_a_postgresql_store_in_the_environment(cli, postgres_server, m
     assert "once the cause is fixed, run it again: percolite retry\n" in out
     assert out.endswith("  (with the store in $PERCOLITE_DB)\n")
     assert cli("retry")[:2] == (0, "retried 7 parked items; run the workers\n")
+    # The server it reaches, and no reconnection yet by any process.
+    server = f"{postgres_server.socket_dir}:{postgres_server.port}"
+    assert f"\nserver:  {server} (0 reconnections, 0 failovers, every process)\n" in out
+
+
+def test_status_of_a_local_store_names_no_server(cli, tmp_path):
+    with percolite.open(tmp_path / "db") as env:
+        assert env.status()["server"] is None
+        assert "reconnections" not in env.stats()
+    status, out, err = cli("status", "--db", tmp_path / "db")
+    assert status == 0, err
+    assert "server:" not in out
 
 
 # -- wait: parked work and blocked queues, through the table ----------------------

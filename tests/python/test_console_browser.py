@@ -20,6 +20,7 @@ from pathlib import Path
 
 import percolite
 import pytest
+from _postgres import both_servers
 from children import POSTGRES_VARIABLE, console_app, store_target
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -276,4 +277,31 @@ def test_a_postgresql_store_shows_both_worker_groups(
             assert threads == ["2", "3"]
             assert text(browser, "#store .backend") == "postgresql"
             assert "password" not in text(browser, "#store")
+            # The server reached, with no reconnection by any process yet.
+            server = f"{postgres_server.socket_dir}:{postgres_server.port}"
+            assert text(browser, "#store #server") == f"server {server}"
+            assert text(browser, "#store #reconnections") == "0 reconnections, 0 failovers"
             shots(browser, "postgresql-groups")
+
+
+def test_a_failover_shows_in_the_store_bar(browser, shots, primary_and_standby):
+    primary, standby = primary_and_standby
+    target = both_servers(primary, standby, "&schema=console_failover")
+    with percolite.open(target) as env:
+        env.run(lambda tx: tx.set("r", ("f", "q"), b"before"))
+        primary.kill()
+        standby.promote()
+        env.run(lambda tx: tx.set("r", ("f", "q"), b"after"))  # reconnects to the standby
+        env.metrics()  # records what it saw, for every process to read
+    with ui(target) as url:
+        browser.get(url)
+        wait_for(
+            "the failover in the store bar",
+            lambda: text(browser, "#store #reconnections") == "1 reconnection, 1 failover",
+        )
+        shown = browser.find_element(By.CSS_SELECTOR, "#store #reconnections")
+        assert "failed-over" in shown.get_attribute("class")
+        old, new = (f"{server.socket_dir}:{server.port}" for server in (primary, standby))
+        assert f"{old} -> {new}" in shown.get_attribute("title")
+        assert text(browser, "#store #server") == f"server {new}"
+        shots(browser, "failed-over")

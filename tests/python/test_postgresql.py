@@ -259,6 +259,11 @@ def test_a_server_restart_mid_run_loses_nothing_and_applies_nothing_twice(tmp_pa
         # Every increment a caller was told of is in, and none twice.
         assert int(tx.get("n", COL)) == len(done)
         tx.abort()
+        # The restart shows as a reconnection to the same server, no failover.
+        stats = env.stats()
+        assert stats["reconnections"] >= 1 and stats["failovers"] == 0
+        assert stats["server"] == f"{server.socket_dir}:{server.port}"
+        assert stats["last_reconnection"]["cause"]
         env.close()
 
 

@@ -23,27 +23,8 @@ import time
 
 import percolite
 import psycopg
-import pytest
 from _isolated import TESTS_DIR, load_fresh
-from _postgres import temporary_postgres
-
-
-@pytest.fixture
-def primary_and_standby(tmp_path):
-    with temporary_postgres(tmp_path, synchronous_standby=True) as primary:
-        standby = primary.make_standby()
-        try:
-            yield primary, standby
-        finally:
-            standby.stop()
-
-
-def _both(primary, standby, extra: str = "") -> str:
-    """The URI naming both servers; libpq picks the one that takes writes."""
-    return (
-        f"postgresql://postgres@/postgres?host={primary.socket_dir},{standby.socket_dir}"
-        f"&port={primary.port},{standby.port}&target_session_attrs=read-write{extra}"
-    )
+from _postgres import both_servers
 
 
 def _wait_for(condition, what: str, timeout: float = 120) -> None:
@@ -64,8 +45,8 @@ def test_a_failover_mid_run_loses_nothing_and_applies_nothing_twice(
     primary_and_standby, monkeypatch
 ):
     primary, standby = primary_and_standby
-    sink_uri = _both(primary, standby)
-    target = _both(primary, standby, "&schema=failover&reconnect_timeout=60")
+    sink_uri = both_servers(primary, standby)
+    target = both_servers(primary, standby, "&schema=failover&reconnect_timeout=60")
     monkeypatch.setenv("PG_SINK", sink_uri)
     module = load_fresh("children.pg_groups_app")
     rng = random.Random(11)
@@ -133,9 +114,22 @@ def test_a_failover_mid_run_loses_nothing_and_applies_nothing_twice(
         assert len(failed) < len(submitted) / 10
 
         _wait_for(lambda: env.status()["pending"] == 0, "the group to finish the queues")
+        # Seen in status, from the records of every process: this one's
+        # writer reached the standby, which it names as a failover.
+        _wait_for(lambda: env.status()["server"]["failovers"] >= 1, "the failover in status")
+        server = env.status()["server"]
+        assert server["address"] == f"{standby.socket_dir}:{standby.port}"
+        failover = server["last_failover"]
+        assert failover["servers"] == (
+            f"{primary.socket_dir}:{primary.port} -> {standby.socket_dir}:{standby.port}"
+        )
+        assert server["last_reconnection"]["cause"]
         group.send_signal(signal.SIGTERM)
         _out, err = group.communicate(timeout=120)
         assert group.returncode == 0, err
+        # Logged once by each process of the group that saw it, however many
+        # attempts the reconnection took.
+        assert 1 <= err.count("failed over to another server") <= 2, err
 
         with env.transaction() as tx:
             assert dict(module.hot.scan(tx)) == expected

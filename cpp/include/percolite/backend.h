@@ -190,6 +190,17 @@ struct BackendStats {
   uint64_t tombstones_collected = 0;
   uint64_t map_size = 0;  // lmdb: current size of the memory map in bytes
   uint64_t map_growths = 0;
+  // Stores on a server (postgresql): the server the writer's connection
+  // reached ("host:port"; empty for a local store), and the connections it
+  // lost and made again. A reconnection that reached another host is a
+  // failover (a promoted standby).
+  std::string server;
+  uint64_t reconnections = 0;
+  std::string last_reconnection_cause;  // the error that lost the connection
+  double last_reconnection_unix = 0;    // 0: none yet
+  uint64_t failovers = 0;
+  std::string last_failover;  // "old host:port -> new host:port"
+  double last_failover_unix = 0;
 };
 
 // Receives the notifications this process's commits wrote (the worker pool).

@@ -327,6 +327,14 @@ BackendStats PgBackend::Stats() const {
   s.conflicts = conflicts_.load();
   s.batches = batches_.load();
   s.tombstones_collected = tombstones_collected_.load();
+  MutexLock lock(&link_mu_);
+  s.server = link_.server;
+  s.reconnections = link_.reconnections;
+  s.last_reconnection_cause = link_.last_reconnection_cause;
+  s.last_reconnection_unix = link_.last_reconnection_unix;
+  s.failovers = link_.failovers;
+  s.last_failover = link_.last_failover;
+  s.last_failover_unix = link_.last_failover_unix;
   return s;
 }
 

@@ -226,9 +226,12 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // by the server session `old`): whether that batch committed. kUnknown
   // when the server did not come back (the handle then failed).
   Settled SettleLostBatch(const std::string& token, const Session& old, const std::string& error);
-  bool ReconnectWriter();
-  // Makes `conn` the writer's connection, and learns its session.
-  void AdoptWriter(PGconn* conn);
+  // Connects the writer again (the old connection was lost to `cause`),
+  // trying for the target's reconnect_timeout. False when it could not.
+  bool ReconnectWriter(const std::string& cause);
+  // Makes `conn` the writer's connection, and learns its session; a
+  // non-empty `cause` counts it as a reconnection (Stats).
+  void AdoptWriter(PGconn* conn, const std::string& cause = "");
 
   // pg_collect.cc (see the header comment).
   // The oldest start_ts a snapshot of this handle has or may get, given the
@@ -267,6 +270,10 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   SinkSlot sink_;
 
   std::atomic<uint64_t> commits_{0}, conflicts_{0}, batches_{0}, tombstones_collected_{0};
+  // The writer's connection as Stats shows it (server, reconnections,
+  // failovers); written by the writer thread, read by any.
+  mutable Mutex link_mu_;
+  BackendStats link_ GUARDED_BY(link_mu_);
 
   std::string handle_id_;  // random: this handle's row in the handles table
   Mutex snapshots_mu_;

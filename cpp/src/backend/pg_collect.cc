@@ -40,7 +40,9 @@ void PgBackend::Publish(PGconn* conn, uint64_t clock, const std::string* token) 
 }
 
 void PgBackend::Heartbeat() {
-  if (PQstatus(writer_conn_) != CONNECTION_OK && !ReconnectWriter()) return;
+  if (PQstatus(writer_conn_) != CONNECTION_OK && !ReconnectWriter(ServerMessage(writer_conn_))) {
+    return;
+  }
   try {
     PgResult r = PgExec(writer_conn_, sql_.read_clock, "publishing the oldest snapshot", target_);
     Publish(writer_conn_, r.int8(0, 0), nullptr);

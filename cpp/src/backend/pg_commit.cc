@@ -440,7 +440,7 @@ PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, const Se
   // one, where the old pid may be an unrelated session's.
   constexpr const char* kSettling = "settling a commit cut off by a lost connection";
   for (;;) {
-    if (!ReconnectWriter()) {
+    if (!ReconnectWriter(error)) {
       char within[32];
       std::snprintf(within, sizeof within, "%g s", target_.reconnect_timeout);
       Fail("postgresql (" + target_.display + "): the connection was lost (" + error +
@@ -470,12 +470,12 @@ PgBackend::Settled PgBackend::SettleLostBatch(const std::string& token, const Se
   }
 }
 
-bool PgBackend::ReconnectWriter() {
+bool PgBackend::ReconnectWriter(const std::string& cause) {
   const auto deadline = target_.ReconnectDeadline();
   std::chrono::milliseconds pause(10);
   for (;;) {
     try {
-      AdoptWriter(Connect());
+      AdoptWriter(Connect(), cause);
       return true;
     } catch (const Error&) {
       if (std::chrono::steady_clock::now() > deadline) return false;
@@ -485,7 +485,30 @@ bool PgBackend::ReconnectWriter() {
   }
 }
 
-void PgBackend::AdoptWriter(PGconn* conn) {
+namespace {
+
+// `message` as one line, for status: without the "postgresql (<target>): "
+// every error begins with (status shows the store already), libpq's
+// newlines and tabs as single spaces.
+std::string OneLine(const std::string& message, const std::string& display) {
+  const std::string prefix = "postgresql (" + display + "): ";
+  const size_t from = message.rfind(prefix, 0) == 0 ? prefix.size() : 0;
+  std::string line;
+  for (size_t i = from; i < message.size(); ++i) {
+    const bool space = message[i] == ' ' || message[i] == '\n' || message[i] == '\t';
+    if (!space) {
+      line += message[i];
+    } else if (!line.empty() && line.back() != ' ') {
+      line += ' ';
+    }
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
+}
+
+}  // namespace
+
+void PgBackend::AdoptWriter(PGconn* conn, const std::string& cause) {
   Session session;
   session.pid = PQbackendPID(conn);
   try {
@@ -499,6 +522,21 @@ void PgBackend::AdoptWriter(PGconn* conn) {
   PQfinish(writer_conn_);
   writer_conn_ = conn;
   writer_session_ = std::move(session);
+  const std::string server = std::string(PQhost(conn)) + ":" + PQport(conn);
+  MutexLock lock(&link_mu_);
+  if (!cause.empty()) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    ++link_.reconnections;
+    link_.last_reconnection_cause = OneLine(target_.Hide(cause), target_.display);
+    link_.last_reconnection_unix = now;
+    if (server != link_.server) {
+      ++link_.failovers;
+      link_.last_failover = link_.server + " -> " + server;
+      link_.last_failover_unix = now;
+    }
+  }
+  link_.server = server;
 }
 
 bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std::string& token,

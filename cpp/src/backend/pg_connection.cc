@@ -19,12 +19,6 @@ void AppendInt32BE(std::string* out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
 }
 
-std::string ServerMessage(PGconn* conn) {
-  std::string message = conn ? PQerrorMessage(conn) : "out of memory";
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return message;
-}
-
 void ThrowUnlessOk(PGconn* conn, const PgResult& result, const char* what, const PgTarget& target) {
   const ExecStatusType status = PQresultStatus(result.get());
   if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
@@ -46,6 +40,12 @@ class Backoff {
 };
 
 }  // namespace
+
+std::string ServerMessage(PGconn* conn) {
+  std::string message = conn ? PQerrorMessage(conn) : "out of memory";
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message;
+}
 
 PgParams& PgParams::Bytes(std::string_view value) {
   values_.emplace_back(value);
@@ -212,15 +212,16 @@ std::vector<PgResult> PgPipeline::Run() {
 
 namespace {
 
-// The server's side of a connection the network lost. percolite never
-// leaves a transaction open between its own round trips, so a session idle
-// in one has lost its client mid-batch: the server ends it (and releases its
-// locks, which would stall every other writer) after 10 s. Over TCP the
-// server probes a silent client as the client probes the server (the
-// target's keepalive defaults), and gives up on unacknowledged data after
-// 10 s; over a Unix socket these do nothing.
+// The server's side of a connection the network lost. percolite keeps a
+// transaction open only from one round trip of a batch to the next, for
+// milliseconds of the client's work, so a session idle in one for seconds
+// has lost its client mid-batch: the server ends it after 5 s, releasing its
+// locks (the clock row's among them, which every writer waits for). Over
+// TCP the server probes a silent client as the client probes the server
+// (the target's keepalive defaults) and gives up on unacknowledged data
+// after 10 s; over a Unix socket these do nothing.
 constexpr const char* kServerSideTimeouts =
-    "SET idle_in_transaction_session_timeout = '10s'; SET tcp_keepalives_idle = 5; "
+    "SET idle_in_transaction_session_timeout = '5s'; SET tcp_keepalives_idle = 5; "
     "SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3; "
     "SET tcp_user_timeout = 10000";
 

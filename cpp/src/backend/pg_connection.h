@@ -106,6 +106,9 @@ class PgPipeline {
   bool synced_ = true;               // no statement queued since the last sync point
 };
 
+// libpq's last message on `conn`, without its trailing newline.
+std::string ServerMessage(PGconn* conn);
+
 // Opens a new connection with synchronous_commit as `sync` asks; throws
 // kStorage naming the server (not the password) when it cannot.
 PGconn* PgConnect(const PgTarget& target, SyncMode sync);

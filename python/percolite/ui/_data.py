@@ -257,6 +257,7 @@ class Monitor:
             "sinks": status["sinks"],
             "workers": status["workers"],
             "commits": status["store"],
+            "server": status["server"],
             "updated_unix": time.time(),
         }
 

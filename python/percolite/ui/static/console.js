@@ -71,6 +71,30 @@ function replaceBody(table, rows) {
 }
 
 // -- status ------------------------------------------------------------------
+// A store on a server: the server this console's handle reaches, and the
+// reconnections and failovers every process recorded (the last of each in
+// the tooltip, marked when there was a failover).
+function serverSpans(server) {
+  if (!server) return [];
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const last = [];
+  if (server.last_failover) {
+    last.push(`last failover ${when(server.last_failover.unix)}: ${server.last_failover.servers}`);
+  }
+  if (server.last_reconnection) {
+    last.push(`last reconnection ${when(server.last_reconnection.unix)}: ${server.last_reconnection.cause}`);
+  }
+  return [
+    el("span", {id: "server", text: `server ${server.address}`}),
+    el("span", {
+      id: "reconnections",
+      class: server.failovers ? "failed-over" : null,
+      title: last.join("\n") || null,
+      text: `${plural(server.reconnections, "reconnection")}, ${plural(server.failovers, "failover")}`,
+    }),
+  ];
+}
+
 function drawStatus(status) {
   const store = status.store;
   const identity = store.identity ? `${store.identity.store.slice(0, 12)}… epoch ${store.identity.epoch}` : "none yet";
@@ -80,6 +104,7 @@ function drawStatus(status) {
     el("span", {text: `size ${bytes(store.size_bytes)}`}),
     el("span", {text: `identity ${identity}`}),
     el("span", {id: "app-name", text: `app ${store.app || "(none recorded)"}`}),
+    ...serverSpans(status.server),
   );
   document.getElementById("pending-count").textContent = number(status.pending);
   document.getElementById("parked-count").textContent = number(status.parked);
