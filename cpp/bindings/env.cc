@@ -191,6 +191,7 @@ py::dict BackendStatsToDict(const percolite::BackendStats& s) {
                                  ? py::none()
                                  : py::object(py::dict(py::arg("cause") = s.last_reconnection_cause,
                                                        py::arg("unix") = s.last_reconnection_unix));
+    d["clock_offset_seconds"] = s.clock_offset_seconds;
     d["failovers"] = s.failovers;
     d["last_failover"] = s.failovers == 0
                              ? py::none()

@@ -294,9 +294,7 @@ std::vector<FailureSummary> Env::FailureSummaries() {
 
 std::vector<LeaseHolder> Env::LeaseHolders() {
   std::shared_ptr<Transaction> transaction = Begin();
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::vector<LeaseHolder> holders = Leases::Holders(*transaction, now);
+  std::vector<LeaseHolder> holders = Leases::Holders(*transaction, backend()->NowUnix());
   transaction->Abort();
   return holders;
 }

@@ -156,7 +156,7 @@ void Leases::Renew() {
   for (int tries = 1;; ++tries) {
     std::shared_ptr<Transaction> transaction = source->Begin();
     try {
-      const double now = records::UnixNow();
+      const double now = source->backend()->NowUnix();
       std::vector<std::string> live{owner_};
       for (const LeaseHolder& holder : Holders(*transaction, now)) {
         if (holder.owner == owner_) continue;
@@ -210,7 +210,7 @@ void Leases::Refresh() {
   try {
     std::shared_ptr<Transaction> transaction = source->Begin();
     std::vector<std::string> live{owner_};
-    for (const LeaseHolder& holder : Holders(*transaction, records::UnixNow())) {
+    for (const LeaseHolder& holder : Holders(*transaction, source->backend()->NowUnix())) {
       if (holder.live && holder.owner != owner_) live.push_back(holder.owner);
     }
     transaction->Abort();

@@ -267,17 +267,23 @@ def test_a_server_restart_mid_run_loses_nothing_and_applies_nothing_twice(tmp_pa
         env.close()
 
 
-def _worker_group(target: str, sink: str) -> subprocess.Popen:
+def _worker_group(
+    target: str, sink: str, clock: str | None = None, until_idle: bool = True
+) -> subprocess.Popen:
     """``percolite worker ... --processes 2 --until-idle`` in a session of its
-    own (as on another machine), the store given in the environment."""
+    own (as on another machine), the store given in the environment;
+    ``clock``: its wall clock moved by that much (libfaketime's ``+180s``)."""
     env = {
         **os.environ,
         "PERCOLITE_DB": target,
         "PG_SINK": sink,
         "PG_SLOW": "0.2",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
     }
     command = [sys.executable, "-m", "percolite", "worker", "children.pg_groups_app:app"]
-    command += ["--processes", "2", "--threads", "2", "--until-idle"]
+    command += ["--processes", "2", "--threads", "2"] + ["--until-idle"] * until_idle
+    if clock is not None:
+        command = ["faketime", "-f", clock, *command]
     return subprocess.Popen(
         command,
         cwd=TESTS_DIR,
@@ -364,6 +370,56 @@ def test_two_worker_groups_end_exact_through_a_fault(tmp_path, monkeypatch, faul
         _out, err = last.communicate(timeout=300)
         assert last.returncode == 0, err
         _check_exact(target, server.dsn, module, expected)
+
+
+def test_leases_are_judged_by_the_servers_clock_not_a_skewed_one(tmp_path, monkeypatch):
+    """A group whose machine's clock runs 3 minutes ahead writes lease
+    expiries 3 minutes late by its own clock; judged by the server's clock,
+    its lease still lapses within seconds of its death."""
+    with temporary_postgres(tmp_path) as server:
+        monkeypatch.setenv("PG_SINK", server.uri)
+        module = load_fresh("children.pg_groups_app")
+        target = f"{server.uri}&schema=skewed"
+        expected = _load_hot_updates(target, module, 400, seed=5)
+        # Neither stops when idle: the group ahead must still be there to be
+        # killed (a clock ahead makes it see the other's lease as long dead,
+        # take every partition, and finish early).
+        on_time = _worker_group(target, server.uri, until_idle=False)
+        ahead = _worker_group(target, server.uri, clock="+180s", until_idle=False)
+        try:
+            with percolite.open(target, app=module.app) as env:
+
+                def live_groups():
+                    live = {}
+                    for lease in env.status()["leases"]:
+                        if lease["live"]:
+                            live[lease["group"]] = live.get(lease["group"], 0) + 1
+                    return live
+
+                deadline = time.monotonic() + 60
+                while sorted(live_groups().values()) != [2, 2]:
+                    assert time.monotonic() < deadline, "both groups hold their leases"
+                    time.sleep(0.05)
+                os.killpg(ahead.pid, signal.SIGKILL)
+                ahead.communicate(timeout=30)
+                killed_at = time.monotonic()
+                while list(live_groups().values()) != [2]:
+                    # The lease is 5 s; a clock 3 minutes ahead would hold it 185 s.
+                    assert time.monotonic() - killed_at < 60, "the dead group's lease lapsed"
+                    time.sleep(0.1)
+                deadline = time.monotonic() + 240
+                while env.status()["pending"]:
+                    assert time.monotonic() < deadline, "the other group finished the work"
+                    time.sleep(0.2)
+            on_time.send_signal(signal.SIGTERM)
+            _out, err = on_time.communicate(timeout=120)
+            assert on_time.returncode == 0, err
+            _check_exact(target, server.dsn, module, expected)
+        finally:
+            for group in (on_time, ahead):
+                if group.poll() is None:
+                    os.killpg(group.pid, signal.SIGKILL)
+                    group.communicate()
 
 
 def test_phrasecount_on_postgresql_counts_as_on_lmdb(postgres_server, tmp_path):

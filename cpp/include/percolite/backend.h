@@ -201,6 +201,7 @@ struct BackendStats {
   uint64_t failovers = 0;
   std::string last_failover;  // "old host:port -> new host:port"
   double last_failover_unix = 0;
+  double clock_offset_seconds = 0;  // the server's clock minus this machine's
 };
 
 // Receives the notifications this process's commits wrote (the worker pool).
@@ -319,6 +320,13 @@ class Backend {
   virtual bool SignalWaiting() = 0;
 
   virtual BackendStats Stats() const = 0;
+
+  // The store's clock, in unix seconds: what worker leases are judged by, so
+  // that processes on machines whose clocks disagree agree on which lease
+  // lapsed. A local store's is this machine's clock; a store on a server
+  // reads the server's (through its offset from this machine's clock,
+  // measured on the writer's connection).
+  virtual double NowUnix() const;
   // How long this process's successful commits took, from the committer's
   // call to its result (queueing, group commit and sync included); recorded
   // by the transaction layer for every backend alike.

@@ -7,11 +7,13 @@
 // Contract
 // - A worker pool that shares work by lease holds one: a cell in percolite's
 //   own rows (failures.h, kSystemRowPrefix) keyed by an owner id unique to
-//   the pool (host, process, random), holding its expiry (unix seconds), its
-//   group (the pools started together by one command share one) and its
-//   threads. A background thread renews it every lease_seconds / 3, in a
-//   transaction that also reads every other lease; a lease whose expiry has
-//   passed is dead, and leases dead for a minute are deleted.
+//   the pool (host, process, random), holding its expiry (unix seconds by
+//   the store's clock, Backend::NowUnix: on a server, the server's, so that
+//   machines whose clocks disagree agree on which lease lapsed), its group
+//   (the pools started together by one command share one) and its threads.
+//   A background thread renews it every lease_seconds / 3, in a transaction
+//   that also reads every other lease; a lease whose expiry has passed is
+//   dead, and leases dead for a minute are deleted.
 // - Partitions: a notification's row hash picks one of kLeasePartitions
 //   partitions (hash % kLeasePartitions). Each belongs to one live lease, by
 //   rendezvous hashing: the live owner with the largest

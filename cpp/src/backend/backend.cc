@@ -2,6 +2,8 @@
 // stamps, notification keys and observed columns, and the blocking Commit.
 #include "percolite/backend.h"
 
+#include <chrono>
+
 #include "percolite/mutex.h"
 
 namespace percolite {
@@ -114,6 +116,10 @@ CommitResult Backend::Commit(uint64_t start_ts, std::vector<Mutation> mutations,
   MutexLock lock(&mu);
   while (!done) cv.Wait(&mu);
   return result;
+}
+
+double Backend::NowUnix() const {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace percolite

@@ -335,6 +335,7 @@ BackendStats PgBackend::Stats() const {
   s.failovers = link_.failovers;
   s.last_failover = link_.last_failover;
   s.last_failover_unix = link_.last_failover_unix;
+  s.clock_offset_seconds = clock_offset_.load();
   return s;
 }
 

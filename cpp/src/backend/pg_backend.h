@@ -153,6 +153,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   bool SignalWaiting() override;
 
   BackendStats Stats() const override;
+  double NowUnix() const override { return Backend::NowUnix() + clock_offset_.load(); }
   std::vector<std::string> VerifyStructure() override;
   std::optional<std::string> DamagedMark() override { return std::nullopt; }
 
@@ -229,6 +230,11 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // Connects the writer again (the old connection was lost to `cause`),
   // trying for the target's reconnect_timeout. False when it could not.
   bool ReconnectWriter(const std::string& cause);
+  // Reads the server's clock on the writer's connection: its offset from
+  // this machine's (NowUnix), from the midpoint of the round trip. Every
+  // connection of the writer, and every kClockEverySeconds after.
+  void MeasureClock();
+  static constexpr double kClockEverySeconds = 10;
   // Makes `conn` the writer's connection, and learns its session; a
   // non-empty `cause` counts it as a reconnection (Stats).
   void AdoptWriter(PGconn* conn, const std::string& cause = "");
@@ -274,6 +280,8 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // failovers); written by the writer thread, read by any.
   mutable Mutex link_mu_;
   BackendStats link_ GUARDED_BY(link_mu_);
+  std::atomic<double> clock_offset_{0};               // the server's clock minus this machine's
+  std::chrono::steady_clock::time_point last_clock_;  // the writer thread's
 
   std::string handle_id_;  // random: this handle's row in the handles table
   Mutex snapshots_mu_;

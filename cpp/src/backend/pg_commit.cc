@@ -339,6 +339,14 @@ bool PgBackend::NextBatch(std::vector<Request>* batch) {
 void PgBackend::WriterLoop() {
   std::vector<Request> batch;
   while (NextBatch(&batch)) {
+    if (std::chrono::steady_clock::now() - last_clock_ >
+        std::chrono::duration<double>(kClockEverySeconds)) {
+      try {
+        MeasureClock();
+      } catch (const Error&) {
+        // Measured again next time round.
+      }
+    }
     if (batch.empty()) {
       // Idle: tell the other handles this one lives, with its oldest snapshot.
       Heartbeat();
@@ -537,6 +545,21 @@ void PgBackend::AdoptWriter(PGconn* conn, const std::string& cause) {
     }
   }
   link_.server = server;
+  lock.Unlock();
+  try {
+    MeasureClock();
+  } catch (const Error&) {
+    // The next heartbeat or batch measures it.
+  }
+}
+
+void PgBackend::MeasureClock() {
+  const double before = Backend::NowUnix();
+  const PgResult r = PgExec(writer_conn_, sql_.server_clock, "reading the server's clock", target_);
+  const double after = Backend::NowUnix();
+  const double server = static_cast<double>(static_cast<int64_t>(r.int8(0, 0))) / 1e6;
+  clock_offset_.store(server - (before + after) / 2);
+  last_clock_ = std::chrono::steady_clock::now();
 }
 
 bool PgBackend::CommitBatch(PGconn* conn, std::vector<Request>& batch, const std::string& token,

@@ -127,6 +127,7 @@ void SchemaStatements(const Template& sql, PgStatements* s) {
 
 void ReadStatements(const Template& sql, PgStatements* s) {
   s->read_clock = sql("SELECT ts FROM {clock} WHERE id = 1");
+  s->server_clock = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
   s->get = sql(R"sql(
       SELECT state, value FROM {cells}
       WHERE PREFIX(key) = PREFIX($1::bytea) AND key = $1

@@ -54,6 +54,8 @@ struct PgStatements {
 
   // Snapshots and reads outside them.
   std::string read_clock;  // () -> ts: the newest commit_ts
+  // () -> the server's clock, unix microseconds (int8).
+  std::string server_clock;
   // ($1 key, $2 start_ts) -> state, value of the version a snapshot sees.
   std::string get;
   // ($1 from, $2 start_ts, $3 limit[, $4 end]) -> key, state, value: the

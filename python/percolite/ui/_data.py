@@ -183,7 +183,8 @@ class Monitor:
 
     def groups(self) -> list[dict[str, Any]]:
         """Worker groups and their pools' leases, from the store."""
-        now = time.time()
+        # Leases are judged by the store's clock (a server's, for a store on one).
+        now = time.time() + self.env.stats().get("clock_offset_seconds", 0.0)
         groups: dict[str, list[dict[str, Any]]] = {}
         for holder in self.env.core.lease_holders():
             host, _, rest = holder["owner"].partition(":")
