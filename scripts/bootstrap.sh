@@ -20,6 +20,11 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 # A real headless browser for the console's tests (tests/python/test_console_browser.py).
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# Network namespaces and dropped packets for the PostgreSQL partition tests
+# (tests/python/_network.py), and a skewed clock for the lease tests.
+command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
+command -v faketime >/dev/null || need+=(faketime)
 # A real HTML tree no one here wrote, for the webindex tests: PostgreSQL's manual.
 [[ -f /usr/share/doc/postgresql-doc-15/html/index.html ]] || need+=(postgresql-doc-15)
 if ((${#need[@]})); then

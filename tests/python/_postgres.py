@@ -228,12 +228,12 @@ class TemporaryPostgres:
         )
         self._started = True
 
-    def make_standby(self) -> TemporaryPostgres:
+    def make_standby(self, tcp: tuple[str, str] | None = None) -> TemporaryPostgres:
         """A streaming standby of this server, started: ``pg_basebackup -R``
-        into a directory of its own, with its own socket. ``promote()`` makes
-        it the primary (one with no standby of its own: its commits wait for
-        nobody)."""
-        standby = TemporaryPostgres(self.bin_dir, self.base.parent, durable=self.durable)
+        into a directory of its own, with its own socket (and TCP as ``tcp``
+        says, as for the constructor). ``promote()`` makes it the primary
+        (one with no standby of its own: its commits wait for nobody)."""
+        standby = TemporaryPostgres(self.bin_dir, self.base.parent, durable=self.durable, tcp=tcp)
         standby._prepare_directories()
         standby._run(
             "pg_basebackup",
