@@ -192,6 +192,10 @@ py::dict BackendStatsToDict(const percolite::BackendStats& s) {
                                  : py::object(py::dict(py::arg("cause") = s.last_reconnection_cause,
                                                        py::arg("unix") = s.last_reconnection_unix));
     d["clock_offset_seconds"] = s.clock_offset_seconds;
+    d["writer_busy_seconds"] = s.writer_busy_seconds;
+    d["replication"] = s.replication;
+    d["synchronous_standby_names"] = s.synchronous_standby_names;
+    d["standbys"] = s.standbys;
     d["failovers"] = s.failovers;
     d["last_failover"] = s.failovers == 0
                              ? py::none()
@@ -511,6 +515,16 @@ void BindMetrics(EnvClass& cls) {
                r = self.env->backend()->commit_latency().Read();
              }
              return LatencyToDict(r);
+           })
+      .def("waiting_for_standbys",
+           [](PyEnv& self) {
+             percolite::Backend::StandbyWaits waits;
+             {
+               py::gil_scoped_release release;
+               waits = self.env->WaitingForStandbys();
+             }
+             return py::dict(py::arg("sessions") = waits.sessions,
+                             py::arg("longest_seconds") = waits.longest_seconds);
            })
       .def("stats", [](PyEnv& self) {
         percolite::BackendStats s;

@@ -110,6 +110,8 @@ bool Env::closed() const { return transactions_->closed(); }
 
 BackendStats Env::Stats() const { return backend()->Stats(); }
 
+Backend::StandbyWaits Env::WaitingForStandbys() { return backend()->WaitingForStandbys(); }
+
 std::shared_ptr<Transaction> Env::Begin() { return transactions_->Begin(); }
 
 void Env::SetObservers(std::vector<Observer> observers) {

@@ -110,7 +110,9 @@ def _when(unix: float | None) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with _open_existing(args.db) as env:
+    # Its own writes (its handle's row, its metrics) need no sync: so status
+    # answers while commits that wait for a synchronous standby hang.
+    with percolite.open(args.db, create=False, sync="none") as env:
         if args.prometheus:
             sys.stdout.write(prometheus_text(env.metrics()))
             return EXIT_DONE
@@ -181,6 +183,23 @@ def _print_server(server: dict) -> None:
         f"{server['failovers']} failover{'s' if server['failovers'] != 1 else ''}, "
         "every process)"
     )
+    replication = server["replication"]
+    if replication == "synchronous":
+        names = server["synchronous_standby_names"]
+        print(f"  replication: synchronous ({names}), {server['standbys']} standbys connected")
+    elif replication == "asynchronous":
+        print(
+            f"  replication: asynchronous, {server['standbys']} standbys connected (a failover "
+            "may lose the last commits)"
+        )
+    waits = server["waiting_for_standbys"]
+    if waits["sessions"]:
+        print(
+            f"  commits waiting for a synchronous standby: {waits['sessions']} sessions, the "
+            f"longest for {waits['longest_seconds']:.0f} s (a standby that does not answer "
+            "blocks every commit: see pg_stat_replication; a quorum, ANY 1 (s1, s2), "
+            "outlives one)"
+        )
     last = server["last_failover"]
     if last is not None:
         seen = f"(seen by {last['process']})"

@@ -218,6 +218,8 @@ class Env:
         self._loaders: weakref.WeakSet[Loader] = weakref.WeakSet()
         _open_envs.add(self)
         self._recorder = _metrics.recorder_for(self)
+        if sync == "full":
+            _warn_if_replication_is_asynchronous(self)
 
     def bind(self, app: App, *, upgrade: bool = False) -> None:
         """Bind ``app`` to this open store (as ``open(..., app=app)`` does).
@@ -863,8 +865,10 @@ class Env:
         worker leases of every process (``leases``: owner, group, threads,
         expiry, last renewal, live, partitions taken); this process's commit
         counters (``store``); and for a store on a server (``server``, None
-        for a local one): the server this handle reaches (``address``), the
-        reconnections and failovers every process counted, and the last of
+        for a local one): the server this handle reaches (``address``), its
+        replication, this handle's writer's time on its current batch, the
+        clock offset, the reconnections and failovers every process counted
+        (``percolite._metrics.server_status`` lists the keys), and the last of
         each any process recorded (``last_reconnection``: its ``cause``;
         ``last_failover``: its ``servers``, old -> new; both with ``server``,
         ``unix`` and ``process``)."""
@@ -1016,6 +1020,24 @@ class Env:
         """Jupyter's view of the handle: a status card read with
         ``status(queues=False)`` (no queue scan), or "closed"."""
         return env_html(self)
+
+
+def _warn_if_replication_is_asynchronous(env: Env) -> None:
+    """A store that asks for durable commits, on a server whose standbys
+    do not confirm them: a failover may lose what was reported committed."""
+    stats = env.stats()
+    if stats.get("replication") != "asynchronous":
+        return
+    n = stats["standbys"]
+    logging.getLogger("percolite.store").warning(
+        "%s: the server replicates asynchronously (%d standby%s, no "
+        "synchronous_standby_names): after a failover, the last commits it reported may be "
+        "missing on the new primary. For commits that survive a failover, make standbys "
+        "synchronous, as a quorum: synchronous_standby_names = 'ANY 1 (s1, s2)'",
+        shown_target(env.path),
+        n,
+        "" if n == 1 else "s",
+    )
 
 
 def bound_to(app: App) -> list[Env]:

@@ -337,7 +337,15 @@ def pending_by_observer(env: Any) -> dict[str, int]:
 
 def server_status(env: Any) -> dict[str, Any] | None:
     """For a store on a server (None for a local one): ``address``, the
-    server this handle reaches; ``reconnections`` and ``failovers``, the
+    server this handle reaches; its ``replication`` ("synchronous",
+    "asynchronous" or "none"), ``standbys`` connected and
+    ``synchronous_standby_names``; ``writer_busy_seconds``, how long this
+    handle's writer has been on its current batch (0 when idle: seconds on
+    end mean the server does not answer, or waits for a synchronous standby
+    that does not); ``waiting_for_standbys``, the sessions of every process
+    of the store whose commits wait for a synchronous standby
+    (``sessions``, ``longest_seconds``); ``clock_offset_seconds``, the server's clock minus this
+    machine's (leases are judged by the server's); ``reconnections`` and ``failovers``, the
     totals every process recorded (as the metrics count them); and
     ``last_reconnection`` and ``last_failover``, the last of each any
     process recorded (``cause`` or ``servers``, ``server``, ``unix``,
@@ -361,6 +369,12 @@ def server_status(env: Any) -> dict[str, Any] | None:
                 continue  # a cell another version wrote
     return {
         "address": stats["server"],
+        "replication": stats["replication"],
+        "standbys": stats["standbys"],
+        "synchronous_standby_names": stats["synchronous_standby_names"],
+        "writer_busy_seconds": stats["writer_busy_seconds"],
+        "waiting_for_standbys": env.core.waiting_for_standbys(),
+        "clock_offset_seconds": stats["clock_offset_seconds"],
         **totals,
         "last_reconnection": last["reconnection"],
         "last_failover": last["failover"],

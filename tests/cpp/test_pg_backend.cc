@@ -83,8 +83,14 @@ TEST_CASE("A postgresql target reaches the primary and notices a vanished server
   const auto plain = ParsePgTarget("postgresql://h/db");
   CHECK(plain.connect ==
         "postgresql://h/db?connect_timeout=10&keepalives=1&keepalives_idle=5&"
-        "keepalives_interval=2&keepalives_count=3&tcp_user_timeout=10000");
-  const auto own = ParsePgTarget("postgresql://h/db?connect_timeout=3&keepalives_idle=30");
+        "keepalives_interval=2&keepalives_count=3&tcp_user_timeout=10000&"
+        "application_name=percolite.percolite");
+  const auto own = ParsePgTarget(
+      "postgresql://h/db?connect_timeout=3&keepalives_idle=30&application_name=mine&schema=s");
+  CHECK(own.connect.find("application_name=mine") != std::string::npos);
+  CHECK(own.connect.find("application_name=percolite") == std::string::npos);
+  CHECK(ParsePgTarget("postgresql://h/db?schema=s").connect.find("application_name=percolite.s") !=
+        std::string::npos);
   CHECK(own.connect.find("connect_timeout=3") != std::string::npos);
   CHECK(own.connect.find("connect_timeout=10") == std::string::npos);
   CHECK(own.connect.find("keepalives_idle=30") != std::string::npos);

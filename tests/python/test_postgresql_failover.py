@@ -13,6 +13,7 @@ every one that failed not at all.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -24,7 +25,7 @@ import time
 import percolite
 import psycopg
 from _isolated import TESTS_DIR, load_fresh
-from _postgres import both_servers
+from _postgres import both_servers, temporary_postgres
 
 
 def _wait_for(condition, what: str, timeout: float = 120) -> None:
@@ -143,3 +144,63 @@ def test_a_failover_mid_run_loses_nothing_and_applies_nothing_twice(
             os.killpg(group.pid, signal.SIGKILL)
             group.communicate()
         env.close()
+
+
+def test_commits_stalled_by_a_dead_synchronous_standby_show_in_status(primary_and_standby):
+    primary, standby = primary_and_standby
+    target = both_servers(primary, standby, "&schema=stalled")
+    env = percolite.open(target)
+    try:
+        env.run(lambda tx: tx.set("r", ("f", "q"), b"1"))
+        server = env.status()["server"]
+        assert (server["replication"], server["standbys"]) == ("synchronous", 1)
+        assert server["synchronous_standby_names"] == "*"
+        standby.pause()  # the primary's commits now wait for it
+        done = threading.Event()
+
+        def commit() -> None:
+            env.run(lambda tx: tx.set("r", ("f", "q"), b"2"))
+            done.set()
+
+        threading.Thread(target=commit, daemon=True).start()
+        # Another process's status answers (it needs no sync for its own
+        # writes) and names the stall, instead of hanging with the writer.
+        deadline = time.monotonic() + 60
+        while True:
+            shown = subprocess.run(
+                [sys.executable, "-m", "percolite", "status", "--db", target],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert shown.returncode == 0, shown.stderr
+            if "commits waiting for a synchronous standby: 1 sessions" in shown.stdout:
+                break
+            assert time.monotonic() < deadline, shown.stdout
+            time.sleep(0.5)
+        assert "replication: synchronous (*), 0 standbys connected" in shown.stdout
+        assert not done.is_set()
+        standby.resume()  # the commit that waited goes through
+        assert done.wait(60)
+        with env.transaction() as tx:
+            assert tx.get("r", ("f", "q")) == b"2"
+    finally:
+        env.close()
+
+
+def test_asynchronous_replication_is_named_at_open(tmp_path, caplog):
+    with temporary_postgres(tmp_path) as primary:
+        standby = primary.make_standby()
+        try:
+            target = f"{primary.uri}&schema=async_named"
+            with caplog.at_level(logging.WARNING, logger="percolite.store"):
+                percolite.open(target).close()
+            assert "replicates asynchronously (1 standby" in caplog.text
+            assert "synchronous_standby_names = 'ANY 1 (s1, s2)'" in caplog.text
+            caplog.clear()
+            # A store that asked for no durable commits has nothing to lose.
+            with caplog.at_level(logging.WARNING, logger="percolite.store"):
+                percolite.open(target, sync="none").close()
+            assert caplog.text == ""
+        finally:
+            standby.stop()

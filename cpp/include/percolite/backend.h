@@ -202,6 +202,17 @@ struct BackendStats {
   std::string last_failover;  // "old host:port -> new host:port"
   double last_failover_unix = 0;
   double clock_offset_seconds = 0;  // the server's clock minus this machine's
+  // How long the batch the writer is committing has taken so far (0: none):
+  // seconds on end mean a server that does not answer, or one waiting for a
+  // synchronous standby that does not.
+  double writer_busy_seconds = 0;
+  // The server's replication, read at each connection of the writer:
+  // "synchronous" (synchronous_standby_names is set: a commit waits for
+  // standbys), "asynchronous" (standbys stream, commits do not wait for
+  // them) or "none" (no standby connected); `standbys`, those connected.
+  std::string replication;
+  std::string synchronous_standby_names;
+  uint64_t standbys = 0;
 };
 
 // Receives the notifications this process's commits wrote (the worker pool).
@@ -327,6 +338,15 @@ class Backend {
   // reads the server's (through its offset from this machine's clock,
   // measured on the writer's connection).
   virtual double NowUnix() const;
+
+  // Stores on a server: sessions of this store (of any process: those with
+  // this handle's application_name) whose commit waits for a synchronous
+  // standby, and the longest such wait. None for a local store.
+  struct StandbyWaits {
+    uint64_t sessions = 0;
+    double longest_seconds = 0;
+  };
+  virtual StandbyWaits WaitingForStandbys() { return {}; }
   // How long this process's successful commits took, from the committer's
   // call to its result (queueing, group commit and sync included); recorded
   // by the transaction layer for every backend alike.

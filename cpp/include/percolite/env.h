@@ -127,6 +127,8 @@ class Env : public std::enable_shared_from_this<Env> {
   // The backend; throws kClosed once this handle is closed.
   std::shared_ptr<Backend> backend() const { return transactions_->backend(); }
   BackendStats Stats() const;
+  // Backend::WaitingForStandbys of the store (a query on a server).
+  Backend::StandbyWaits WaitingForStandbys();
 
  private:
   explicit Env(std::shared_ptr<Backend> backend);

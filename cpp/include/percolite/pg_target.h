@@ -75,6 +75,11 @@ struct PgTarget {
 // (they do nothing over a Unix socket).
 PgTarget ParsePgTarget(const std::string& target);
 
+// The application_name a store's connections take when the URI names none,
+// "percolite.<schema>": what the server shows of them (pg_stat_activity),
+// and how status finds this store's sessions there.
+std::string PgApplicationName(const PgTarget& target);
+
 // The defaults above, (libpq keyword, value), for other clients of a
 // postgresql server that should notice a vanished one as quickly (the
 // PostgreSQL exporter's connections).

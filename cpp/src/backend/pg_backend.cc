@@ -321,6 +321,15 @@ void PgBackend::SetNotificationSink(NotificationSink* sink) {
 
 void PgBackend::ClearNotificationSink(NotificationSink* sink) { sink_.Clear(sink); }
 
+Backend::StandbyWaits PgBackend::WaitingForStandbys() {
+  CheckUsable();
+  const PgResult r = Query(sql_.standby_waits, PgParams(), "reading the sessions that wait");
+  StandbyWaits waits;
+  waits.sessions = r.int8(0, 0);
+  waits.longest_seconds = static_cast<double>(r.int8(0, 1)) / 1000;
+  return waits;
+}
+
 BackendStats PgBackend::Stats() const {
   BackendStats s;
   s.commits = commits_.load();
@@ -336,6 +345,11 @@ BackendStats PgBackend::Stats() const {
   s.last_failover = link_.last_failover;
   s.last_failover_unix = link_.last_failover_unix;
   s.clock_offset_seconds = clock_offset_.load();
+  s.replication = link_.replication;
+  s.synchronous_standby_names = link_.synchronous_standby_names;
+  s.standbys = link_.standbys;
+  const double since = batch_since_.load();
+  if (since > 0) s.writer_busy_seconds = std::max(0.0, Backend::NowUnix() - since);
   return s;
 }
 

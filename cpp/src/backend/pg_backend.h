@@ -153,6 +153,7 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   bool SignalWaiting() override;
 
   BackendStats Stats() const override;
+  StandbyWaits WaitingForStandbys() override;
   double NowUnix() const override { return Backend::NowUnix() + clock_offset_.load(); }
   std::vector<std::string> VerifyStructure() override;
   std::optional<std::string> DamagedMark() override { return std::nullopt; }
@@ -234,6 +235,9 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // this machine's (NowUnix), from the midpoint of the round trip. Every
   // connection of the writer, and every kClockEverySeconds after.
   void MeasureClock();
+  // Reads how the server replicates (BackendStats::replication) on the
+  // writer's connection.
+  void ReadReplication();
   static constexpr double kClockEverySeconds = 10;
   // Makes `conn` the writer's connection, and learns its session; a
   // non-empty `cause` counts it as a reconnection (Stats).
@@ -280,7 +284,8 @@ class PgBackend final : public Backend, public std::enable_shared_from_this<PgBa
   // failovers); written by the writer thread, read by any.
   mutable Mutex link_mu_;
   BackendStats link_ GUARDED_BY(link_mu_);
-  std::atomic<double> clock_offset_{0};               // the server's clock minus this machine's
+  std::atomic<double> clock_offset_{0};  // the server's clock minus this machine's
+  std::atomic<double> batch_since_{0};   // when the writer's batch began (unix; 0: none)
   std::chrono::steady_clock::time_point last_clock_;  // the writer thread's
 
   std::string handle_id_;  // random: this handle's row in the handles table

@@ -354,7 +354,9 @@ void PgBackend::WriterLoop() {
     }
     std::vector<CommitResult> results;
     std::vector<Notification> written;
+    batch_since_.store(Backend::NowUnix());
     const bool ok = CommitOrSplit(batch, &results, &written);
+    batch_since_.store(0);
     sink_.Offer(written);
     if (ok && CollectDue()) {
       try {
@@ -548,9 +550,22 @@ void PgBackend::AdoptWriter(PGconn* conn, const std::string& cause) {
   lock.Unlock();
   try {
     MeasureClock();
+    ReadReplication();
   } catch (const Error&) {
-    // The next heartbeat or batch measures it.
+    // The clock is measured again within kClockEverySeconds; replication is
+    // read again at the next connection.
   }
+}
+
+void PgBackend::ReadReplication() {
+  const PgResult r =
+      PgExec(writer_conn_, sql_.replication, "reading the server's replication", target_);
+  const std::string names(r.bytes(0, 0));
+  const uint64_t standbys = r.int8(0, 1);
+  MutexLock lock(&link_mu_);
+  link_.synchronous_standby_names = names;
+  link_.standbys = standbys;
+  link_.replication = !names.empty() ? "synchronous" : standbys > 0 ? "asynchronous" : "none";
 }
 
 void PgBackend::MeasureClock() {

@@ -128,6 +128,13 @@ void SchemaStatements(const Template& sql, PgStatements* s) {
 void ReadStatements(const Template& sql, PgStatements* s) {
   s->read_clock = sql("SELECT ts FROM {clock} WHERE id = 1");
   s->server_clock = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+  s->replication =
+      "SELECT current_setting('synchronous_standby_names'), "
+      "(SELECT count(*) FROM pg_stat_replication)::int8";
+  s->standby_waits =
+      "SELECT count(*)::int8, coalesce((extract(epoch FROM clock_timestamp() - "
+      "min(state_change)) * 1000)::int8, 0) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+      "AND application_name = current_setting('application_name')";
   s->get = sql(R"sql(
       SELECT state, value FROM {cells}
       WHERE PREFIX(key) = PREFIX($1::bytea) AND key = $1

@@ -56,6 +56,11 @@ struct PgStatements {
   std::string read_clock;  // () -> ts: the newest commit_ts
   // () -> the server's clock, unix microseconds (int8).
   std::string server_clock;
+  // () -> synchronous_standby_names (text), standbys connected (int8).
+  std::string replication;
+  // () -> sessions with this session's application_name waiting for a
+  // synchronous standby (int8), the longest wait in ms (int8).
+  std::string standby_waits;
   // ($1 key, $2 start_ts) -> state, value of the version a snapshot sees.
   std::string get;
   // ($1 from, $2 start_ts, $3 limit[, $4 end]) -> key, state, value: the

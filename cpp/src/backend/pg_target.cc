@@ -221,6 +221,8 @@ constexpr std::pair<const char*, const char*> kConnectDefaults[] = {
 
 }  // namespace
 
+std::string PgApplicationName(const PgTarget& target) { return "percolite." + target.schema; }
+
 std::vector<std::pair<std::string, std::string>> PgConnectDefaults() {
   return {std::begin(kConnectDefaults), std::end(kConnectDefaults)};
 }
@@ -253,6 +255,8 @@ std::string ConnectUri(const PgTarget& target, const std::map<std::string, std::
   for (const auto& [name, value] : kConnectDefaults) {
     if (set.count(name) == 0) add(name, value);
   }
+  // Names the store's sessions in pg_stat_activity (PgApplicationName).
+  if (set.count("application_name") == 0) add("application_name", PgApplicationName(target));
   return uri;
 }
 
