@@ -143,10 +143,14 @@ def test_two_worker_processes_commit_each_notification_once(tmp_path):
     db = tmp_path / "db"
     documents = make_documents(400)
     load_documents(db, documents)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # Held until both processes run: on a busy machine, the first to start
+    # could otherwise finish every notification before the second begins.
     done = run_command(
         worker_command(db, "--processes", "2", "--threads", "4", "--until-idle"),
         cwd=TESTS_DIR,
-        env=environment(OBSERVER_SLEEP="0.001"),
+        env=environment(OBSERVER_SLEEP="0.001", START_GATE=str(gate), GATE_PROCESSES="2"),
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
