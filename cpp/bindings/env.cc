@@ -185,22 +185,26 @@ py::dict BackendStatsToDict(const percolite::BackendStats& s) {
   d["map_size"] = s.map_size;
   d["map_growths"] = s.map_growths;
   if (!s.server.empty()) {  // a store on a server: its connection
+    // The last event of a kind, or None when there was none.
+    const auto last = [](uint64_t count, const char* name, const std::string& text,
+                         double when) -> py::object {
+      if (count == 0) return py::none();
+      py::dict event;
+      event[name] = text;
+      event["unix"] = when;
+      return std::move(event);
+    };
     d["server"] = s.server;
     d["reconnections"] = s.reconnections;
-    d["last_reconnection"] = s.reconnections == 0
-                                 ? py::none()
-                                 : py::object(py::dict(py::arg("cause") = s.last_reconnection_cause,
-                                                       py::arg("unix") = s.last_reconnection_unix));
+    d["last_reconnection"] =
+        last(s.reconnections, "cause", s.last_reconnection_cause, s.last_reconnection_unix);
+    d["failovers"] = s.failovers;
+    d["last_failover"] = last(s.failovers, "servers", s.last_failover, s.last_failover_unix);
     d["clock_offset_seconds"] = s.clock_offset_seconds;
     d["writer_busy_seconds"] = s.writer_busy_seconds;
     d["replication"] = s.replication;
     d["synchronous_standby_names"] = s.synchronous_standby_names;
     d["standbys"] = s.standbys;
-    d["failovers"] = s.failovers;
-    d["last_failover"] = s.failovers == 0
-                             ? py::none()
-                             : py::object(py::dict(py::arg("servers") = s.last_failover,
-                                                   py::arg("unix") = s.last_failover_unix));
   }
   return d;
 }

@@ -31,6 +31,8 @@ import pytest
 
 __all__ = [
     "TESTS_DIR",
+    "alive",
+    "children_of",
     "finish_child",
     "load_fresh",
     "run_child",
@@ -229,3 +231,21 @@ def run_command(
             pytrace=False,
         )
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (Linux /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited

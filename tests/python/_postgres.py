@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _isolated import alive, children_of
 
 __all__ = [
     "TemporaryPostgres",
@@ -72,31 +73,6 @@ def _reachable_by_server(directory: Path) -> bool:
         return True
     path = directory.resolve()
     return all(part.stat().st_mode & 0o001 for part in (path, *path.parents))
-
-
-def _children_of(pid: int) -> list[int]:
-    """Pids of the processes whose parent is ``pid`` (a postmaster's backends)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces, so split after ")".
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            children.append(int(entry.name))
-    return children
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie no parent reaped has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 class TemporaryPostgres:
@@ -262,13 +238,13 @@ class TemporaryPostgres:
         no goodbye to clients or standbys (the backends notice they lost
         their postmaster and end). The directory stays until :meth:`stop`."""
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
-        backends = _children_of(pid)
+        backends = children_of(pid)
         os.kill(pid, signal.SIGKILL)
         self._started = False
         # The orphaned backends notice their postmaster is gone and end;
         # wait for them so that stop() does not remove files under them.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(map(_alive, [pid, *backends])):
+        while time.monotonic() < deadline and any(map(alive, [pid, *backends])):
             time.sleep(0.02)
 
     def pause(self) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import children.workers_processes
 import percolite
 import pytest
-from _isolated import TESTS_DIR, load_fresh, run_child_json, run_command
+from _isolated import TESTS_DIR, alive, children_of, load_fresh, run_child_json, run_command
 
 CONTENT = ("doc", "content")
 
@@ -591,23 +591,6 @@ def test_run_workers_outside_the_main_thread_is_refused_before_anything_starts(t
 
 
 # -- worker leases: a dead worker's share moves to the live ones ----------------
-
-
-def children_of(pid: int) -> list[int]:
-    """The pids of ``pid``'s child processes (Linux /proc)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found += [int(child) for child in text]
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
 
 
 def wait_for_progress(db: Path, total: int, done: int, group: subprocess.Popen) -> None:
