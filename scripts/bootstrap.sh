@@ -25,6 +25,10 @@ command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v faketime >/dev/null || need+=(faketime)
+# etcd for the Patroni cluster of the failover test, and the system Python's
+# venv for Patroni itself (it runs as the postgres user: below).
+command -v etcd >/dev/null || need+=(etcd-server)
+/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # A real HTML tree no one here wrote, for the webindex tests: PostgreSQL's manual.
 [[ -f /usr/share/doc/postgresql-doc-15/html/index.html ]] || need+=(postgresql-doc-15)
 if ((${#need[@]})); then
@@ -40,5 +44,11 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements-dev.txt
+# Patroni, for the failover test: runs as the postgres user, so from a venv
+# of the system's Python that user can read.
+if [[ ! -x build/patroni/bin/patroni ]]; then
+  /usr/bin/python3 -m venv build/patroni
+  build/patroni/bin/python -m pip install -q -r requirements-patroni.txt
+fi
 # Builds the C++ core and the extension (incremental in build/wheel).
 .venv/bin/python -m pip install -q --no-build-isolation .
