@@ -44,11 +44,15 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements-dev.txt
-# Patroni, for the failover test: runs as the postgres user, so from a venv
-# of the system's Python that user can read.
-if [[ ! -x build/patroni/bin/patroni ]]; then
-  /usr/bin/python3 -m venv build/patroni
-  build/patroni/bin/python -m pip install -q -r requirements-patroni.txt
+# Patroni, for the failover test, in a venv of the system's Python. As root,
+# the tests run it as the postgres user, who must be able to read it wherever
+# this clone is: so it goes to /opt then (tests/python/_patroni.py looks there
+# first).
+patroni_venv=build/patroni
+[[ $(id -u) -eq 0 ]] && patroni_venv=/opt/percolite-tests/patroni
+if [[ ! -x $patroni_venv/bin/patroni ]]; then
+  /usr/bin/python3 -m venv "$patroni_venv"
+  "$patroni_venv"/bin/python -m pip install -q -r requirements-patroni.txt
 fi
 # Builds the C++ core and the extension (incremental in build/wheel).
 .venv/bin/python -m pip install -q --no-build-isolation .

@@ -3,10 +3,11 @@ failover tests: one etcd (Debian's ``etcd-server``) as Patroni's store and
 three members, each a Patroni process with its PostgreSQL server, all on
 127.0.0.1 (free ports picked at start).
 
-Patroni and PostgreSQL run as Debian's ``postgres`` user (PostgreSQL
-refuses root), so Patroni comes from a virtual environment of the system's
-Python that user can read: ``build/patroni``, which ``scripts/bootstrap.sh``
-makes from ``requirements-patroni.txt``.
+Patroni comes from a virtual environment of the system's Python that
+``scripts/bootstrap.sh`` makes from ``requirements-patroni.txt``: as root,
+``/opt/percolite-tests/patroni``, and the members run as Debian's
+``postgres`` user (PostgreSQL refuses root), who can read it there;
+otherwise ``build/patroni``, run as the user running the tests.
 
 Timings are short, so that a failover completes well within a store's
 ``reconnect_timeout``: the leader key lives ``TTL`` seconds, each member
@@ -33,7 +34,10 @@ from _postgres import SERVER_USER, find_postgres_bin
 __all__ = ["PatroniCluster"]
 
 REPO = Path(__file__).resolve().parents[2]
-PATRONI = REPO / "build" / "patroni" / "bin" / "patroni"
+AS_ROOT = os.geteuid() == 0
+PATRONI = (
+    Path("/opt/percolite-tests/patroni") if AS_ROOT else REPO / "build" / "patroni"
+) / "bin/patroni"
 TTL = 10
 LOOP_WAIT = 1
 
@@ -58,9 +62,10 @@ class PatroniCluster:
             raise RuntimeError("PostgreSQL is not installed: run scripts/bootstrap.sh")
         self.bin_dir = bin_dir
         self.base = Path(tempfile.mkdtemp(prefix="percolite-patroni-"))
-        user = pwd.getpwnam(SERVER_USER)
-        os.chown(self.base, user.pw_uid, user.pw_gid)
-        os.chmod(self.base, 0o755)
+        if AS_ROOT:
+            user = pwd.getpwnam(SERVER_USER)
+            os.chown(self.base, user.pw_uid, user.pw_gid)
+            os.chmod(self.base, 0o755)
         self.names = [f"m{i}" for i in range(members)]
         self.pg_ports = {name: _free_port() for name in self.names}
         self.api_ports = {name: _free_port() for name in self.names}
@@ -75,7 +80,7 @@ class PatroniCluster:
     def _spawn(self, name: str, argv: list[str]) -> None:
         with open(self.base / f"{name}.log", "w") as log:  # the child keeps its copy
             self._processes[name] = subprocess.Popen(
-                ["runuser", "-u", SERVER_USER, "--", *argv],
+                ["runuser", "-u", SERVER_USER, "--", *argv] if AS_ROOT else argv,
                 cwd=self.base,
                 stdout=log,
                 stderr=subprocess.STDOUT,
