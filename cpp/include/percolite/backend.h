@@ -341,7 +341,7 @@ class Backend {
 
   // Stores on a server: sessions of this store (of any process: those with
   // this handle's application_name) whose commit waits for a synchronous
-  // standby, and the longest such wait. None for a local store.
+  // standby, and the longest such wait. Zeros for a local store.
   struct StandbyWaits {
     uint64_t sessions = 0;
     double longest_seconds = 0;

@@ -119,8 +119,8 @@ void ForgetWorkRecord(Transaction& transaction, std::string_view cell_key);
 // the work when its attempts reach max_attempts (0: never). A `sink`
 // failure counts as Outages above says.
 // Returns the record as written; an empty one (no cell_key) when the
-// notification is no longer pending, so nothing was recorded. Throws what the store throws (kClosed
-// once it closes).
+// notification is no longer pending, so nothing was recorded. Throws what
+// the store throws (kClosed once it closes).
 WorkRecord RecordFailure(TransactionSource& source, const std::string& observer,
                          const std::string& cell_key, const ErrorDetail& error,
                          uint32_t max_attempts, double now_unix,
