@@ -219,6 +219,7 @@ class ExportQueue(Generic[K, V]):
         self.value_codec: Codec[V] = get_codec(value_codec, "value_codec")
         kl, vl = native_layout(self.key_codec), native_layout(self.value_codec)
         native = kl is not None and vl is not None
+        self.delivery: str
         self._native_sink, self.delivery = self._make_native_sink(kl, vl)
         self._core = _core.ExportQueue.create(
             queue_id,

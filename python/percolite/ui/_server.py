@@ -102,8 +102,8 @@ class Console:
             raise ValueError("token must be a str of at least 16 characters")
         self.env = env
         self.host = host
-        self.token = token if token is not None else secrets.token_urlsafe(24)
-        self.monitor = Monitor(env, sample_seconds=sample_seconds)
+        self.token: str = token if token is not None else secrets.token_urlsafe(24)
+        self.monitor: Monitor = Monitor(env, sample_seconds=sample_seconds)
         self._server = _bind(host, port, self)
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
