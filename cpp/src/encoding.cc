@@ -11,7 +11,8 @@ constexpr char kTerminator = '\x01';
 
 // Zero bytes are rare in keys: copy the runs between them whole.
 void AppendEscaped(std::string* out, std::string_view part) {
-  for (;;) {
+  // An empty view may have no data at all: memchr must not see its null.
+  while (!part.empty()) {
     const void* zero = std::memchr(part.data(), kEscape, part.size());
     if (zero == nullptr) {
       out->append(part.data(), part.size());
