@@ -76,6 +76,12 @@ class Run:
         self.groups.append(group)
         return group
 
+    def committed(self) -> int:
+        """Loader transactions whose futures resolved successfully so far."""
+        return sum(
+            future.done() and future.exception(timeout=0) is None for future, _ in self.submitted
+        )
+
     def live_leases(self) -> dict[str, int]:
         """Live leases by group."""
         live: dict[str, int] = {}

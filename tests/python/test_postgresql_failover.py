@@ -89,12 +89,16 @@ def test_a_failover_mid_run_loses_nothing_and_applies_nothing_twice(
             ),
             "the worker group to start exporting",
         )
-        resolved_before = sum(future.done() for future, _ in submitted)
+
+        def committed() -> int:
+            return sum(f.done() and f.exception(timeout=0) is None for f, _ in submitted)
+
+        committed_before = committed()
         primary.kill()
         time.sleep(0.5)  # the orchestrator notices
         standby.promote()
         _wait_for(
-            lambda: sum(future.done() for future, _ in submitted) > resolved_before + 100,
+            lambda: committed() > committed_before + 100,
             "loader commits on the promoted standby",
         )
         stop_loading.set()

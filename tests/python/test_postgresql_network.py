@@ -116,9 +116,9 @@ def test_a_group_over_tcp_follows_a_failover(links, tmp_path, monkeypatch):
                 primary.kill()
                 time.sleep(0.5)
                 standby.promote()
-                resolved = sum(future.done() for future, _ in run.submitted)
+                committed = run.committed()
                 wait_for(
-                    lambda: sum(future.done() for future, _ in run.submitted) > resolved + 100,
+                    lambda: run.committed() > committed + 100,
                     "loader commits on the promoted standby",
                 )
                 errors, _applied = run.finish()
