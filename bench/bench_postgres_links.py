@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-import bench_hotkeys
 import percolite
+from bench_postgresql import load_backlog
 from common import BENCH_DIR, REPO_ROOT, RESULTS_DIR, scratch_dir
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "python"))
@@ -48,16 +48,8 @@ GROUP_THREADS = 4
 def run_round(server, link, delay_s: float, backlog: int, schema: str, seed: int) -> float:
     """Updates folded per second by a group over ``link`` through a proxy
     delaying ``delay_s`` each way."""
-    sample = bench_hotkeys.zipf_sampler(seed)
-    draws = [dict(sample()) for _ in range(backlog)]
-    expected: dict[str, int] = {}
-    for draw in draws:
-        for key, n in draw.items():
-            expected[key] = expected.get(key, 0) + n
     local = f"{server.uri}&schema={schema}"
-    with percolite.open(local, app=pg_app.app) as env, env.loader() as loader:
-        for draw in draws:
-            loader.submit(pg_app.hot.add, draw)
+    expected = load_backlog(local, backlog, seed)
     proxy = _network.DelayProxy(link.here, (link.here, server.port), delay_s)
     try:
         uri = f"postgresql://postgres@{link.here}:{proxy.port}/postgres?schema={schema}"

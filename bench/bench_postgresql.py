@@ -160,7 +160,10 @@ def _measure_sql(dsn: str, threads: int, seconds: float, seed: int, table: str) 
     }
 
 
-def _measure_groups(uri: str, groups: int, backlog: int, seed: int) -> dict[str, Any]:
+def load_backlog(uri: str, backlog: int, seed: int) -> dict[str, int]:
+    """``backlog`` transactions of ``bench_hotkeys``' draws added to
+    ``pg_app``'s combine queue at ``uri`` through a loader, no worker
+    running; returns the values they must fold into."""
     sys.path.insert(0, str(BENCH_DIR))
     import pg_app
 
@@ -173,6 +176,14 @@ def _measure_groups(uri: str, groups: int, backlog: int, seed: int) -> dict[str,
     with percolite.open(uri, app=pg_app.app) as env, env.loader() as loader:
         for draw in draws:
             loader.submit(pg_app.hot.add, draw)
+    return expected
+
+
+def _measure_groups(uri: str, groups: int, backlog: int, seed: int) -> dict[str, Any]:
+    sys.path.insert(0, str(BENCH_DIR))
+    import pg_app
+
+    expected = load_backlog(uri, backlog, seed)
     command = [sys.executable, "-m", "percolite", "worker", "pg_app:app"]
     command += ["--processes", "1", "--threads", str(GROUP_THREADS), "--until-idle"]
     child_env = {**os.environ, "PERCOLITE_DB": uri}
