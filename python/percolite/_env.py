@@ -650,9 +650,12 @@ class Env:
                 idle = self.wait(timeout=timeout, progress=progress)
             except WorkParked:
                 idle = True
-            stats = self._core.worker_stats()
         finally:
             self.stop_workers()
+        # Counted once stopped: a run whose commit the store shows done may
+        # be counted by its worker only when the commit's result comes back
+        # (on postgresql, from the writer thread), and stopping waits for it.
+        stats = self._core.worker_stats()
         totals = {
             key: sum(o[key] for o in stats["observers"])
             for key in ("runs", "commits", "conflicts", "failures")
