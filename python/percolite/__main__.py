@@ -184,14 +184,15 @@ def _print_server(server: dict) -> None:
         "every process)"
     )
     replication = server["replication"]
+    n = server["standbys"]
+    connected = f"{n} standby{'' if n == 1 else 's'} connected"
     if replication == "synchronous":
         names = server["synchronous_standby_names"]
-        print(f"  replication: synchronous ({names}), {server['standbys']} standbys connected")
+        print(f"  replication: synchronous ({names}), {connected}")
     elif replication == "asynchronous":
-        print(
-            f"  replication: asynchronous, {server['standbys']} standbys connected (a failover "
-            "may lose the last commits)"
-        )
+        print(f"  replication: asynchronous, {connected} (a failover may lose the last commits)")
+    else:
+        print("  replication: none, no standby connected (a lost server loses the store)")
     waits = server["waiting_for_standbys"]
     if waits["sessions"]:
         print(

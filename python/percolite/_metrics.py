@@ -367,6 +367,16 @@ def server_status(env: Any) -> dict[str, Any] | None:
                     last[qualifier.decode()] = json.loads(cell.value)
             except (ValueError, AttributeError):
                 continue  # a cell another version wrote
+    # This process's own events, not flushed yet (the recorder writes them
+    # every FLUSH_SECONDS): counted and shown now.
+    recorder = recorder_for(env)
+    flushed = recorder.last.get(0, {})
+    for name in totals:
+        totals[name] += max(0, int(stats[name]) - int(flushed.get((name, ""), 0)))
+    for kind in _EVENT_KINDS:
+        mine = stats["last_" + kind]
+        if mine is not None and (last[kind] is None or mine["unix"] > last[kind]["unix"]):
+            last[kind] = {**mine, "server": stats["server"], "process": recorder.id.decode()}
     return {
         "address": stats["server"],
         "replication": stats["replication"],
