@@ -187,6 +187,20 @@ class PatroniCluster:
                 raise TimeoutError(f"timed out waiting for {what}: {self.members()} {logs}")
             time.sleep(0.5)
 
+    def wait_for_steady_sync_standby(self, seconds: float, timeout: float = 120) -> None:
+        """Until one member has been the synchronous standby, without a
+        change, for ``seconds``."""
+        since: list = [None, 0.0]  # the standby, since when
+
+        def steady() -> bool:
+            names = [n for n, role, _state in self.members() if role == "sync_standby"]
+            current = names[0] if len(names) == 1 else None
+            if current != since[0]:
+                since[:] = [current, time.monotonic()]
+            return current is not None and time.monotonic() - since[1] >= seconds
+
+        self.wait_for(steady, f"a synchronous standby steady for {seconds} s", timeout)
+
     def kill_node(self, name: str) -> None:
         """SIGKILLs ``name``'s Patroni and postmaster together (Patroni would
         restart a postmaster killed alone, in place)."""
