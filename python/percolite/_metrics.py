@@ -174,8 +174,7 @@ class _Recorder:
 
             def write(tx: Any) -> None:
                 tx.set(_ROW, (_FAMILY, self.id), value)
-                for kind, event in events.items():
-                    tx.set(_ROW, (_EVENTS, kind.encode()), json.dumps(event).encode())
+                _write_events(tx, events)
 
             env.run(write)
             self.own_commits += 1
@@ -225,8 +224,7 @@ class _Recorder:
             events = self._new_events(env.core.stats())
 
             def fold(tx: Any) -> None:
-                for kind, event in events.items():
-                    tx.set(_ROW, (_EVENTS, kind.encode()), json.dumps(event).encode())
+                _write_events(tx, events)
                 stored = tx.get(_ROW, (_FAMILY, _RETIRED))
                 retired = _decode(json.loads(stored)) if stored else {}
                 for key, value in self.totals.items():
@@ -333,6 +331,13 @@ def pending_by_observer(env: Any) -> dict[str, int]:
         name = names.get(column, "(no observer)")
         pending_by[name] = pending_by.get(name, 0) + n
     return pending_by
+
+
+def _write_events(tx: Any, events: dict[str, dict[str, Any]]) -> None:
+    """Records the last reconnection and failover a process saw (in the
+    transaction that also writes its metrics)."""
+    for kind, event in events.items():
+        tx.set(_ROW, (_EVENTS, kind.encode()), json.dumps(event).encode())
 
 
 def server_status(env: Any) -> dict[str, Any] | None:
