@@ -46,6 +46,45 @@ percolite::ExportFn WithNativeSink(std::shared_ptr<percolite::NativeSink> sink,
   };
 }
 
+// The native sink of whatever built-in exporter a forwarding exporter names
+// for this batch (ExportQueue._make_native_sink in _export.py): `choose`
+// returns a NativeSink, or None when the exporter must take the batch. It
+// is asked at every batch, with the GIL, since the exporter may name
+// another sink later; the batch itself is applied without the GIL. A
+// `choose` that raises leaves the batch to the exporter, which raises the
+// same error its own way.
+class ChosenNativeSink : public percolite::NativeSink {
+ public:
+  explicit ChosenNativeSink(py::object choose)
+      : choose_(std::make_shared<PyCallable>(std::move(choose))) {}
+
+  std::optional<percolite::Status> Deliver(const std::vector<percolite::ExportEntry>& entries,
+                                           const percolite::StoreIdentity& store) override {
+    std::shared_ptr<percolite::NativeSink> sink;
+    percolite::Status chose = CallPython([&] {
+      py::object chosen = choose_->fn();
+      if (!chosen.is_none()) sink = chosen.cast<std::shared_ptr<percolite::NativeSink>>();
+      return percolite::Status::Ok();
+    });
+    if (!chose.ok() || !sink || closed_.load()) {
+      declined_.fetch_add(1);
+      return std::nullopt;
+    }
+    std::optional<percolite::Status> outcome = sink->Deliver(entries, store);
+    (outcome ? applied_ : declined_).fetch_add(1);
+    return outcome;
+  }
+  void Close() override { closed_.store(true); }
+  std::pair<uint64_t, uint64_t> Counters() const override {
+    return {applied_.load(), declined_.load()};
+  }
+
+ private:
+  const std::shared_ptr<PyCallable> choose_;
+  std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> applied_{0}, declined_{0};
+};
+
 }  // namespace
 
 void BindExportQueue(py::module_& m) {
@@ -104,6 +143,12 @@ void BindExportQueue(py::module_& m) {
         }
       },
       py::arg("spec"));
+  m.def(
+      "chosen_native_sink",
+      [](py::object choose) -> std::shared_ptr<percolite::NativeSink> {
+        return std::make_shared<ChosenNativeSink>(std::move(choose));
+      },
+      py::arg("choose"));
   m.def("hold_native_sinks", [](bool hold) { held_native_sinks.fetch_add(hold ? 1 : -1); });
   py::class_<percolite::ExportQueue, std::shared_ptr<percolite::ExportQueue>>(m, "ExportQueue")
       .def_static(

@@ -24,6 +24,7 @@ import os
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
@@ -163,6 +164,39 @@ def inject_exporter_faults(fails: Callable[[], bool] | None) -> None:
     _injected.exporter_fails = fails
 
 
+def _native_maker(exporter: Any) -> Any:
+    """The native-path factory of a built-in exporter (``_native_sink``), or
+    None. Only the built-in exporter classes themselves: a subclass may
+    change what a call does."""
+    return type(exporter).__dict__.get("_native_sink")
+
+
+class _Forwarded:
+    """For an exporter that forwards every batch, unchanged, to the exporter
+    its ``forward_to()`` returns at the time (one chosen by configuration in
+    each process, say): called by the core at each batch, it returns the
+    native path to that exporter, or None (the forwarding exporter takes the
+    batch). Each exporter's native path is made once and kept while the
+    exporter lives."""
+
+    delivery = "native when forward_to() returns a built-in SQLite sink"
+
+    def __init__(self, queue_id: str, forward_to: Callable[[], Any], kl: Any, vl: Any) -> None:
+        self.queue_id, self.forward_to, self.kl, self.vl = queue_id, forward_to, kl, vl
+        self.made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self.lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        target = self.forward_to()
+        make = _native_maker(target)
+        if make is None:
+            return None
+        with self.lock:
+            if target not in self.made:
+                self.made[target] = make(target, self.kl, self.vl)[0]
+            return self.made[target]
+
+
 class ExportQueue(Generic[K, V]):
     """Entries that leave for an external system once their transaction commits.
 
@@ -176,7 +210,10 @@ class ExportQueue(Generic[K, V]):
     core applies batches to the built-in sink itself (an
     :class:`percolite.exporters.SQLite` exporter, fixed codecs), else
     ``"python: "`` and why the exporter is called with every batch
-    (environment variable ``PERCOLITE_NATIVE_SINKS=0`` forces that).
+    (environment variable ``PERCOLITE_NATIVE_SINKS=0`` forces that), or
+    ``"forwarded: ..."`` for an exporter with a ``forward_to()`` method: one
+    that hands every batch unchanged to the exporter that method returns,
+    to which the core then applies the batch natively when it can.
     """
 
     def __init__(
@@ -238,16 +275,18 @@ class ExportQueue(Generic[K, V]):
         """The core's native path to a built-in sink (it applies batches
         itself, without Python) and ``"native"``, or None and why the
         exporter takes every batch: ``"python: ..."``."""
-        # Only the built-in exporter classes themselves: a subclass may change
-        # what a call does.
-        make = type(self.exporter).__dict__.get("_native_sink")
-        if make is None:
+        forward_to = getattr(self.exporter, "forward_to", None)
+        make = _native_maker(self.exporter)
+        if make is None and not callable(forward_to):
             return None, "python: the exporter has no native path (not a built-in SQLite sink)"
         if kl is None or vl is None:
             names = (self.key_codec.name, self.value_codec.name)
             return None, f"python: codecs {names} are not all fixed (str, bytes, int64, ...)"
         if os.environ.get("PERCOLITE_NATIVE_SINKS", "1") == "0":
             return None, "python: PERCOLITE_NATIVE_SINKS=0"
+        if make is None:
+            choose = _Forwarded(self.id, forward_to, kl, vl)
+            return _core.chosen_native_sink(choose), f"forwarded: {_Forwarded.delivery}"
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"
 

@@ -312,3 +312,69 @@ def test_the_delivery_says_why_a_queue_takes_the_python_path(tmp_path):
             assert out.delivery.startswith("python: ") and why in out.delivery
     sink.close()
     pairs.close()
+
+
+class Forward:
+    """A forwarding exporter, as an app writes one to pick its sink per
+    process: every batch goes, unchanged, to whatever ``target`` is now."""
+
+    def __init__(self, target):
+        self.target, self.calls = target, 0
+
+    def __call__(self, entries):
+        self.calls += 1
+        self.forward_to()(entries)
+
+    def forward_to(self):
+        if self.target is None:
+            raise RuntimeError("no sink chosen")
+        return self.target
+
+
+def test_a_forwarding_exporter_is_delivered_to_natively(tmp_path):
+    first = SQLite(tmp_path / "first.sqlite", "t")
+    forward = Forward(first)
+    rounds = [{f"k{i}": i for i in range(100)}, {f"k{i}": None for i in range(0, 100, 3)}]
+    out = run_queue(tmp_path, forward, rounds)
+    assert out.delivery.startswith("forwarded: ")
+    assert first.rows() == {f"k{i}": i for i in range(100) if i % 3}
+    applied, declined = out._native_sink.counters()
+    # The forwarder takes the first batch only (it sets the sink up); the
+    # core applies the other batches (16 entries each) to the sink it names.
+    assert forward.calls == declined >= 1 and applied >= 5
+    first.close()
+
+
+def test_a_forwarding_exporter_may_name_another_sink_or_one_without_a_native_path(tmp_path):
+    first, second = SQLite(tmp_path / "first.sqlite", "t"), SQLite(tmp_path / "second.sqlite", "t")
+    seen = []
+    forward = Forward(first)
+    app = percolite.App("native")
+    out = app.export_queue("out", forward, value_codec="int64", batch_size=16)
+    with percolite.open(tmp_path / "store", app=app, sync="none") as env:
+
+        def add(values):
+            env.run(lambda tx: [out.add(tx, k, v) for k, v in values.items()])
+            assert env.process(2)["idle"]
+
+        add({f"a{i}": i for i in range(40)})
+        forward.target = second
+        add({f"b{i}": i for i in range(40)})
+        forward.target = seen.extend  # a plain callable: the forwarder takes every batch
+        calls, (applied, declined) = forward.calls, out._native_sink.counters()
+        add({f"c{i}": i for i in range(40)})
+        now_applied, now_declined = out._native_sink.counters()
+        assert now_applied == applied and now_declined - declined == forward.calls - calls > 0
+        # forward_to raises: the batch fails as the forwarder's call does
+        # (retried, well before max_attempts), and is applied once it works.
+        forward.target = None
+        env.run(lambda tx: out.add(tx, "d", 1))
+        failed = env.process(2, timeout=0.5)
+        assert failed["failures"] >= 1 and not failed["idle"]
+        forward.target = first
+        assert env.process(2)["idle"]
+    assert first.rows() == {**{f"a{i}": i for i in range(40)}, "d": 1}
+    assert second.rows() == {f"b{i}": i for i in range(40)}
+    assert sorted(e.key for e in seen) == sorted(f"c{i}" for i in range(40))
+    first.close()
+    second.close()

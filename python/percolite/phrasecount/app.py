@@ -142,6 +142,11 @@ class _Forward:
     def __call__(self, entries: list[Any]) -> None:
         _current_sink()(entries)
 
+    def forward_to(self) -> Any:
+        """The sink every batch goes to now: the queue applies batches to it
+        natively (in C++, without Python) when it is a built-in SQLite sink."""
+        return _current_sink()
+
     def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
         return dict(_current_sink().take_over(store, epoch))
 
