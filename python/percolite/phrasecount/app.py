@@ -69,17 +69,21 @@ app: percolite.App = percolite.App("phrasecount")
 # the value pages of its bucket that hold its phrases, and phrases are spread
 # evenly, so its cost is about the bucket's pages, whatever it folds: the
 # value pages are rewritten about once per linger, however many buckets there
-# are. A long linger with a large buffer makes runs few and full (a hot
-# phrase is written once per run, not once per document): with the export
-# settings below, a large corpus takes less time and writes less to disk than
-# with a shorter linger, the built-in corpus the same time (figures in
-# bench/results/notes.md). The lingers cost no time at the end: cli.run
-# waits with env.wait once the documents are loaded, and a linger never
-# idles a waiter. Nor at the start: a young bucket goes at its second look
-# (combine_queue.md), so on the built-in corpus most counts are folded and
-# exported while the documents are still read.
+# are. A long linger makes runs few and full (a hot phrase is written once
+# per run, not once per document): with the export settings below, a large
+# corpus takes less time and writes less to disk than with a shorter linger,
+# the built-in corpus the same time. The buffer bounds a run's memory: the
+# pages a run rewrites are held in memory until it commits, and as the store
+# grows they are more distinct pages per run; a buffer of 16,384 keeps the
+# speed of one of 65,536 with a quarter less memory on a large corpus, and
+# one of 4,096 is slower (figures in bench/results/notes.md). The lingers
+# cost no time at the end: cli.run waits with env.wait once the documents
+# are loaded, and a linger never idles a waiter. Nor at the start: a young
+# bucket goes at its second look (combine_queue.md), so on the built-in
+# corpus most counts are folded and exported while the documents are still
+# read.
 phrase_counts: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
-    "phrases", buckets=16, value_codec="int64s:2", buffer_size=65536, linger=2.5
+    "phrases", buckets=16, value_codec="int64s:2", buffer_size=16384, linger=2.5
 )
 
 
