@@ -181,8 +181,8 @@ class _Forwarded:
 
     delivery = "native when forward_to() returns a built-in SQLite sink"
 
-    def __init__(self, queue_id: str, forward_to: Callable[[], Any], kl: Any, vl: Any) -> None:
-        self.queue_id, self.forward_to, self.kl, self.vl = queue_id, forward_to, kl, vl
+    def __init__(self, forward_to: Callable[[], Any], kl: Any, vl: Any) -> None:
+        self.forward_to, self.kl, self.vl = forward_to, kl, vl
         self.made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
 
@@ -285,7 +285,7 @@ class ExportQueue(Generic[K, V]):
         if os.environ.get("PERCOLITE_NATIVE_SINKS", "1") == "0":
             return None, "python: PERCOLITE_NATIVE_SINKS=0"
         if make is None:
-            choose = _Forwarded(self.id, forward_to, kl, vl)
+            choose = _Forwarded(forward_to, kl, vl)
             return _core.chosen_native_sink(choose), f"forwarded: {_Forwarded.delivery}"
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"
