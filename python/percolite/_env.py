@@ -861,9 +861,13 @@ class Env:
         count}``, found by a scan; ``queues=False`` skips the scan, for
         frequent polling); the state of each export queue's sink (``sinks``,
         as :meth:`sinks` gives it, with ``waiting``: the entries queued,
-        None without the scan); this process's worker pool (``workers``:
-        ``running``, ``threads``, ``queued`` notifications, ``active`` runs,
-        ``committing``: runs whose commits are with the writer or wait to be
+        None without the scan; for the bound app's queues also
+        ``delivery``, as the queue says it, and this process's
+        ``native_batches`` and ``exporter_batches``: the batches applied to
+        a built-in sink by the core, and those its exporter took); this
+        process's worker pool (``workers``: ``running``, ``threads``,
+        ``queued`` notifications, ``active`` runs, ``committing``: runs
+        whose commits are with the writer or wait to be
         settled, their notifications held meanwhile, and ``lease``); the
         worker leases of every process (``leases``: owner, group, threads,
         expiry, last renewal, live, partitions taken); this process's commit
@@ -920,6 +924,9 @@ class Env:
         sinks = self.sinks()
         for queue_id, state in sinks.items():
             state["waiting"] = depths.get(queue_id)
+            queue = self._app.queues.get(queue_id) if self._app is not None else None
+            if isinstance(queue, ExportQueue):
+                state.update(_delivery_status(queue))
         return {
             "path": self.path,
             "identity": recorded_identity(self),
@@ -1106,6 +1113,20 @@ def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
     if not all(isinstance(n, str) for n in names):
         raise TypeError(message)
     return names
+
+
+def _delivery_status(queue: ExportQueue) -> dict[str, Any]:
+    """How an export queue of the bound app delivers its batches: its
+    ``delivery`` and, in this process, the batches the core applied to the
+    built-in sink itself (``native_batches``) and those the exporter took
+    (``exporter_batches``: all of them on the Python path)."""
+    batches, _entries = queue.core.counters()
+    native = queue._native_sink.counters()[0] if queue._native_sink is not None else 0
+    return {
+        "delivery": queue.delivery,
+        "native_batches": native,
+        "exporter_batches": batches - native,
+    }
 
 
 def _sinks_note(sinks: dict[str, dict[str, Any]]) -> str:

@@ -345,6 +345,34 @@ def test_a_forwarding_exporter_is_delivered_to_natively(tmp_path):
     first.close()
 
 
+@pytest.mark.parametrize("how", ["native", "forwarded", "python"])
+def test_the_status_says_how_each_batch_was_delivered(tmp_path, monkeypatch, how):
+    if how == "python":
+        monkeypatch.setenv("PERCOLITE_NATIVE_SINKS", "0")
+    sink = SQLite(tmp_path / "out.sqlite", "t")
+    forward = Forward(sink)
+    app = percolite.App("native")
+    out = app.export_queue(
+        "out", forward if how == "forwarded" else sink, value_codec="int64", batch_size=16
+    )
+    with percolite.open(tmp_path / "store", app=app, sync="none") as env:
+        env.run(lambda tx: [out.add(tx, f"k{i}", i) for i in range(200)])
+        assert env.process(2)["idle"]
+        state = env.status()["sinks"]["out"]
+    batches, _ = out.core.counters()
+    assert state["state"] == "ok" and state["delivery"] == out.delivery
+    assert state["delivery"].startswith({"python": "python: "}.get(how, how))
+    assert state["native_batches"] + state["exporter_batches"] == batches >= 13
+    if how == "python":
+        assert state["native_batches"] == 0
+    else:  # the exporter sets the sink up with the first batches, the core does the rest
+        assert 1 <= state["exporter_batches"] < state["native_batches"]
+    if how == "forwarded":
+        assert state["exporter_batches"] == forward.calls
+    assert sink.rows() == {f"k{i}": i for i in range(200)}
+    sink.close()
+
+
 def test_a_forwarding_exporter_may_name_another_sink_or_one_without_a_native_path(tmp_path):
     first, second = SQLite(tmp_path / "first.sqlite", "t"), SQLite(tmp_path / "second.sqlite", "t")
     seen = []

@@ -246,7 +246,8 @@ def check_outage(tmp_path, sink_dir, sink_app, settings, outage, server) -> None
         assert sink_rows(sink_dir) == sink_app.expected(2)
     after = status_json(db, sink_dir)
     assert after["parked"] == 0 and after["pending"] == 0
-    assert after["sinks"]["out"] == {"state": "ok", "waiting": 0}
+    out = after["sinks"]["out"]
+    assert (out["state"], out["waiting"]) == ("ok", 0) and "last_error" not in out
     lines = [line for line in log_path.read_text().splitlines() if "percolite.observers" in line]
     failing = [line for line in lines if "the sink is failing" in line]
     assert len(failing) == 1, lines
