@@ -926,7 +926,7 @@ class Env:
             state["waiting"] = depths.get(queue_id)
             queue = self._app.queues.get(queue_id) if self._app is not None else None
             if isinstance(queue, ExportQueue):
-                state.update(_delivery_status(queue))
+                state.update(queue.delivered())
         return {
             "path": self.path,
             "identity": recorded_identity(self),
@@ -1113,20 +1113,6 @@ def _names(value: str | Iterable[str] | None, what: str) -> list[str] | None:
     if not all(isinstance(n, str) for n in names):
         raise TypeError(message)
     return names
-
-
-def _delivery_status(queue: ExportQueue) -> dict[str, Any]:
-    """How an export queue of the bound app delivers its batches: its
-    ``delivery`` and, in this process, the batches the core applied to the
-    built-in sink itself (``native_batches``) and those the exporter took
-    (``exporter_batches``: all of them on the Python path)."""
-    batches, _entries = queue.core.counters()
-    native = queue._native_sink.counters()[0] if queue._native_sink is not None else 0
-    return {
-        "delivery": queue.delivery,
-        "native_batches": native,
-        "exporter_batches": batches - native,
-    }
 
 
 def _sinks_note(sinks: dict[str, dict[str, Any]]) -> str:

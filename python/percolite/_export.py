@@ -290,6 +290,20 @@ class ExportQueue(Generic[K, V]):
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"
 
+    def delivered(self) -> dict[str, Any]:
+        """How this queue delivers its batches: ``{"delivery"}`` as the
+        attribute says it, and, in this process, the batches the core
+        applied to a built-in sink itself (``native_batches``) and those
+        the exporter took (``exporter_batches``: every batch on the Python
+        path; with a native path, the first ones, which set the sink up)."""
+        batches, _entries = self._core.counters()
+        native = self._native_sink.counters()[0] if self._native_sink is not None else 0
+        return {
+            "delivery": self.delivery,
+            "native_batches": native,
+            "exporter_batches": batches - native,
+        }
+
     def _runner(self, decoded: bool) -> Callable:
         """The exporter's wrapper; ``decoded``: the core decodes the entries
         (built-in codecs), else they come as ``(key, value, seq)`` bytes."""
