@@ -179,8 +179,6 @@ class _Forwarded:
     batch). Each exporter's native path is made once and kept while the
     exporter lives."""
 
-    delivery = "native when forward_to() returns a built-in SQLite sink"
-
     def __init__(self, forward_to: Callable[[], Any], kl: Any, vl: Any) -> None:
         self.forward_to, self.kl, self.vl = forward_to, kl, vl
         self.made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -273,8 +271,10 @@ class ExportQueue(Generic[K, V]):
 
     def _make_native_sink(self, kl: Any, vl: Any) -> tuple[Any, str]:
         """The core's native path to a built-in sink (it applies batches
-        itself, without Python) and ``"native"``, or None and why the
-        exporter takes every batch: ``"python: ..."``."""
+        itself, without Python) and ``"native"``; for an exporter with a
+        ``forward_to()``, the path chosen at each batch (``_Forwarded``) and
+        ``"forwarded: ..."``; or None and why the exporter takes every
+        batch: ``"python: ..."``."""
         forward_to = getattr(self.exporter, "forward_to", None)
         make = _native_maker(self.exporter)
         if make is None and not callable(forward_to):
@@ -286,7 +286,8 @@ class ExportQueue(Generic[K, V]):
             return None, "python: PERCOLITE_NATIVE_SINKS=0"
         if make is None:
             choose = _Forwarded(forward_to, kl, vl)
-            return _core.chosen_native_sink(choose), f"forwarded: {_Forwarded.delivery}"
+            why = "forwarded: native when forward_to() returns a built-in SQLite sink"
+            return _core.chosen_native_sink(choose), why
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"
 

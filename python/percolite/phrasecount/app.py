@@ -144,7 +144,7 @@ class _Forward:
     for :meth:`percolite.Env.take_over_sink`."""
 
     def __call__(self, entries: list[Any]) -> None:
-        _current_sink()(entries)
+        self.forward_to()(entries)
 
     def forward_to(self) -> Any:
         """The sink every batch goes to now: the queue applies batches to it
