@@ -17,12 +17,26 @@ from _postgres import (  # noqa: F401 - fixtures: real servers
     postgres_server,
     primary_and_standby,
 )
+from _sql_targets import PostgresTarget, SQLiteTarget
 from children import POSTGRES_VARIABLE, open_store, store_target
 
 __all__ = ["BACKENDS", "COL", "as_tuples", "committed_cells", "open_store", "store_target"]
 
 # A column most tests write to.
 COL = ("f", "q")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request, tmp_path):
+    """A test of the SQL exporters taking it runs against SQLite and against
+    PostgreSQL (``_sql_targets``)."""
+    if request.param == "sqlite":
+        made = SQLiteTarget(tmp_path)
+    else:
+        made = PostgresTarget(request.getfixturevalue("postgres_dsn"))
+    yield made
+    for exporter in made.made:
+        exporter.close()
 
 
 @pytest.fixture

@@ -291,6 +291,7 @@ def test_an_export_queue_delivers_natively_unless_told_not_to(tmp_path, monkeypa
 def test_the_delivery_says_why_a_queue_takes_the_python_path(tmp_path):
     sink = SQLite(tmp_path / "out.sqlite", "t")
     pairs = SQLite(tmp_path / "out.sqlite", "p", key=("a", "b"))
+    shared = SQLite(tmp_path / "out.sqlite", "s", seq="s_seq")
 
     class Mine(SQLite):
         pass
@@ -302,6 +303,7 @@ def test_the_delivery_says_why_a_queue_takes_the_python_path(tmp_path):
         "json": (sink, "json", "not all fixed"),
         "pickle": (sink, "pickle", "not all fixed"),
         "misfit": (pairs, "int64", "the key codec str does not fit the key columns"),
+        "shared": (shared, "int64", "shared rows are applied by the exporter"),
         "native": (sink, "int64", None),
     }
     for name, (exporter, codec, why) in cases.items():
@@ -310,8 +312,8 @@ def test_the_delivery_says_why_a_queue_takes_the_python_path(tmp_path):
             assert out.delivery == "native"
         else:
             assert out.delivery.startswith("python: ") and why in out.delivery
-    sink.close()
-    pairs.close()
+    for exporter in (sink, pairs, shared):
+        exporter.close()
 
 
 class Forward:

@@ -10,7 +10,6 @@ against a real temporary server (``_postgres.py``), never a mock.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
@@ -25,82 +24,9 @@ import percolite.exporters
 import pytest
 from _export_histories import batches_of, export_from_processes, highest_seqs, history, reference
 from _isolated import run_child
+from _sql_targets import TABLE_NUMBERS, SQLiteTarget
 from percolite._export import SequencedExport as E
 from percolite.errors import ClosedError
-
-_TABLE_NUMBERS = itertools.count()
-
-
-class SQLiteTarget:
-    """Makes SQLite exporters on one file of the test's tmp dir."""
-
-    kind = "sqlite"
-
-    def __init__(self, tmp_path):
-        self.location = str(tmp_path / "export.sqlite")
-        self.made = []
-
-    def table_name(self, table):
-        return table
-
-    def exporter(self, table="t", **options):
-        exporter = percolite.exporters.SQLite(self.location, table, **options)
-        self.made.append(exporter)
-        return exporter
-
-    def sql(self, query, params=()):
-        with closing(sqlite3.connect(self.location)) as conn, conn:
-            return conn.execute(query, params).fetchall()
-
-    def column_types(self, table):
-        return {row[1]: row[2] for row in self.sql(f'PRAGMA table_info("{table}")')}
-
-
-class PostgresTarget:
-    """Makes Postgres exporters on the session's server, with table names
-    unique to the test."""
-
-    kind = "postgres"
-
-    def __init__(self, dsn):
-        self.location = dsn
-        self.prefix = f"t{next(_TABLE_NUMBERS)}"
-        self.made = []
-
-    def table_name(self, table):
-        return f"{self.prefix}_{table}"
-
-    def exporter(self, table="t", **options):
-        name = self.table_name(table)
-        exporter = percolite.exporters.Postgres(self.location, name, **options)
-        self.made.append(exporter)
-        return exporter
-
-    def sql(self, query, params=()):
-        import psycopg
-
-        with psycopg.connect(self.location) as conn:
-            cursor = conn.execute(query.replace("?", "%s"), params)
-            return cursor.fetchall() if cursor.description else []
-
-    def column_types(self, table):
-        query = (
-            "SELECT column_name, upper(data_type) FROM information_schema.columns"
-            " WHERE table_name = ?"
-        )
-        return dict(self.sql(query, (table,)))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def target(request, tmp_path):
-    """Each SQL exporter test runs against SQLite and against PostgreSQL."""
-    if request.param == "sqlite":
-        made = SQLiteTarget(tmp_path)
-    else:
-        made = PostgresTarget(request.getfixturevalue("postgres_dsn"))
-    yield made
-    for exporter in made.made:
-        exporter.close()
 
 
 def guard_seqs(target, exporter):
@@ -606,7 +532,7 @@ def test_postgres_check_connects_to_a_live_server(postgres_dsn):
 
 
 def test_postgres_refuses_to_guess_the_type_of_a_column_without_values(postgres_dsn):
-    table = f"t{next(_TABLE_NUMBERS)}"
+    table = f"t{next(TABLE_NUMBERS)}"
     with percolite.exporters.Postgres(postgres_dsn, table, columns=("x", "y")) as exporter:
         with pytest.raises(ValueError, match="cannot choose a type for column 'y'"):
             exporter([E("a", (1, None), 1)])

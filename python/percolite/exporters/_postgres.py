@@ -34,8 +34,9 @@ class Postgres(_SQLExporter):
     (a libpq connection string or URL), through psycopg 3.
 
     The layout, the guard table ``<table>_seq``, the owner table
-    ``<table>_owner`` (a sink belongs to one store), ``key``, ``columns`` and
-    ``create`` are as for :class:`SQLite`; created column types are BIGINT,
+    ``<table>_owner`` (a sink belongs to one store), ``key``, ``columns``,
+    ``rows``, ``seq``, ``makes_rows`` and ``create`` are as for
+    :class:`SQLite`; created column types are BIGINT,
     DOUBLE PRECISION, TEXT and BYTEA, and ``seq BIGINT NOT NULL``. A value
     column that is None in every entry of the batch that would create the
     table has no type to take: that call raises ValueError (create the table
@@ -63,6 +64,7 @@ class Postgres(_SQLExporter):
     _mark = "%s"
     _seq_type = "BIGINT"
     _owner_lock = " FOR SHARE"
+    _conditional_parts = False  # a call applies the entries whose guard rose
 
     def __init__(
         self,
@@ -71,6 +73,9 @@ class Postgres(_SQLExporter):
         *,
         key: Any = "key",
         columns: Any = "value",
+        rows: Any = None,
+        seq: str = "seq",
+        makes_rows: bool = True,
         create: bool = True,
         connect_timeout: float = 5,
     ) -> None:
@@ -95,11 +100,14 @@ class Postgres(_SQLExporter):
         if "," in str(given.get("host", "")) and "target_session_attrs" not in given:
             options["target_session_attrs"] = "read-write"
         self._connect_options = options
-        self._set_up(table, key, columns, create)
-        if len(self.owner_table.encode()) > _POSTGRES_MAX_IDENTIFIER:
+        self._set_up(table, key, columns, create, rows, seq, makes_rows)
+        fill = self._sql.fill_name if self._layout.is_part else ""
+        longest = max(self.owner_table, fill, key=len)
+        if len(longest.encode()) > _POSTGRES_MAX_IDENTIFIER:
             raise ValueError(
                 f"table name {table!r} is too long: PostgreSQL names have at most "
-                f"{_POSTGRES_MAX_IDENTIFIER} bytes, and the owner table adds '_owner'"
+                f"{_POSTGRES_MAX_IDENTIFIER} bytes, and the exporter's table {longest!r} "
+                "is longer"
             )
 
     def _connect(self) -> Any:
@@ -126,9 +134,15 @@ class Postgres(_SQLExporter):
         if not rows:
             return
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            if self._layout.is_part and not self._layout.row_columns:
+                self._lock_shared_rows(cursor)
             self._check_owner(cursor, entries)
             has_main = self._tables_ready or self._ensure_tables(cursor, rows)
             applied = self._raise_guards(cursor, rows)
+            if self._layout.is_part:
+                if has_main:
+                    self._write_part(cursor, applied)
+                applied = []
             upserts = [
                 (*row.key_cells, *row.value_cells, row.seq)
                 for row in applied
@@ -161,6 +175,18 @@ class Postgres(_SQLExporter):
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             return self._read_owner(cursor)
 
+    def _lock_shared_rows(self, cursor: Any) -> None:
+        """Shared rows: a call that fills columns runs alone, calls that
+        make rows side by side, until the transaction ends. Else a row being
+        inserted (its trigger reading the guard table) and an update of its
+        filled columns (which does not see that row yet) would miss each
+        other. Taken first, before any other lock, so it cannot deadlock."""
+        take = (
+            "pg_advisory_xact_lock_shared" if self._layout.makes_rows else "pg_advisory_xact_lock"
+        )
+        lock_name = f"percolite.exporters {self.table} shared rows"
+        cursor.execute(f"SELECT {take}(hashtext(%s))", (lock_name,))
+
     def _lock_owner(self, cursor: Any) -> None:
         # Two calls adopting a new sink at once would each insert an owner.
         lock_name = f"percolite.exporters {self.table} owner"
@@ -170,9 +196,7 @@ class Postgres(_SQLExporter):
         """Runs the guard upsert of every row (pipelined); returns the rows
         whose guard changed, which are the ones to apply."""
         cursor.executemany(
-            self._sql.guard_upsert + " RETURNING seq",
-            [(*row.key_cells, row.seq) for row in rows],
-            returning=True,
+            self._sql.guard_upsert + " RETURNING seq", self._guard_params(rows), returning=True
         )
         applied = []
         for row in rows:  # one result per row: a returned seq means the guard changed
@@ -202,9 +226,48 @@ class Postgres(_SQLExporter):
         cursor.execute("SELECT to_regclass(%s)", (_quote(table),))
         return cursor.fetchone()[0] is not None
 
+    def _column_names(self, cursor: Any, table: str) -> set[str]:
+        cursor.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+            " AND attnum > 0 AND NOT attisdropped",
+            (_quote(table),),
+        )
+        return {str(row[0]).lower() for row in cursor.fetchall()}
+
+    def _install_fill(self, cursor: Any) -> bool:
+        layout, sql = self._layout, self._sql
+        name = sql.fill_name
+        cursor.execute(
+            "SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s",
+            (_quote(layout.table), name),
+        )
+        if cursor.fetchone() is not None:
+            return False
+        guard = _quote(layout.guard_table)
+        match = " AND ".join(f"kept.{_quote(k)} = NEW.{_quote(k)}" for k in layout.key_columns)
+        assign = " ".join(
+            f"NEW.{_quote(column)} := kept_row.{_quote(column)};" for column in layout.value_columns
+        )
+        # The body is plain SQL text: every name in it passed _identifier.
+        cursor.execute(
+            f"CREATE OR REPLACE FUNCTION {_quote(name)}() RETURNS trigger"
+            " LANGUAGE plpgsql AS $fill$"
+            f" DECLARE kept_row record; BEGIN"
+            f" SELECT * INTO kept_row FROM {guard} AS kept WHERE {match};"
+            f" IF FOUND THEN {assign} NEW.{_quote(layout.seq_column)} := kept_row.seq; END IF;"
+            f" RETURN NEW; END $fill$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER {_quote(name)} BEFORE INSERT ON {_quote(layout.table)}"
+            f" FOR EACH ROW EXECUTE FUNCTION {_quote(name)}()"
+        )
+        return True
+
     def rows(self) -> dict[str, Any]:
         """The main table as ``{key: value}`` (tuple keys and values for
-        several columns, in column order); {} before the table exists."""
+        several columns, in column order); {} before the table exists. For
+        a row group, ``{key: {row key: value}}``; for an exporter that does
+        not make rows, the rows that have its values."""
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
             if not self._exists(cursor, self.table):
                 return {}

@@ -92,6 +92,25 @@ def _cells(entries: Sequence, scalar: bool) -> Iterable:
     return values if scalar else chain.from_iterable(values)
 
 
+def _spread(spec: Any, names: tuple[Any, ...], given: Any, what: str, role: str) -> tuple:
+    """The cells of a key (or row key) ``given`` for the column(s) ``spec``
+    (a name: a scalar; a tuple of names: a tuple of that length)."""
+    if isinstance(spec, str):
+        cells: Sequence = (given,)
+    elif isinstance(given, (tuple, list)) and len(given) == len(names):
+        cells = given
+    else:
+        raise ValueError(
+            f"{what} does not fit the {role} columns {names}: expected a tuple of {len(names)}"
+        )
+    out = []
+    for column, cell in zip(names, cells, strict=True):
+        if cell is None:
+            raise ValueError(f"{what}: {role} column {column!r} cannot be None")
+        out.append(_sql_scalar(cell, lambda c=column: f"{what}, column {c!r}"))
+    return tuple(out)
+
+
 class _Row(NamedTuple):
     key: Any  # as given, for messages
     key_cells: tuple  # one cell per key column
@@ -108,44 +127,58 @@ def _sort_key(cells: tuple[Any, ...]) -> tuple[Any, ...]:
 class _Layout:
     """Where keys and values go: ``key`` and ``columns`` as the user gave them."""
 
-    def __init__(self, table: Any, key: Any, columns: Any) -> None:
+    def __init__(
+        self,
+        table: Any,
+        key: Any,
+        columns: Any,
+        rows: Any = None,
+        seq: Any = "seq",
+        makes_rows: bool = True,
+    ) -> None:
         self.table = _identifier(table, "table")
         if table.lower() == "excluded":
             raise ValueError(
                 "table 'excluded' cannot be used: in an upsert that name is the incoming row"
             )
-        self.guard_table = f"{table}_seq"
-        self.owner_table = f"{table}_owner"
+        self.seq_column = _identifier(seq, "seq")
+        if not isinstance(makes_rows, bool):
+            raise ValueError(f"makes_rows must be True or False, not {makes_rows!r}")
+        self.makes_rows = makes_rows
+        self.rows = rows
+        self.row_columns = () if rows is None else _names(rows, "rows")
+        if self.row_columns and not makes_rows:
+            raise ValueError(
+                "rows= and makes_rows=False do not go together: a row group's entry "
+                "makes and deletes the group's rows"
+            )
+        if not makes_rows and seq.lower() == "seq":
+            raise ValueError(
+                "makes_rows=False needs seq= naming this exporter's own seq column: 'seq' "
+                "is the one of the exporter that makes the rows"
+            )
+        # Row groups and shared rows (a seq column of its own) keep a guard
+        # row for every key and are applied by the statements of _parts.
+        self.is_part = bool(self.row_columns) or seq != "seq" or not makes_rows
+        self.guard_table = f"{table}_{seq}"
+        self.owner_table = f"{table}_owner" if seq == "seq" else f"{table}_{seq}_owner"
         self.key = key
         self.columns = columns
         self.key_columns = _names(key, "key")
         self.value_columns = _names(columns, "columns")
-        every = [*self.key_columns, *self.value_columns, "seq"]
+        every = [*self.key_columns, *self.row_columns, *self.value_columns, seq]
         folded = [name.lower() for name in every]
         for name in every:
             if folded.count(name.lower()) > 1:
-                why = "it is the seq column" if name.lower() == "seq" else "it appears twice"
+                why = "it is the seq column" if name.lower() == seq.lower() else "it appears twice"
                 raise ValueError(
-                    f"column {name!r} cannot be used: {why} "
-                    f"(key={key!r}, columns={columns!r}; names are compared ignoring case)"
+                    f"column {name!r} cannot be used: {why} (key={key!r}, "
+                    + (f"rows={rows!r}, " if rows is not None else "")
+                    + f"columns={columns!r}, seq={seq!r}; names are compared ignoring case)"
                 )
 
     def key_cells(self, key: Any) -> tuple[Any, ...]:
-        if isinstance(self.key, str):
-            cells: Sequence = (key,)
-        elif isinstance(key, (tuple, list)) and len(key) == len(self.key_columns):
-            cells = key
-        else:
-            raise ValueError(
-                f"key {key!r} does not fit the key columns {self.key_columns}: "
-                f"expected a tuple of {len(self.key_columns)}"
-            )
-        out = []
-        for column, cell in zip(self.key_columns, cells, strict=True):
-            if cell is None:
-                raise ValueError(f"key {key!r}: key column {column!r} cannot be None")
-            out.append(_sql_scalar(cell, lambda c=column: f"key {key!r}, column {c!r}"))
-        return tuple(out)
+        return _spread(self.key, self.key_columns, key, f"key {key!r}", "key")
 
     def value_cells(self, key: Any, value: Any) -> tuple[Any, ...]:
         columns = self.value_columns
@@ -174,6 +207,37 @@ class _Layout:
             for name, cell in zip(columns, cells, strict=True)
         )
 
+    def group_cells(self, key: Any, value: Any) -> tuple[Any, ...]:
+        """The rows of a row group's value, ``((row_key_cells,
+        value_cells), ...)`` in row-key order; ``value`` is a dict ``{row
+        key: value}`` or a sequence of ``(row key, value)`` pairs."""
+
+        def bad(why: str) -> ValueError:
+            return ValueError(
+                f"value of key {key!r} is not a row group for rows={self.rows!r}: {why}"
+            )
+
+        if isinstance(value, dict):
+            pairs: Iterable[Any] = value.items()
+        elif isinstance(value, (tuple, list)):
+            pairs = value
+        else:
+            raise bad(f"expected a dict {{row key: value}} or (row key, value) pairs: {value!r}")
+        cells: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise bad(f"{pair!r} is not a (row key, value) pair")
+            row_key, row_value = pair
+            row_cells = _spread(
+                self.rows, self.row_columns, row_key, f"row key {row_key!r} of key {key!r}", "row"
+            )
+            if row_cells in cells:
+                raise bad(f"row key {row_key!r} appears twice")
+            if row_value is None:
+                raise bad(f"row key {row_key!r} has no value (leave the row out instead)")
+            cells[row_cells] = self.value_cells(key, row_value)
+        return tuple(sorted(cells.items(), key=lambda item: _sort_key(item[0])))
+
     def collapse(self, entries: Iterable[Any]) -> list[Any]:
         """The newest entry of each key, checked and mapped to cells, in key
         order. Raises ValueError for a bad entry before anything is written."""
@@ -186,7 +250,12 @@ class _Layout:
         for entry in entries:
             seq = _check_seq(entry)
             key_cells = self.key_cells(entry.key)
-            value_cells = None if entry.value is None else self.value_cells(entry.key, entry.value)
+            if entry.value is None:
+                value_cells = None
+            elif self.row_columns:
+                value_cells = self.group_cells(entry.key, entry.value)
+            else:
+                value_cells = self.value_cells(entry.key, entry.value)
             kept = newest.get(key_cells)
             if kept is None or seq > kept.seq:
                 newest[key_cells] = _Row(entry.key, key_cells, value_cells, seq)
@@ -198,7 +267,7 @@ class _Layout:
         int seqs in range. One tight loop instead of the checks per cell;
         ``None`` when an entry needs the general path (which also names what
         is wrong with it)."""
-        if not isinstance(self.key, str):
+        if not isinstance(self.key, str) or self.row_columns:
             return None
         scalar = isinstance(self.columns, str)
         width = len(self.value_columns)
@@ -282,6 +351,8 @@ class _Layout:
         # A list: what an export queue sends (percolite.ExportBatch) or a plain one.
         if not isinstance(self.key, str) or not isinstance(entries, list) or not entries:
             return None
+        if self.is_part:
+            return None
         try:
             keys = list(map(_KEY, entries))
             values = list(map(_VALUE, entries))
@@ -331,7 +402,15 @@ class _Layout:
         return cells[0] if isinstance(self.columns, str) else tuple(cells)
 
     def describe(self) -> str:
-        return f"table={self.table!r} key={self.key!r} columns={self.columns!r}"
+        text = f"table={self.table!r} key={self.key!r}"
+        if self.rows is not None:
+            text += f" rows={self.rows!r}"
+        text += f" columns={self.columns!r}"
+        if self.seq_column != "seq":
+            text += f" seq={self.seq_column!r}"
+        if not self.makes_rows:
+            text += " makes_rows=False"
+        return text
 
 
 def _column_types(
@@ -453,9 +532,29 @@ class _SQLExporter:
     # where write transactions may run side by side.
     _owner_lock = ""
 
-    def _set_up(self, table: Any, key: Any, columns: Any, create: bool) -> None:
-        self._layout = _Layout(table, key, columns)
-        self._sql = _Statements(self._layout, self._mark, self._seq_type)
+    # Whether the statements of row groups and shared rows check the guard
+    # themselves (else the call applies only the entries whose guard rose).
+    _conditional_parts = True
+
+    def _set_up(
+        self,
+        table: Any,
+        key: Any,
+        columns: Any,
+        create: bool,
+        rows: Any = None,
+        seq: Any = "seq",
+        makes_rows: bool = True,
+    ) -> None:
+        self._layout = _Layout(table, key, columns, rows, seq, makes_rows)
+        if self._layout.is_part:
+            from ._sql_parts import _PartStatements
+
+            self._sql: Any = _PartStatements(
+                self._layout, self._mark, self._seq_type, self._conditional_parts
+            )
+        else:
+            self._sql = _Statements(self._layout, self._mark, self._seq_type)
         self.create: bool = bool(create)
         self._tables_ready = False  # both tables known to exist
         self._owner_ready = False  # the owner table known to exist
@@ -465,6 +564,16 @@ class _SQLExporter:
         raise NotImplementedError
 
     def _exists(self, handle: Any, table: str) -> bool:
+        raise NotImplementedError
+
+    def _column_names(self, handle: Any, table: str) -> set[str]:
+        """The names of the columns of ``table``, lower-cased."""
+        raise NotImplementedError
+
+    def _install_fill(self, handle: Any) -> bool:
+        """For an exporter that does not make rows: installs, when missing,
+        the trigger that fills its columns of a row being inserted from its
+        guard table; returns whether it installed it."""
         raise NotImplementedError
 
     @property
@@ -487,6 +596,22 @@ class _SQLExporter:
         """The value column name, or the tuple of them."""
         return self._layout.columns
 
+    @property
+    def rows_key(self) -> Any:
+        """The row key column name (or tuple) of a row group; None otherwise."""
+        return self._layout.rows
+
+    @property
+    def seq_column(self) -> str:
+        """This exporter's seq column in the table."""
+        return self._layout.seq_column
+
+    @property
+    def makes_rows(self) -> bool:
+        """Whether this exporter's entries insert and delete rows (False: it
+        fills its columns of rows another exporter makes)."""
+        return self._layout.makes_rows
+
     def _ensure_tables(self, handle: Any, rows: list[Any]) -> bool:
         """Creates what is missing (or raises when ``create`` is false), in
         the call's transaction; returns whether the main table exists now
@@ -494,6 +619,8 @@ class _SQLExporter:
         deletes only creates the guard table: there is nothing to delete yet,
         and no value to choose the column types from."""
         layout, sql = self._layout, self._sql
+        if layout.is_part:
+            return self._ensure_part_tables(handle, rows)
         missing = [
             name for name in (layout.guard_table, layout.table) if not self._exists(handle, name)
         ]
@@ -507,6 +634,103 @@ class _SQLExporter:
                 return False
             handle.execute(sql.create_main(column_types))
         return True
+
+    def _ensure_part_tables(self, handle: Any, rows: list[Any]) -> bool:
+        """:meth:`_ensure_tables` of row groups and shared rows: makes the
+        guard table, the main table or this exporter's missing columns in
+        it, and (when it does not make rows) the trigger that fills them."""
+        from ._sql_parts import _part_types
+
+        layout, sql = self._layout, self._sql
+        types = _part_types(layout, rows, self._types, self._untyped)
+
+        def typed(names: tuple[Any, ...]) -> list[Any] | None:
+            if all(name in types for name in names):
+                return [types[name] for name in names]
+            return None
+
+        def refuse(what: str) -> RuntimeError:
+            return RuntimeError(f"{self!r}: {what} does not exist and create=False")
+
+        if not self._exists(handle, layout.guard_table):
+            if not self.create:
+                raise refuse(f"table {layout.guard_table!r}")
+            kept = () if layout.makes_rows else layout.value_columns
+            guard_types = typed((*layout.key_columns, *kept))
+            if guard_types is None:
+                raise ValueError(
+                    f"cannot choose types for the columns of table {layout.guard_table!r}: "
+                    "they are None in every entry of this batch; create the table yourself"
+                )
+            handle.execute(sql.create_part_guard(guard_types))
+        if not self._exists(handle, layout.table):
+            if not self.create:
+                raise refuse(f"table {layout.table!r}")
+            if typed((*layout.key_columns, *layout.row_columns, *layout.value_columns)) is None:
+                return False  # no value to choose the types from yet
+            for statement in sql.create_part_main(types):
+                handle.execute(statement)
+        else:
+            present = self._column_names(handle, layout.table)
+            for name in (*layout.value_columns, layout.seq_column):
+                if name.lower() in present:
+                    continue
+                if not self.create:
+                    raise refuse(f"column {name!r} of table {layout.table!r}")
+                if name == layout.seq_column:
+                    handle.execute(sql.add_column(name, self._seq_type))
+                elif name in types:
+                    handle.execute(sql.add_column(name, types[name]))
+                else:
+                    return False  # no value to choose its type from yet
+        if not layout.makes_rows and self._install_fill(handle):
+            handle.execute(sql.fill_rows)
+        return True
+
+    def _guard_params(self, rows: list[Any]) -> list[tuple[Any, ...]]:
+        """The parameters of the guard upserts of row groups and shared rows."""
+        if self._layout.makes_rows:
+            return [(*row.key_cells, row.seq) for row in rows]
+        empty = (None,) * len(self._layout.value_columns)
+        return [(*row.key_cells, row.seq, *(row.value_cells or empty)) for row in rows]
+
+    def _write_part(self, handle: Any, rows: list[Any]) -> None:
+        """Writes the main table for ``rows`` (their guards already raised)
+        of a row group or shared-row layout."""
+        layout, sql = self._layout, self._sql
+
+        def guarded(row: Any) -> tuple[Any, ...]:
+            return (*row.key_cells, row.seq) if self._conditional_parts else ()
+
+        def run(statement: str, params: list[Any]) -> None:
+            if params:
+                handle.executemany(statement, params)
+
+        if layout.row_columns:
+            run(sql.delete_group, [(*row.key_cells, row.seq, *guarded(row)) for row in rows])
+            inserts = [
+                (*row_cells, *row.key_cells, *cells, row.seq, *guarded(row))
+                for row in rows
+                if row.value_cells
+                for row_cells, cells in row.value_cells
+            ]
+            run(sql.insert_row, inserts)
+        elif layout.makes_rows:
+            deletes = [(*row.key_cells, *guarded(row)) for row in rows if row.value_cells is None]
+            run(sql.delete_row, deletes)
+            upserts = [
+                (*row.key_cells, *row.value_cells, row.seq, *guarded(row))
+                for row in rows
+                if row.value_cells is not None
+            ]
+            run(sql.upsert_row, upserts)
+        else:
+            empty = (None,) * len(layout.value_columns)
+            updates = [
+                (*(row.value_cells or empty), row.seq, *row.key_cells, *guarded(row))
+                for row in rows
+            ]
+            run(sql.update_row, updates)
 
     @property
     def owner_table(self) -> str:
@@ -556,7 +780,7 @@ class _SQLExporter:
         already serial needs none)."""
 
     def _forget_seqs(self, handle: Any) -> None:
-        if self._exists(handle, self.table):
+        if self._exists(handle, self.table) and self._has_seq_column(handle):
             handle.execute(self._sql.age_rows)
         if self._exists(handle, self.guard_table):
             handle.execute(self._sql.clear_guards)
@@ -567,7 +791,7 @@ class _SQLExporter:
         self._lock_owner(handle)
         previous = self._owner(handle)
         cleared = 0
-        if self._exists(handle, self.table):
+        if self._exists(handle, self.table) and self._has_seq_column(handle):
             cleared = int(handle.execute(sql.count_rows).fetchone()[0])
             handle.execute(sql.clear_rows)
         if self._exists(handle, self.guard_table):
@@ -595,6 +819,13 @@ class _SQLExporter:
         done = self._in_write_transaction(lambda handle: self._take_over_in(handle, store, epoch))
         self._owner_ready = True
         return dict(done)
+
+    def _has_seq_column(self, handle: Any) -> bool:
+        """Whether the main table has this exporter's seq column (shared rows
+        add theirs at their first batch)."""
+        if not self._layout.is_part:
+            return True
+        return self._layout.seq_column.lower() in self._column_names(handle, self.table)
 
     def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
         """``work(handle)`` in a write transaction of its own, committed when

@@ -6,6 +6,7 @@ import _sqlite3
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -15,6 +16,15 @@ from .._args import check_file_mode, check_parent_directory, check_positive_seco
 from ..errors import SinkBusy
 from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _open_created
 from ._sql import _quote, _SQLExporter
+
+_FILE_LOCKS: dict[str, ForkSafeLock] = {}
+_FILE_LOCKS_LOCK = threading.Lock()
+
+
+def _file_lock(path: str) -> ForkSafeLock:
+    """The lock the SQLite exporters of this process take to write ``path``."""
+    with _FILE_LOCKS_LOCK:
+        return _FILE_LOCKS.setdefault(path, ForkSafeLock())
 
 
 @contextlib.contextmanager
@@ -61,6 +71,14 @@ class SQLite(_SQLExporter):
     transaction; ``timeout`` is the busy timeout in seconds. The database is
     switched to WAL mode.
 
+    ``rows`` makes the table hold row groups: an entry's value is the
+    group's rows ``{row key: value}``, which replace the group's rows.
+    ``seq`` names this exporter's seq column, for shared rows: several
+    exporters writing disjoint columns of one table, one making the rows
+    (``makes_rows=True``), the others filling their columns of rows that
+    exist (``makes_rows=False``). See ``docs/exporters.md``, "Row groups and
+    shared rows".
+
     Raises at construction: FileNotFoundError when the directory of ``path``
     does not exist, ValueError for a bad name. Raises from a call (the batch
     stays queued): ValueError for an entry that does not fit the columns,
@@ -80,6 +98,9 @@ class SQLite(_SQLExporter):
         *,
         key: Any = "key",
         columns: Any = "value",
+        rows: Any = None,
+        seq: str = "seq",
+        makes_rows: bool = True,
         create: bool = True,
         timeout: float = 30.0,
         mode: int = DEFAULT_FILE_MODE,
@@ -92,10 +113,11 @@ class SQLite(_SQLExporter):
             )
         check_parent_directory(self.path)
         self.timeout: float = float(check_positive_seconds(timeout, "timeout"))
-        self._set_up(table, key, columns, create)
+        self._set_up(table, key, columns, create, rows, seq, makes_rows)
         # Calls of one process take turns here rather than in SQLite's busy
-        # handler, which sleeps in steps of milliseconds while it waits.
-        self._lock = ForkSafeLock()
+        # handler, which sleeps in steps of milliseconds while it waits: one
+        # lock per file, for the exporters of several queues writing it.
+        self._lock = _file_lock(self.path)
         # The native paths of export queues feeding this sink (_native_sink).
         self._native_sinks: list[Any] = []
 
@@ -134,6 +156,9 @@ class SQLite(_SQLExporter):
         """Applies ``entries`` (a list of :class:`SequencedExport`) in one
         SQLite transaction, each only if its seq is newer than the guard's."""
         layout = self._layout
+        if layout.is_part:
+            self._call_part(entries)
+            return
         # The usual batch, once the tables exist, needs no rows (sorted_values).
         values = layout.sorted_values(entries) if self._tables_ready else None
         rows = None if values is not None else layout.collapse(entries)
@@ -148,6 +173,22 @@ class SQLite(_SQLExporter):
                     rows = rows or layout.collapse(entries)
                     has_main = self._tables_ready or self._ensure_tables(conn, rows)
                     self._apply(conn, rows, has_main)
+        self._tables_ready = has_main
+        self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
+
+    def _call_part(self, entries: Iterable[Any]) -> None:
+        """:meth:`__call__` for row groups and shared rows."""
+        rows = self._layout.collapse(entries)
+        if not rows:
+            return
+        with self._lock, self._pool.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            with _committed(conn):
+                self._check_owner(conn, entries)
+                has_main = self._tables_ready or self._ensure_tables(conn, rows)
+                conn.executemany(self._sql.guard_upsert, self._guard_params(rows))
+                if has_main:
+                    self._write_part(conn, rows)
         self._tables_ready = has_main
         self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
 
@@ -332,6 +373,8 @@ class SQLite(_SQLExporter):
         this exporter's, which raises the error). The sink uses the SQLite
         library that the ``sqlite3`` module loaded: a second copy's file
         locks would not see the first's."""
+        if self._layout.is_part:
+            return None, "row groups and shared rows are applied by the exporter"
         cells = []
         for role, layout, spec, names in (
             ("key", key_layout, self._layout.key, self._layout.key_columns),
@@ -387,9 +430,35 @@ class SQLite(_SQLExporter):
         found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
         return conn.execute(found, (table,)).fetchone() is not None
 
+    def _column_names(self, conn: sqlite3.Connection, table: str) -> set[str]:
+        found = conn.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
+        return {str(row[1]).lower() for row in found}
+
+    def _install_fill(self, conn: sqlite3.Connection) -> bool:
+        layout, sql = self._layout, self._sql
+        trigger = sql.fill_name
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ? COLLATE NOCASE"
+        if conn.execute(found, (trigger,)).fetchone() is not None:
+            return False
+        table, guard = _quote(layout.table), _quote(layout.guard_table)
+        keys = [_quote(name) for name in layout.key_columns]
+        own = [*(_quote(name) for name in layout.value_columns), _quote(layout.seq_column)]
+        kept = [*(_quote(name) for name in layout.value_columns), "seq"]
+        new_key = " AND ".join(f"{guard}.{name} = NEW.{name}" for name in keys)
+        conn.execute(
+            f"CREATE TRIGGER {_quote(trigger)} AFTER INSERT ON {table} BEGIN"
+            f" UPDATE {table} SET ({', '.join(own)}) ="
+            f" (SELECT {', '.join(kept)} FROM {guard} WHERE {new_key})"
+            f" WHERE {' AND '.join(f'{name} = NEW.{name}' for name in keys)}"
+            f" AND EXISTS (SELECT 1 FROM {guard} WHERE {new_key}); END"
+        )
+        return True
+
     def rows(self) -> dict[str, Any]:
         """The main table as ``{key: value}`` (tuple keys and values for
-        several columns, in column order); {} before the table exists."""
+        several columns, in column order); {} before the table exists. For
+        a row group, ``{key: {row key: value}}``; for an exporter that does
+        not make rows, the rows that have its values."""
         with self._pool.connection() as conn:
             if not self._exists(conn, self.table):
                 return {}
