@@ -168,11 +168,12 @@ class int64s(Codec[tuple[int, ...]]):  # noqa: N801 - reads like the codec's nam
 class _Json(Codec[Any]):
     name = "json"
 
+    # One encoder for every call: json.dumps with options makes a new one each time.
+    # NaN and infinities are not JSON: refused here, not written for a reader to choke on.
+    _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
     def encode(self, value: Any) -> bytes:
-        # NaN and infinities are not JSON: refused here, not written for a reader to choke on.
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode(
-            "utf-8"
-        )
+        return self._encoder.encode(value).encode("utf-8")
 
     def decode(self, data: bytes) -> Any:
         return json.loads(data)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from .._export import TRANSIENT_ERRORS, SequencedExport, sink_is_down
 from ._jsonlines import JSONLines
 from ._postgres import Postgres
-from ._sql import _Row, _sort_key  # noqa: F401 - the SQL exporters' row type and key order
+from ._sql_layout import _Row, _sort_key  # noqa: F401 - the SQL exporters' row type and key order
 from ._sqlite import SQLite
 
 # SequencedExport is here too, for those who write or test an exporter.

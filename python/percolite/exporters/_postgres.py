@@ -9,7 +9,8 @@ from typing import Any
 from .. import _core
 from .._args import check_positive_seconds
 from ..errors import SinkBusy
-from ._sql import _quote, _SQLExporter
+from ._sql import _SQLExporter
+from ._sql_layout import _Layout, _quote
 
 _POSTGRES_MAX_IDENTIFIER = 63  # bytes; longer names are silently truncated by the server
 
@@ -100,7 +101,7 @@ class Postgres(_SQLExporter):
         if "," in str(given.get("host", "")) and "target_session_attrs" not in given:
             options["target_session_attrs"] = "read-write"
         self._connect_options = options
-        self._set_up(table, key, columns, create, rows, seq, makes_rows)
+        self._set_up(_Layout(table, key, columns, rows, seq, makes_rows), create)
         fill = self._sql.fill_name if self._layout.is_part else ""
         longest = max(self.owner_table, fill, key=len)
         if len(longest.encode()) > _POSTGRES_MAX_IDENTIFIER:

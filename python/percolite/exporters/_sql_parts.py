@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._sql import _Layout, _quote, _Statements
+from ._sql_layout import _Layout, _quote, _Statements
 
 
 class _PartStatements(_Statements):
@@ -75,7 +75,8 @@ class _PartStatements(_Statements):
         if layout.row_columns:
             # The group's older rows go, then its rows are written.
             self.delete_group = f"DELETE FROM {table} WHERE {match} AND {seq} < {mark}{current}"
-            self.insert_row = insert([*rows, *keys, *own], [*rows, *keys], own)
+            # A row's parameters: its cells (row key, value), then the group's.
+            self.insert_row = insert([*rows, *values, *keys, seq], [*rows, *keys], own)
             self.select = (
                 f"SELECT {key_list}, {', '.join(rows)}, {', '.join(values)} FROM {table}"
                 f" ORDER BY {key_list}, {', '.join(rows)}"
@@ -112,6 +113,7 @@ class _PartStatements(_Statements):
                 f" WHERE EXISTS (SELECT 1 FROM {guard} WHERE {same_key})"
             )
         self.fill_name = f"{layout.table}_{layout.seq_column}_fill"
+        self.group_index = f"{layout.table}_{layout.seq_column}_group"
 
     def create_part_guard(self, types: list[Any]) -> str:
         """The guard table: key columns, seq and (for a joining part) the
@@ -130,25 +132,27 @@ class _PartStatements(_Statements):
             f"seq {self.seq_type} NOT NULL, PRIMARY KEY ({key_list}))"
         )
 
-    def create_part_main(self, types: dict[str, Any]) -> list[str]:
-        """The main table (and a row group's index on its key columns), with
+    def create_part_main(self, types: dict[str, Any]) -> str:
+        """The main table, with
         ``types`` mapping each key, row key and value column to its SQL type."""
         layout = self.layout
         keys = [*layout.row_columns, *layout.key_columns]
         columns = [f"{_quote(name)} {types[name]} NOT NULL" for name in keys]
         columns += [f"{_quote(name)} {types[name]}".rstrip() for name in layout.value_columns]
         columns.append(f"{self.seq} {self.seq_type}")
-        statements = [
+        return (
             f"CREATE TABLE IF NOT EXISTS {self.table} ({', '.join(columns)}, "
             f"PRIMARY KEY ({', '.join(_quote(name) for name in keys)}))"
-        ]
-        if layout.row_columns:
-            index = _quote(f"{layout.table}_{layout.seq_column}_group")
-            statements.append(
-                f"CREATE INDEX IF NOT EXISTS {index} ON {self.table}"
-                f" ({', '.join(_quote(name) for name in layout.key_columns)})"
-            )
-        return statements
+        )
+
+    def create_group_index(self) -> str:
+        """A row group's index on its key columns (for replacing a group)."""
+        layout = self.layout
+        index = _quote(self.group_index)
+        return (
+            f"CREATE INDEX IF NOT EXISTS {index} ON {self.table}"
+            f" ({', '.join(_quote(name) for name in layout.key_columns)})"
+        )
 
     def add_column(self, name: str, sql_type: str) -> str:
         return f"ALTER TABLE {self.table} ADD COLUMN {_quote(name)} {sql_type}".rstrip()
@@ -177,8 +181,10 @@ def _part_types(layout: _Layout, rows: list[Any], types: dict, untyped: str | No
             found.setdefault(name, types[type(cell)])
         if row.value_cells is None:
             continue
-        records = row.value_cells if layout.row_columns else [((), row.value_cells)]
-        for row_cells, cells in records:
+        width = len(layout.row_columns)
+        records = row.value_cells if width else [row.value_cells]
+        for record in records:
+            row_cells, cells = record[:width], record[width:]
             for name, cell in zip(layout.row_columns, row_cells, strict=True):
                 found.setdefault(name, types[type(cell)])
             for name, cell in zip(layout.value_columns, cells, strict=True):
