@@ -5,14 +5,29 @@ fresh store loaded with the final pages, run after run."""
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import subprocess
 import sys
 from urllib.parse import urlsplit
 
 import percolite
+import pytest
 from percolite.webindex import app as wi
 from percolite.webindex import cli, synthetic
+
+_DATABASES = itertools.count()
+
+
+@pytest.fixture
+def postgres_database(postgres_server):
+    """The URI of a new, empty database on the session's PostgreSQL server."""
+    import psycopg
+
+    name = f"webindex_{os.getpid()}_{next(_DATABASES)}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    return postgres_server.uri.replace("/postgres?", f"/{name}?")
 
 
 def expected_tables(web):
@@ -129,6 +144,27 @@ def test_lmdb_across_cli_runs(tmp_path):
         assert wi.read_tables("sqlite:" + str(tmp_path / f"fresh{run}.sqlite")) == tables
 
 
+def test_postgresql_store_and_query_database_across_cli_runs(tmp_path, postgres_database):
+    """The store and the query database on PostgreSQL, loaded by CLI runs
+    with worker processes, then edited: the tables stay those of the rules,
+    and equal those of a fresh store loaded once with the final pages."""
+    web = synthetic.generate(1000, seed=17)
+    tree = tmp_path / "tree"
+    db = postgres_database + "&schema=store"
+    for run in range(2):
+        if run:
+            web = synthetic.mutate(web, seed=30 + run, edit=0.05, remove=0.01, add=0.01)
+        synthetic.write_html(web, str(tree))
+        summary = cli.run(
+            [str(tree)], db, export=postgres_database, base_url="http://", progress=False
+        )
+        assert summary.pages == len(web) and not summary.problems
+        assert wi.read_tables(postgres_database) == expected_tables(web)
+    fresh = "sqlite:" + str(tmp_path / "fresh.sqlite")
+    cli.run([str(tree)], tmp_path / "fresh", export=fresh, base_url="http://", progress=False)
+    assert wi.read_tables(fresh) == wi.read_tables(postgres_database)
+
+
 def _cli(*args, cwd):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     return subprocess.run(
@@ -198,16 +234,20 @@ def test_command_line_refuses_a_directory_without_base_url(tmp_path):
     assert not (tmp_path / "db").exists()
 
 
-def test_pages_table_joins_two_sources_by_their_own_seq(tmp_path):
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_pages_table_joins_two_sources_by_their_own_seq(tmp_path, kind, request):
     """Entries of the two sources of webindex_pages, in any order across
     calls: each applies only above its own source's seq for the URI, and
     writes only its own columns; the URI source decides whether the row
-    exists."""
+    exists. The query database's exporters, on SQLite and PostgreSQL."""
     from percolite import SequencedExport as E
-    from percolite.webindex.sink import SQLiteTables
 
-    target = "sqlite:" + str(tmp_path / "q.sqlite")
-    sink = SQLiteTables(str(tmp_path / "q.sqlite"))
+    if kind == "sqlite":
+        target = "sqlite:" + str(tmp_path / "q.sqlite")
+    else:
+        target = request.getfixturevalue("postgres_database")
+    sink = wi.open_sink(target)
+    sink.create()
     u = "http://e.org/a"
 
     def row():
@@ -215,32 +255,35 @@ def test_pages_table_joins_two_sources_by_their_own_seq(tmp_path):
 
     sink.outcounts([E(u, 3, 10)])  # before the row exists: kept, no row made
     assert row() == []
-    sink.pages([E(u, (2, 1), 20)])
+    sink.pages([E(u, ("e.org", 2, 1), 20)])
     assert row() == [(u, "e.org", 2, 3, 1)]
-    sink.pages([E(u, (9, 1), 5)])  # older than the row's: ignored
+    sink.pages([E(u, ("e.org", 9, 1), 5)])  # older than the row's: ignored
     sink.outcounts([E(u, 7, 9)])
     assert row() == [(u, "e.org", 2, 3, 1)]
     sink.outcounts([E(u, 4, 30)])
-    sink.pages([E(u, (5, 1), 25)])  # newer incount, outcount untouched
+    sink.pages([E(u, ("e.org", 5, 1), 25)])  # newer incount, outcount untouched
     assert row() == [(u, "e.org", 5, 4, 1)]
     sink.pages([E(u, None, 40)])  # no longer known
     sink.outcounts([E(u, 6, 41)])  # does not bring the row back
-    sink.pages([E(u, (1, 0), 35)])  # older than the deletion: ignored
+    sink.pages([E(u, ("e.org", 1, 0), 35)])  # older than the deletion: ignored
     assert row() == []
-    sink.pages([E(u, (1, 1), 50)])  # back, with the outcount sent while it was gone
+    sink.pages([E(u, ("e.org", 1, 1), 50)])  # back, with the outcount sent while it was gone
     assert row() == [(u, "e.org", 1, 6, 1)]
+    sink.pages([E("http://e.org/z", ("e.org", 1, 0), 51)])  # never crawled: outcount 0
+    assert row()[1] == ("http://e.org/z", "e.org", 1, 0, 0)
     # The inlinks: one entry per source page, replacing its rows.
     b, c = "http://e.org/b", "http://e.org/c"
 
     def inlinks():
         return wi.read_tables(target)["webindex_inlinks"]
 
-    sink.inlinks([E(b, f'{{"{u}": "x", "{c}": "y"}}', 7)])
+    sink.inlinks([E(b, {u: "x", c: "y"}, 7)])
     assert inlinks() == [(u, b, "x"), (c, b, "y")]
-    sink.inlinks([E(b, f'{{"{c}": "z"}}', 9), E(b, f'{{"{u}": "w"}}', 8)])  # newest wins
+    sink.inlinks([E(b, {c: "z"}, 9), E(b, {u: "w"}, 8)])  # newest wins
     assert inlinks() == [(c, b, "z")]
     sink.inlinks([E(b, None, 10)])  # the page is gone
-    sink.inlinks([E(b, f'{{"{u}": "old"}}', 6)])  # older than the deletion: ignored
+    sink.inlinks([E(b, {u: "old"}, 6)])  # older than the deletion: ignored
     assert inlinks() == []
-    sink.inlinks([E(b, f'{{"{u}": "back"}}', 11)])
+    sink.inlinks([E(b, {u: "back"}, 11)])
+    sink.close()
     assert inlinks() == [(u, b, "back")]

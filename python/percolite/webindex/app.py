@@ -15,17 +15,19 @@ Data flow::
       combine queue "uris"           uri -> (incount, has_content), native sum;
                                      all zero deletes the key: "no longer known"
       export "export_inlinks"        source -> its links {target: anchor}, None: gone
-      export "export_outcounts"      uri -> number of outlinks, None: no content
+      export "export_outcounts"      uri -> number of outlinks (0: no content)
                                   |
-    uris: export_to + on_change   v
-      export "export_pages"          uri -> (incount, has_content), None: unknown
+    uris: on_change               v
+      export "export_pages"          uri -> (domain, incount, has_content), None: unknown
       combine queue "domains"        domain -> (pages, incount), native sum
                                   |
     domains: export_to            v
-      export "export_domains"        webindex_domains (the built-in SQLite exporter)
+      export "export_domains"        domain -> (pages, incount)
 
-The export queues' sink is the query database (``sink`` holds the exporter
-of the pages and inlinks tables, and why it is not a built-in one).
+The export queues' sink is the query database, written by the built-in SQL
+exporters (:class:`Sink`): ``webindex_inlinks`` as row groups (one entry
+per source page replaces its rows), ``webindex_pages`` as shared rows (the
+URI queue makes and deletes them, the outcounts fill their column).
 
 The semantics (``links`` holds the URI rules):
 
@@ -37,12 +39,14 @@ The semantics (``links`` holds the URI rules):
   their inbound counts.
 
 Every worker process imports this module, so the sink is named by the
-environment variable ``PERCOLITE_WEBINDEX_EXPORT`` (``sqlite:FILE``), which
+environment variable ``PERCOLITE_WEBINDEX_EXPORT`` (``sqlite:FILE`` or a
+``postgresql://`` URI), which
 :func:`set_export` sets for this process and the worker processes it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -54,7 +58,6 @@ import percolite
 from percolite import exporters
 
 from .links import domain_of
-from .sink import SQLiteTables
 
 __all__ = [
     "app",
@@ -67,6 +70,7 @@ __all__ = [
     "unload_files",
     "unload_file",
     "set_export",
+    "close_export",
     "open_sink",
     "read_top",
     "read_inlinks",
@@ -93,26 +97,97 @@ domains: percolite.CombineQueue[str, tuple[int, int]] = app.combine_queue(
 )
 
 
+def _schema(integer: str) -> list[str]:
+    """The query database's tables, made before the exporters fill them
+    (an exporter creates only its own columns, and no query indexes).
+    ``outcount`` may be NULL: a take-over of its export queue empties it."""
+    return [
+        "CREATE TABLE IF NOT EXISTS webindex_pages (uri TEXT PRIMARY KEY, domain TEXT NOT NULL,"
+        f" incount {integer} NOT NULL, outcount {integer} DEFAULT 0,"
+        f" has_content {integer} NOT NULL, in_seq {integer}, out_seq {integer})",
+        "CREATE INDEX IF NOT EXISTS webindex_pages_incount ON webindex_pages (incount DESC)",
+        "CREATE INDEX IF NOT EXISTS webindex_pages_domain ON webindex_pages (domain, incount DESC)",
+        "CREATE TABLE IF NOT EXISTS webindex_inlinks (uri TEXT NOT NULL, from_uri TEXT NOT NULL,"
+        f" anchor TEXT NOT NULL, seq {integer}, PRIMARY KEY (uri, from_uri))",
+        "CREATE TABLE IF NOT EXISTS webindex_domains (domain TEXT PRIMARY KEY,"
+        f" pages {integer} NOT NULL, incount {integer} NOT NULL, seq {integer} NOT NULL)",
+    ]
+
+
+_POSTGRES = ("postgresql://", "postgres://")
+
+
 class Sink:
-    """The query database: the webindex tables of one SQLite file."""
+    """The query database (``sqlite:FILE`` or a ``postgresql://`` URI): an
+    exporter of the built-in SQL ones for each export queue.
+
+    ``webindex_pages`` is shared by two queues: ``pages`` (the URI combine
+    queue's values) makes and deletes its rows and writes ``domain``,
+    ``incount`` and ``has_content``; ``outcounts`` (the page observer)
+    fills ``outcount`` of the rows that exist. ``webindex_inlinks`` holds
+    row groups: one entry per source page, its links, replaces the page's
+    rows."""
 
     def __init__(self, target: str) -> None:
         if not isinstance(target, str):
             raise TypeError(f"the export target must be a str, not {type(target).__name__}")
-        if target.startswith(("postgresql://", "postgres://")):
-            raise ValueError("webindex exports to SQLite only so far: use sqlite:FILE")
-        if not target.startswith("sqlite:") or not target[len("sqlite:") :]:
-            raise ValueError(f"unknown export target {target!r}: use sqlite:FILE")
+        options: dict[str, Any]
+        if target.startswith(_POSTGRES):
+            self.path: str | None = None
+            make: Any = exporters.Postgres
+            where: str = target
+            options = {}
+        elif target.startswith("sqlite:") and target[len("sqlite:") :]:
+            self.path = os.path.abspath(target[len("sqlite:") :])
+            make, where = exporters.SQLite, self.path
+            options = {}
+        else:
+            raise ValueError(
+                f"unknown export target {target!r}: use sqlite:FILE or postgresql://..."
+            )
         self.target: str = target
-        self.path: str = os.path.abspath(target[len("sqlite:") :])
-        self.tables: SQLiteTables = SQLiteTables(self.path)
-        self.domains: exporters.SQLite = exporters.SQLite(
-            self.path, "webindex_domains", key="domain", columns=("pages", "incount")
+        self.pages: Any = make(
+            where,
+            "webindex_pages",
+            key="uri",
+            columns=("domain", "incount", "has_content"),
+            seq="in_seq",
+            **options,
         )
+        self.outcounts: Any = make(
+            where, "webindex_pages", key="uri", columns="outcount", seq="out_seq", makes_rows=False
+        )
+        self.inlinks: Any = make(
+            where, "webindex_inlinks", key="from_uri", rows="uri", columns="anchor"
+        )
+        self.domains: Any = make(
+            where, "webindex_domains", key="domain", columns=("pages", "incount")
+        )
+
+    def close(self) -> None:
+        """Closes this process's connections to the query database."""
+        for exporter in (self.pages, self.outcounts, self.inlinks, self.domains):
+            exporter.close()
+
+    def create(self) -> None:
+        """Makes the tables and their query indexes when missing."""
+        if self.path is None:
+            import psycopg
+
+            with psycopg.connect(self.target) as db, db.transaction():
+                db.execute("SELECT pg_advisory_xact_lock(hashtext('percolite.webindex schema'))")
+                for statement in _schema("BIGINT"):
+                    db.execute(statement)
+            return
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            db.execute("PRAGMA journal_mode=WAL")
+            for statement in _schema("INTEGER"):
+                db.execute(statement)
 
 
 def open_sink(target: str) -> Sink:
-    """The sink for ``target`` (``sqlite:FILE``); raises ValueError for another."""
+    """The sink for ``target`` (``sqlite:FILE`` or ``postgresql://...``);
+    raises ValueError for another."""
     return Sink(target)
 
 
@@ -123,11 +198,22 @@ _sink_lock = threading.Lock()
 def set_export(target: str) -> Sink:
     """Choose the sink for this process and the worker processes it starts."""
     sink = open_sink(target)
-    sink.tables.create()
+    sink.create()
     os.environ[EXPORT_VARIABLE] = target
     with _sink_lock:
-        _sink[:] = [sink]
+        replaced, _sink[:] = list(_sink), [sink]
+    for old in replaced:
+        old.close()
     return sink
+
+
+def close_export() -> None:
+    """Closes the sink this process chose (its connections); the next export
+    opens the one ``PERCOLITE_WEBINDEX_EXPORT`` names."""
+    with _sink_lock:
+        replaced, _sink[:] = list(_sink), []
+    for old in replaced:
+        old.close()
 
 
 def _current_sink() -> Sink:
@@ -143,37 +229,31 @@ def _current_sink() -> Sink:
 
 
 class _Forward:
-    """An export queue's exporter: the sink this process chose, its part
-    ``part``."""
+    """An export queue's exporter: the exporter ``part`` of the sink this
+    process chose, to which every batch goes unchanged (natively where the
+    queue can)."""
 
     def __init__(self, part: str) -> None:
         self.part = part
 
     def __call__(self, entries: list[Any]) -> None:
-        sink = _current_sink()
-        if self.part == "domains":
-            with sink.tables.lock:
-                sink.domains(entries)
-        else:
-            getattr(sink.tables, self.part)(entries)
+        self.forward_to()(entries)
+
+    def forward_to(self) -> Any:
+        return getattr(_current_sink(), self.part)
 
     def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:
-        if self.part != "domains":
-            raise percolite.SinkRefused(f"the {self.part} tables record no owner to take over")
-        return dict(_current_sink().domains.take_over(store, epoch))
+        return dict(self.forward_to().take_over(store, epoch))
 
     def __repr__(self) -> str:
         return f"<webindex sink {self.part}: ${EXPORT_VARIABLE}>"
 
 
+# uri -> (domain, incount, has_content); None: no longer known.
 pages_export: percolite.ExportQueue[str, Any] = app.export_queue(
-    "export_pages",
-    _Forward("pages"),
-    buckets=4,
-    value_codec="int64s:2",
-    batch_size=8192,
-    linger=0.5,
+    "export_pages", _Forward("pages"), buckets=4, value_codec="json", batch_size=8192, linger=0.5
 )
+# uri -> its number of outlinks (0: no content).
 outcounts_export: percolite.ExportQueue[str, Any] = app.export_queue(
     "export_outcounts",
     _Forward("outcounts"),
@@ -182,8 +262,14 @@ outcounts_export: percolite.ExportQueue[str, Any] = app.export_queue(
     batch_size=8192,
     linger=0.5,
 )
+# source page -> its links {target: anchor}; None: the page is gone.
 inlinks_export: percolite.ExportQueue[str, Any] = app.export_queue(
-    "export_inlinks", _Forward("inlinks"), buckets=4, value_codec="str", batch_size=8192, linger=0.5
+    "export_inlinks",
+    _Forward("inlinks"),
+    buckets=4,
+    value_codec="json",
+    batch_size=8192,
+    linger=0.5,
 )
 domains_export: percolite.ExportQueue[str, Any] = app.export_queue(
     "export_domains",
@@ -194,21 +280,22 @@ domains_export: percolite.ExportQueue[str, Any] = app.export_queue(
     linger=0.5,
 )
 
-uris.export_to(pages_export)
 domains.export_to(domains_export)
 
 
 @uris.on_change
 def _uri_changed(tx: percolite.Transaction, changes: list[Any]) -> None:
-    """A URI that becomes known or unknown changes its domain's page count;
-    a changed inbound count, its domain's sum."""
+    """Exports the URI's row; a URI that becomes known or unknown changes
+    its domain's page count, a changed inbound count its domain's sum."""
     updates: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for change in changes:
         old = change.old or (0, 0)
         new = change.new or (0, 0)
-        delta = updates[domain_of(change.key)]
+        domain = domain_of(change.key)
+        delta = updates[domain]
         delta[0] += (change.new is not None) - (change.old is not None)
         delta[1] += new[0] - old[0]
+        pages_export.add(tx, change.key, None if change.new is None else (domain, *change.new))
     domains.add(tx, {d: (p, n) for d, (p, n) in updates.items() if p or n})
 
 
@@ -238,13 +325,13 @@ def page_changed(tx: percolite.Transaction, row: bytes, column: percolite.Column
     # One entry per page, its whole link set: the sink replaces the page's
     # rows, so a page costs one export entry rather than one per link.
     if new_links != old_links or (old is None) != (new is None):
-        inlinks_export.add(tx, uri, None if new is None else new_value.decode())
+        inlinks_export.add(tx, uri, new)
     if (old is None) != (new is None):
         updates[uri] = (0, 1 if new is not None else -1)
     if updates:
         uris.add(tx, updates)
     if (old is None) != (new is None) or len(old_links) != len(new_links):
-        outcounts_export.add(tx, uri, None if new is None else len(new_links))
+        outcounts_export.add(tx, uri, len(new_links))
     if new is None:
         tx.delete(row, LINKS)
     else:
@@ -342,12 +429,22 @@ def loaded_files(tx: percolite.Transaction, prefix: str) -> list[str]:
 
 
 def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` (``?`` placeholders) in the query database
+    ``target``; [] while a table is missing (nothing exported yet)."""
+    if target.startswith(_POSTGRES):
+        import psycopg
+
+        with psycopg.connect(target) as db:
+            try:
+                return db.execute(sql.replace("?", "%s"), args).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
     if not target.startswith("sqlite:"):
-        raise ValueError(f"unknown export target {target!r}: use sqlite:FILE")
+        raise ValueError(f"unknown export target {target!r}: use sqlite:FILE or postgresql://...")
     path = target[len("sqlite:") :]
     if not os.path.exists(path):
         return []
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         try:
             return db.execute(sql, args).fetchall()
         except sqlite3.OperationalError as e:

@@ -1,4 +1,4 @@
-"""``percolite webindex load PATH... --db DB [--export sqlite:FILE] [--base-url URL]``
+"""``percolite webindex load PATH... --db DB [--export TARGET] [--base-url URL]``
 and the queries ``percolite webindex top|inlinks|domains``.
 
 ``load`` reads the pages of the PATHs (directories of HTML files, link
@@ -238,7 +238,8 @@ def run(
     try:
         if target is None:
             raise ValueError(
-                f"--db {shown_target(db)}: name the query database: --export sqlite:FILE"
+                f"--db {shown_target(db)}: name the query database: --export sqlite:FILE "
+                "or postgresql://..."
             )
         wi.set_export(target)
         if processes > 0:
@@ -265,6 +266,7 @@ def run(
         if worker_proc is not None:
             _stop_worker_processes(worker_proc)
         env.close()
+        wi.close_export()
     tables = wi.read_counts(target)
     rss = max(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -350,8 +352,8 @@ def _export_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--export",
         metavar="TARGET",
-        help="the query database: sqlite:FILE (default: sqlite:DB.webindex.sqlite beside "
-        "the store)",
+        help="the query database: sqlite:FILE or a postgresql:// URI (default: "
+        "sqlite:DB.webindex.sqlite beside a store directory)",
     )
 
 
@@ -365,7 +367,9 @@ def _query_target(args: argparse.Namespace) -> str:
         return args.export
     if args.db:
         return default_export(args.db)
-    raise ValueError("name the query database: --export sqlite:FILE, or --db DB")
+    raise ValueError(
+        "name the query database: --export sqlite:FILE or postgresql://..., or --db DB"
+    )
 
 
 def _top(args: argparse.Namespace, out: TextIO | None = None) -> int:
