@@ -92,3 +92,19 @@ def test_the_console_notebook_shows_cards_frames_and_the_console(jupyter_env):
         o.text for c in cells for o in c.get("outputs", []) if o.output_type == "stream"
     )
     assert printed.strip().splitlines()[-1] == "3"  # documents with "the": d1, d2, d3 fixed
+
+
+def test_the_webindex_notebook_loads_edits_and_reranks(jupyter_env):
+    cells = run_notebook("webindex.ipynb", jupyter_env)
+    printed = "".join(
+        o.text for c in cells for o in c.get("outputs", []) if o.output_type == "stream"
+    )
+    assert "loaded 4 pages; 5 URIs known, 6 links" in printed
+    assert "read 3 pages: 1 loaded, 1 removed" in printed
+    # The notebook ran twice: the first round's load, then its edit.
+    before, after = printed.split("most linked-to now:")[:2]
+    after = after.split("loaded 4 pages")[0]
+    # The FAQ page is gone but two pages link to it now; the guide lost the FAQ's link.
+    assert "2 in, 0 out  https://example.org/faq.html  (not loaded)" in after
+    assert "('https://example.org/api.html', 'guide')" in after
+    assert "docs.python.org" in before and "docs.python.org" not in after
