@@ -209,6 +209,8 @@ def test_command_line_load_and_queries_with_bad_input(tmp_path):
     assert top.stdout.splitlines()[1].split() == ["2", "2", "https://example.org/docs/a.html"]
     inlinks = _cli("inlinks", "https://example.org/docs/b.html", *db, cwd=tmp_path)
     assert "2 pages link to" in inlinks.stdout and "'to b'" in inlinks.stdout
+    alone = _cli("inlinks", "https://example.org/", *db, cwd=tmp_path)
+    assert "1 page links to" in alone.stdout
     domains = _cli("domains", *db, cwd=tmp_path)
     assert domains.stdout.splitlines()[1].split() == ["4", "5", "example.org"]
     # A page gone: its outlinks go, and the URI stays known while linked.
@@ -224,6 +226,32 @@ def test_command_line_load_and_queries_with_bad_input(tmp_path):
         ("https://example.org/docs/b.html", 1, 1, 1),
         ("https://example.org/index.html", 0, 2, 1),
     ]
+
+
+def test_command_line_names_what_is_wrong_with_a_target_or_a_base_url(tmp_path):
+    """A query database that cannot be reached or does not exist, and a base
+    URL that is not http(s): one line each, no traceback, nothing made."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "a.html").write_text('<a href="b.html">b</a>')
+    unreachable = "postgresql://nobody:secret@127.0.0.1:1/x"
+    for args in (
+        ["load", "site", "--db", "db1", "--base-url", "https://e.org/", "--export", unreachable],
+        ["top", "--export", unreachable],
+    ):
+        done = _cli(*args, cwd=tmp_path)
+        assert done.returncode != 0
+        assert "cannot reach the query database" in done.stderr, done.stderr
+        assert "secret" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "db1").exists()
+    for args in (["top", "--db", "nowhere.db"], ["domains", "--export", "sqlite:nodir/x.db"]):
+        done = _cli(*args, cwd=tmp_path)
+        assert done.returncode != 0, done.stderr
+        assert "no query database at" in done.stderr or "does not exist" in done.stderr
+        assert "Traceback" not in done.stderr
+    done = _cli("load", "site", "--db", "db2", "--base-url", "example.org", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "--base-url must be an http(s) URL" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "db2").exists()
 
 
 def test_command_line_refuses_a_directory_without_base_url(tmp_path):

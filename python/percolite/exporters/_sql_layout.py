@@ -242,7 +242,10 @@ class _Layout:
                 raise bad(f"row key {row_key!r} appears twice")
             if row_value is None:
                 raise bad(f"row key {row_key!r} has no value (leave the row out instead)")
-            cells[row_cells] = self.value_cells(key, row_value)
+            try:
+                cells[row_cells] = self.value_cells(key, row_value)
+            except ValueError as exc:
+                raise ValueError(f"row key {row_key!r}: {exc}") from None
         return tuple((*at, *row) for at, row in cells.items())
 
     def collapse(self, entries: Iterable[Any]) -> list[Any]:

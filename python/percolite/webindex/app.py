@@ -163,6 +163,27 @@ class Sink:
         self.domains: Any = make(
             where, "webindex_domains", key="domain", columns=("pages", "incount")
         )
+        # How messages name it: a PostgreSQL URI without its password.
+        self.shown: str = self.pages.safe_dsn if self.path is None else target
+
+    def check(self) -> None:
+        """Raises ConnectionError now when a PostgreSQL query database
+        cannot be reached (a SQLite file is made when first written)."""
+        if self.path is None:
+            self.connect().close()
+
+    def connect(self) -> Any:
+        """A psycopg connection to the PostgreSQL query database; an
+        unreachable server raises ConnectionError naming it."""
+        import psycopg
+
+        try:
+            return psycopg.connect(self.target)
+        except psycopg.OperationalError as exc:
+            cause = str(exc).strip() or type(exc).__name__
+            raise ConnectionError(
+                f"cannot reach the query database {self.shown!r}: {cause}"
+            ) from None
 
     def close(self) -> None:
         """Closes this process's connections to the query database."""
@@ -172,9 +193,7 @@ class Sink:
     def create(self) -> None:
         """Makes the tables and their query indexes when missing."""
         if self.path is None:
-            import psycopg
-
-            with psycopg.connect(self.target) as db, db.transaction():
+            with self.connect() as db, db.transaction():
                 db.execute("SELECT pg_advisory_xact_lock(hashtext('percolite.webindex schema'))")
                 for statement in _schema("BIGINT"):
                     db.execute(statement)
@@ -430,21 +449,21 @@ def loaded_files(tx: percolite.Transaction, prefix: str) -> list[str]:
 
 def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """The rows of ``sql`` (``?`` placeholders) in the query database
-    ``target``; [] while a table is missing (nothing exported yet)."""
-    if target.startswith(_POSTGRES):
+    ``target``; [] while a table is missing (nothing exported yet). A SQLite
+    file that does not exist raises FileNotFoundError: a mistyped path is
+    not an empty index."""
+    sink = open_sink(target)
+    if sink.path is None:
         import psycopg
 
-        with psycopg.connect(target) as db:
+        with sink.connect() as db:
             try:
                 return db.execute(sql.replace("?", "%s"), args).fetchall()
             except psycopg.errors.UndefinedTable:
                 return []
-    if not target.startswith("sqlite:"):
-        raise ValueError(f"unknown export target {target!r}: use sqlite:FILE or postgresql://...")
-    path = target[len("sqlite:") :]
-    if not os.path.exists(path):
-        return []
-    with contextlib.closing(sqlite3.connect(path)) as db:
+    if not os.path.exists(sink.path):
+        raise FileNotFoundError(f"no query database at {sink.path}")
+    with contextlib.closing(sqlite3.connect(sink.path)) as db:
         try:
             return db.execute(sql, args).fetchall()
         except sqlite3.OperationalError as e:

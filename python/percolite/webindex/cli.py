@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
+from urllib.parse import urlsplit
 
 import percolite
 from percolite._cli import at_least, store_argument
@@ -89,6 +90,10 @@ def _sources(paths: Sequence[str], base_url: str | None, problems: _Problems):
     """(directory prefix or None, pages) per PATH; bad arguments raise now."""
     if not paths:
         raise ValueError("no PATH: name directories of HTML files, link records or WARC files")
+    if base_url is not None and urlsplit(base_url).scheme not in ("http", "https"):
+        raise ValueError(
+            f"--base-url must be an http(s) URL such as https://example.org/docs/, not {base_url!r}"
+        )
     sources = []
     for path in paths:
         pages = pages_of(path, base_url, problems)
@@ -231,7 +236,7 @@ def run(
     _sources(paths, base_url, _Problems())
     target = export or (default_export(shared) if backend == "lmdb" else None)
     if target is not None:
-        wi.open_sink(target)
+        wi.open_sink(target).check()
     problems = _Problems()
     env = percolite.open(db, app=wi.app)
     worker_proc = None
@@ -390,7 +395,7 @@ def _inlinks(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     uri = normalize(args.uri) or args.uri
     rows = wi.read_inlinks(_query_target(args), uri)
-    print(f"{len(rows):,} pages link to {uri}", file=out)
+    print(f"{len(rows):,} {'page links' if len(rows) == 1 else 'pages link'} to {uri}", file=out)
     for from_uri, anchor in rows:
         print(f"  {from_uri}  {anchor!r}", file=out)
     return 0
