@@ -65,7 +65,6 @@ class Postgres(_SQLExporter):
     _mark = "%s"
     _seq_type = "BIGINT"
     _owner_lock = " FOR SHARE"
-    _conditional_parts = False  # a call applies the entries whose guard rose
 
     def __init__(
         self,

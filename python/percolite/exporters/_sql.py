@@ -33,16 +33,10 @@ class _SQLExporter:
     # where write transactions may run side by side.
     _owner_lock = ""
 
-    # Whether the statements of row groups and shared rows check the guard
-    # themselves (else the call applies only the entries whose guard rose).
-    _conditional_parts = True
-
     def _set_up(self, layout: _Layout, create: bool) -> None:
         self._layout = layout
         if self._layout.is_part:
-            self._sql: Any = _PartStatements(
-                self._layout, self._mark, self._seq_type, self._conditional_parts
-            )
+            self._sql: Any = _PartStatements(self._layout, self._mark, self._seq_type)
         else:
             self._sql = _Statements(self._layout, self._mark, self._seq_type)
         self.create: bool = bool(create)
@@ -189,40 +183,35 @@ class _SQLExporter:
         return [(*row.key_cells, row.seq, *(row.value_cells or empty)) for row in rows]
 
     def _write_part(self, handle: Any, rows: list[Any]) -> None:
-        """Writes the main table for ``rows`` (their guards already raised)
-        of a row group or shared-row layout."""
+        """Writes the main table for ``rows`` of a row group or shared-row
+        layout: entries newer than their guard rows, which the caller
+        raised in its transaction."""
         layout, sql = self._layout, self._sql
-
-        def guarded(row: Any) -> tuple[Any, ...]:
-            return (*row.key_cells, row.seq) if self._conditional_parts else ()
 
         def run(statement: str, params: list[Any]) -> None:
             if params:
                 handle.executemany(statement, params)
 
         if layout.row_columns:
-            run(sql.delete_group, [(*row.key_cells, row.seq, *guarded(row)) for row in rows])
+            run(sql.delete_group, [(*row.key_cells, row.seq) for row in rows])
             inserts: list[tuple[Any, ...]] = []
             for row in rows:
                 if row.value_cells:
-                    tail = (*row.key_cells, row.seq, *guarded(row))
+                    tail = (*row.key_cells, row.seq)
                     inserts += [cells + tail for cells in row.value_cells]
             run(sql.insert_row, inserts)
         elif layout.makes_rows:
-            deletes = [(*row.key_cells, *guarded(row)) for row in rows if row.value_cells is None]
+            deletes = [row.key_cells for row in rows if row.value_cells is None]
             run(sql.delete_row, deletes)
             upserts = [
-                (*row.key_cells, *row.value_cells, row.seq, *guarded(row))
+                (*row.key_cells, *row.value_cells, row.seq)
                 for row in rows
                 if row.value_cells is not None
             ]
             run(sql.upsert_row, upserts)
         else:
             empty = (None,) * len(layout.value_columns)
-            updates = [
-                (*(row.value_cells or empty), row.seq, *row.key_cells, *guarded(row))
-                for row in rows
-            ]
+            updates = [(*(row.value_cells or empty), row.seq, *row.key_cells) for row in rows]
             run(sql.update_row, updates)
 
     @property

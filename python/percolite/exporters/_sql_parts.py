@@ -16,10 +16,10 @@ their columns when a row is inserted. So a row that comes back has the
 values the others exported while it was gone, and their values never bring
 a row back.
 
-Every key has a guard row here (its highest seq applied). An entry is
-applied only when it is the newest one of its key: SQLite writes with
-statements conditioned on the guard (``conditional``), PostgreSQL applies
-the entries whose guard upsert changed a row.
+Every key has a guard row here (its highest seq applied). A call applies
+only the entries newer than their key's guard row, and raises it: SQLite
+reads the batch's guard rows first (its writers take turns), PostgreSQL
+learns them from the guard upserts that changed a row (which lock it).
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from ._sql_layout import _Layout, _quote, _Statements
 
 
 class _PartStatements(_Statements):
-    """The statements of a row-group or shared-row layout; ``conditional``
-    statements carry the guard check (their parameters end with the key's
-    cells and the entry's seq)."""
+    """The statements of a row-group or shared-row layout, applied to the
+    entries that passed the guard."""
 
-    def __init__(self, layout: _Layout, mark: str, seq_type: str, conditional: bool) -> None:
+    def __init__(self, layout: _Layout, mark: str, seq_type: str) -> None:
         super().__init__(layout, mark, seq_type)
         table, guard = _quote(layout.table), _quote(layout.guard_table)
         keys = [_quote(name) for name in layout.key_columns]
@@ -57,24 +56,17 @@ class _PartStatements(_Statements):
             + f" WHERE excluded.seq > {guard}.seq"
         )
         match = " AND ".join(f"{name} = {mark}" for name in keys)
-        # Only the newest entry of a key writes (its seq is the guard's).
-        current = f" AND (SELECT seq FROM {guard} WHERE {match}) = {mark}" if conditional else ""
 
         def insert(columns: list[str], conflict: list[str], update: list[str]) -> str:
-            source = (
-                f"SELECT {marks(len(columns))} WHERE TRUE{current}"
-                if conditional
-                else f"VALUES ({marks(len(columns))})"
-            )
             return (
-                f"INSERT INTO {table} ({', '.join(columns)}) {source}"
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks(len(columns))})"
                 f" ON CONFLICT ({', '.join(conflict)}) DO UPDATE SET "
                 + ", ".join(f"{name} = excluded.{name}" for name in update)
             )
 
         if layout.row_columns:
             # The group's older rows go, then its rows are written.
-            self.delete_group = f"DELETE FROM {table} WHERE {match} AND {seq} < {mark}{current}"
+            self.delete_group = f"DELETE FROM {table} WHERE {match} AND {seq} < {mark}"
             # A row's parameters: its cells (row key, value), then the group's.
             self.insert_row = insert([*rows, *values, *keys, seq], [*rows, *keys], own)
             self.select = (
@@ -82,13 +74,13 @@ class _PartStatements(_Statements):
                 f" ORDER BY {key_list}, {', '.join(rows)}"
             )
         elif layout.makes_rows:
-            self.delete_row = f"DELETE FROM {table} WHERE {match}{current}"
+            self.delete_row = f"DELETE FROM {table} WHERE {match}"
             self.upsert_row = insert([*keys, *own], keys, own)
         else:
             self.update_row = (
                 f"UPDATE {table} SET "
                 + ", ".join(f"{name} = {mark}" for name in own)
-                + f" WHERE {match}{current}"
+                + f" WHERE {match}"
             )
         if not layout.row_columns:
             self.select = (
@@ -112,6 +104,10 @@ class _PartStatements(_Statements):
                 f" FROM {guard} WHERE {same_key})"
                 f" WHERE EXISTS (SELECT 1 FROM {guard} WHERE {same_key})"
             )
+        # The guard rows of a batch's keys, given as (key cells, ...) rows.
+        self.guard_seqs = (
+            f"SELECT {key_list}, seq FROM {guard} WHERE ({key_list}) IN (VALUES {{rows}})"
+        )
         self.fill_name = f"{layout.table}_{layout.seq_column}_fill"
         self.group_index = f"{layout.table}_{layout.seq_column}_group"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _sqlite3
 import contextlib
+import operator
 import os
 import sqlite3
 import threading
@@ -18,6 +19,8 @@ from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _open_created
 from ._sql import _SQLExporter
 from ._sql_layout import _Layout, _quote
 
+_SEQ = operator.attrgetter("seq")
+_LAST = operator.itemgetter(-1)
 _FILE_LOCKS: dict[str, ForkSafeLock] = {}
 _FILE_LOCKS_LOCK = threading.Lock()
 
@@ -194,6 +197,7 @@ class SQLite(_SQLExporter):
                     self._write_values(conn, values)
                 else:
                     has_main = self._tables_ready or self._ensure_tables(conn, rows)
+                    rows = self._newer(conn, rows, lambda row: row.key_cells, _SEQ)
                     conn.executemany(self._sql.guard_upsert, self._guard_params(rows))
                     if has_main:
                         self._write_part(conn, rows)
@@ -205,14 +209,32 @@ class SQLite(_SQLExporter):
         ``(key, *value_cells, seq)`` of shared rows (one key column, no
         deletions), with the guards, in fewer Python steps."""
         sql = self._sql
+        values = self._newer(conn, values, lambda row: row[:1], _LAST)
         if self._layout.makes_rows:
             conn.executemany(sql.guard_upsert, [(row[0], row[-1]) for row in values])
-            conn.executemany(sql.upsert_row, [(*row, row[0], row[-1]) for row in values])
+            conn.executemany(sql.upsert_row, values)
         else:
             conn.executemany(sql.guard_upsert, [(row[0], row[-1], *row[1:-1]) for row in values])
-            conn.executemany(
-                sql.update_row, [(*row[1:], row[0], row[0], row[-1]) for row in values]
-            )
+            conn.executemany(sql.update_row, [(*row[1:], row[0]) for row in values])
+
+    # Keys per statement that reads guard rows (SQLite allows 32,766 parameters).
+    _GUARD_CHUNK = 500
+
+    def _newer(self, conn: sqlite3.Connection, rows: list[Any], key: Any, seq: Any) -> list[Any]:
+        """The rows (one per key) whose seq is above their key's guard row,
+        read in the caller's write transaction (so no other writer moves the
+        guards meanwhile): the entries to apply. ``key(row)`` gives a row's
+        key cells, ``seq(row)`` its seq."""
+        statement = self._sql.guard_seqs
+        width = len(self._layout.key_columns)
+        one = "(" + ", ".join("?" * width) + ")"
+        applied: dict[tuple[Any, ...], int] = {}
+        for low in range(0, len(rows), self._GUARD_CHUNK):
+            chunk = rows[low : low + self._GUARD_CHUNK]
+            query = statement.format(rows=", ".join([one] * len(chunk)))
+            found = conn.execute(query, [cell for row in chunk for cell in key(row)])
+            applied.update((tuple(record[:width]), record[width]) for record in found)
+        return [row for row in rows if seq(row) > applied.get(tuple(key(row)), -1)]
 
     def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
         # Waits up to `timeout` for the write lock (SinkBusy after that).
