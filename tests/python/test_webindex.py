@@ -221,6 +221,9 @@ def test_command_line_load_and_queries_with_bad_input(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "pages: 2 read, 0 new or changed, 1 removed; known URIs: 3" in done.stdout
     target = "sqlite:" + str(tmp_path / "db.webindex.sqlite")
+    frame = wi.read_domains(target).to_pandas()
+    assert list(frame.columns) == ["domain", "pages", "incount"]
+    assert frame.to_dict("records") == [{"domain": "example.org", "pages": 3, "incount": 3}]
     assert wi.read_top(target, 5) == [
         ("https://example.org/docs/a.html", 2, 0, 0),
         ("https://example.org/docs/b.html", 1, 1, 1),

@@ -73,6 +73,7 @@ __all__ = [
     "close_export",
     "open_sink",
     "read_top",
+    "Rows",
     "read_inlinks",
     "read_domains",
     "read_tables",
@@ -472,34 +473,55 @@ def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any,
             raise
 
 
-def read_top(target: str, n: int = 10, domain: str | None = None) -> list[tuple[Any, ...]]:
+class Rows(list[tuple[Any, ...]]):
+    """The rows of a query (a list of tuples) and their ``columns``;
+    :meth:`to_pandas` makes a DataFrame of them."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], columns: tuple[str, ...]) -> None:
+        super().__init__(rows)
+        self.columns: tuple[str, ...] = columns
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame with the rows and their columns (ImportError,
+        saying what to install, without pandas)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("to_pandas() needs pandas: pip install 'percolite[pandas]'") from None
+        return pandas.DataFrame(list(self), columns=list(self.columns))
+
+
+def read_top(target: str, n: int = 10, domain: str | None = None) -> Rows:
     """The ``n`` URIs with the most inbound links:
     ``[(uri, incount, outcount, has_content)]``, of ``domain`` if given."""
     where, args = ("WHERE domain = ? ", (domain,)) if domain else ("", ())
-    return _query(
+    rows = _query(
         target,
         f"SELECT uri, incount, outcount, has_content FROM webindex_pages {where}"
         "ORDER BY incount DESC, uri LIMIT ?",
         (*args, n),
     )
+    return Rows(rows, ("uri", "incount", "outcount", "has_content"))
 
 
-def read_inlinks(target: str, uri: str) -> list[tuple[str, str]]:
+def read_inlinks(target: str, uri: str) -> Rows:
     """The pages linking to ``uri``: ``[(from_uri, anchor)]``."""
-    return _query(
+    rows = _query(
         target,
         "SELECT from_uri, anchor FROM webindex_inlinks WHERE uri = ? ORDER BY from_uri",
         (uri,),
     )
+    return Rows(rows, ("from_uri", "anchor"))
 
 
-def read_domains(target: str, n: int = 10) -> list[tuple[str, int, int]]:
+def read_domains(target: str, n: int = 10) -> Rows:
     """The ``n`` domains with the most inbound links: ``[(domain, pages, incount)]``."""
-    return _query(
+    rows = _query(
         target,
         "SELECT domain, pages, incount FROM webindex_domains ORDER BY incount DESC, domain LIMIT ?",
         (n,),
     )
+    return Rows(rows, ("domain", "pages", "incount"))
 
 
 def read_tables(target: str) -> dict[str, list[tuple[Any, ...]]]:
