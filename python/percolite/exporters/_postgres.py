@@ -120,6 +120,13 @@ class Postgres(_SQLExporter):
                 f"cannot connect to PostgreSQL at {self.safe_dsn!r}: {cause}"
             ) from exc
 
+    def connect(self) -> Any:
+        """A new psycopg connection to the sink's database, with the
+        exporter's connection settings, for queries of your own (close it
+        when done); ConnectionError, naming the server (password hidden),
+        when it cannot be reached."""
+        return self._connect()
+
     def check(self) -> None:
         """Connects now (for CLIs that want to fail fast): raises what a call
         would raise for an unreachable server."""

@@ -176,15 +176,7 @@ class Sink:
     def connect(self) -> Any:
         """A psycopg connection to the PostgreSQL query database; an
         unreachable server raises ConnectionError naming it."""
-        import psycopg
-
-        try:
-            return psycopg.connect(self.target)
-        except psycopg.OperationalError as exc:
-            cause = str(exc).strip() or type(exc).__name__
-            raise ConnectionError(
-                f"cannot reach the query database {self.shown!r}: {cause}"
-            ) from None
+        return self.pages.connect()
 
     def close(self) -> None:
         """Closes this process's connections to the query database."""
