@@ -201,6 +201,7 @@ def check_report_files(out: Path) -> None:
     owners = ["commit", "storage", "storage"] + ["loader"] * 7
     owners += ["phrase count", "phrase count", "phrase count"]
     owners += ["growth", "growth", "growth", "simulation", "postgresql"]
+    owners += ["webindex"] * 4
     assert [name.split(":")[0] for name in names] == owners, names
     for target in summary["targets"]:
         assert set(target) == {"name", "measured_ratio", "target_ratio", "met"}
@@ -210,11 +211,15 @@ def check_report_files(out: Path) -> None:
             assert target["measured_ratio"] is None and target["met"] is None, target
             assert target["target_ratio"] == 0.8
             continue
+        if target["name"].startswith("webindex: parsing alone / percolite end to end, real"):
+            # --quick leaves the real HTML tree out.
+            assert target["measured_ratio"] is None and target["met"] is None, target
+            continue
         assert target["measured_ratio"] > 0 and isinstance(target["met"], bool), target
         assert target["met"] == (target["measured_ratio"] >= target["target_ratio"])
     growth = json.loads((out / "growth.json").read_text(encoding="utf-8"))
     rounds = growth["drain"]["rounds"]
-    drain = summary["targets"][-3]  # the simulation's and postgresql's come after it
+    (drain,) = [t for t in summary["targets"] if t["name"].startswith("growth: data.mdb")]
     assert drain["name"].startswith("growth: data.mdb after drain round 2 / after round 3")
     assert drain["measured_ratio"] == round(
         rounds[1]["data_mdb_mib"] / rounds[-1]["data_mdb_mib"], 3
