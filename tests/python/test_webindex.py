@@ -220,6 +220,9 @@ def test_command_line_load_and_queries_with_bad_input(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "pages: 2 read, 0 new or changed, 1 removed; known URIs: 3" in done.stdout
+    # Unchanged files are hashed, not parsed: index.html's bad href was
+    # counted when it was loaded; blob.html was never loaded, so it is again.
+    assert "bad href" not in done.stdout and "2 not HTML" in done.stdout
     target = "sqlite:" + str(tmp_path / "db.webindex.sqlite")
     frame = wi.read_domains(target).to_pandas()
     assert list(frame.columns) == ["domain", "pages", "incount"]

@@ -429,6 +429,21 @@ def unload_file(tx: percolite.Transaction, path: str) -> bool:
     return True
 
 
+def loaded_digests(tx: percolite.Transaction, prefix: str) -> dict[str, tuple[str, str]]:
+    """The loaded files whose absolute path starts with ``prefix``, as
+    ``{path: (uri, digest)}``."""
+    start = len("f:")
+    cells: dict[str, dict[str, str]] = {}
+    for row, column, value in tx.scan(prefix="f:" + prefix, columns=[FILE_URI, FILE_DIGEST]):
+        cells.setdefault(row[start:].decode(), {})[column.qualifier.decode()] = value.decode()
+    uri, digest = FILE_URI[1], FILE_DIGEST[1]
+    return {
+        path: (found[uri], found[digest])
+        for path, found in cells.items()
+        if uri in found and digest in found
+    }
+
+
 def loaded_files(tx: percolite.Transaction, prefix: str) -> list[str]:
     """The loaded files whose absolute path starts with ``prefix``."""
     start = len("f:")

@@ -86,8 +86,19 @@ class _Problems:
             self.examples.append(problem)
 
 
-def _sources(paths: Sequence[str], base_url: str | None, problems: _Problems):
-    """(directory prefix or None, pages) per PATH; bad arguments raise now."""
+def _prefix(path: str) -> str | None:
+    """A directory's absolute path with a trailing separator; None for a file."""
+    return os.path.abspath(path).rstrip(os.sep) + os.sep if os.path.isdir(path) else None
+
+
+def _sources(
+    paths: Sequence[str],
+    base_url: str | None,
+    problems: _Problems,
+    known: dict[str, tuple[str, str]] | None = None,
+):
+    """(directory prefix or None, pages) per PATH; bad arguments raise now.
+    ``known``: the files loaded before (not parsed again when unchanged)."""
     if not paths:
         raise ValueError("no PATH: name directories of HTML files, link records or WARC files")
     if base_url is not None and urlsplit(base_url).scheme not in ("http", "https"):
@@ -96,9 +107,7 @@ def _sources(paths: Sequence[str], base_url: str | None, problems: _Problems):
         )
     sources = []
     for path in paths:
-        pages = pages_of(path, base_url, problems)
-        prefix = os.path.abspath(path).rstrip(os.sep) + os.sep if os.path.isdir(path) else None
-        sources.append((prefix, pages))
+        sources.append((_prefix(path), pages_of(path, base_url, problems, known)))
     return sources
 
 
@@ -114,8 +123,15 @@ def load_into(
     """Loads the pages of ``paths`` into ``env`` (bound to the webindex app)
     and removes the pages of files gone from its directories; returns
     ``(pages read, new or changed, removed)``. The workers do the rest."""
+    from . import app as wi
+
     problems = on_problem or _Problems()
-    sources = _sources(paths, base_url, problems)
+    _sources(paths, base_url, _Problems())  # bad arguments raise before the store is read
+    known: dict[str, tuple[str, str]] = {}
+    with env.transaction() as tx:
+        for prefix in dict.fromkeys(filter(None, map(_prefix, paths))):
+            known.update(wi.loaded_digests(tx, prefix))
+    sources = _sources(paths, base_url, problems, known)
     loading = Progress("pages read", enabled=progress, stream=stream or sys.stderr, unit="page")
     try:
         read, loaded, seen_files = _load(env, _pages(sources), loading)
@@ -161,6 +177,10 @@ def _load(env: percolite.Env, pages: Iterator[Page], progress: Progress):
             if failed.is_set():
                 break
             counts["read"] += 1
+            if page.unchanged:  # loaded before with these bytes: nothing to do
+                seen_files.add(str(page.file))
+                progress.advance(1, loaded=counts["loaded"])
+                continue
             if page.url in batch:
                 submit()
             earlier = in_flight.get(page.url)

@@ -29,7 +29,7 @@ import gzip
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .links import Links, decode_page, extract_links, normalize, resolve_links
@@ -54,12 +54,15 @@ WARC_SUFFIXES = (".warc", ".warc.gz")
 class Page(NamedTuple):
     """One page: its URL (normalized), its outlinks ``{target: anchor}``,
     and, for a file of a directory, the file's absolute path and the digest
-    of its bytes (the change detection between runs)."""
+    of its bytes (the change detection between runs). ``unchanged``: a file
+    loaded before with this URL and digest, not parsed again (its links are
+    left empty)."""
 
     url: str
     links: dict[str, str]
     file: str | None = None
     digest: str | None = None
+    unchanged: bool = False
 
 
 class ProblemKind(enum.Enum):
@@ -106,10 +109,15 @@ def _bad_hrefs(location: str, links: Links, on_problem: OnProblem) -> None:
 
 
 def directory_pages(
-    directory: str, base_url: str, on_problem: OnProblem = _ignore
+    directory: str,
+    base_url: str,
+    on_problem: OnProblem = _ignore,
+    known: Mapping[str, tuple[str, str]] | None = None,
 ) -> Iterator[Page]:
     """The HTML files under ``directory`` (symbolic links to directories not
-    followed), sorted by path."""
+    followed), sorted by path. A file that ``known`` (absolute path ->
+    ``(url, digest)`` of the files loaded before) has with the same URL and
+    digest is hashed but not parsed: it comes as an ``unchanged`` page."""
     top = os.path.abspath(directory)
 
     def walk_error(e: OSError) -> None:
@@ -138,9 +146,13 @@ def directory_pages(
             except OSError as e:
                 on_problem(Problem(path, ProblemKind.UNREADABLE, e.strerror or str(e)))
                 continue
+            digest = hashlib.sha256(data).hexdigest()
+            if known is not None and known.get(path) == (url, digest):
+                yield Page(url, {}, path, digest, unchanged=True)
+                continue
             page = _html_page(path, url, data, None, on_problem)
             if page is not None:
-                yield Page(page.url, page.links, path, hashlib.sha256(data).hexdigest())
+                yield Page(page.url, page.links, path, digest)
 
 
 def _html_page(
@@ -262,18 +274,24 @@ def warc_pages(path: str, on_problem: OnProblem = _ignore) -> Iterator[Page]:
             on_problem(Problem(path, ProblemKind.UNREADABLE, str(e)))
 
 
-def pages_of(path: str, base_url: str | None, on_problem: OnProblem = _ignore) -> Iterator[Page]:
+def pages_of(
+    path: str,
+    base_url: str | None,
+    on_problem: OnProblem = _ignore,
+    known: Mapping[str, tuple[str, str]] | None = None,
+) -> Iterator[Page]:
     """The pages of one PATH argument: a directory (which needs
-    ``base_url``), a file of link records or a WARC file. Raises ValueError
-    for a directory without ``base_url`` and a file of unknown kind; a
-    missing path is reported as a problem."""
+    ``base_url``; ``known`` as for :func:`directory_pages`), a file of link
+    records or a WARC file. Raises ValueError for a directory without
+    ``base_url`` and a file of unknown kind; a missing path is reported as a
+    problem."""
     if os.path.isdir(path):
         if not base_url:
             raise ValueError(
                 f"{path} is a directory: --base-url is needed for its pages' URLs "
                 "(e.g. --base-url https://example.org/docs/)"
             )
-        return directory_pages(path, base_url, on_problem)
+        return directory_pages(path, base_url, on_problem, known)
     if not os.path.exists(path):
         on_problem(Problem(path, ProblemKind.MISSING_PATH, "no such file or directory"))
         return iter(())
