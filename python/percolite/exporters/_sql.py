@@ -70,7 +70,8 @@ class _SQLExporter:
 
     @property
     def guard_table(self) -> str:
-        """The guard table, ``<table>_seq``: the highest seq applied per key."""
+        """The guard table, ``<table>_<seq column>`` (``<table>_seq``): the
+        highest seq applied per key."""
         return self._layout.guard_table
 
     @property
