@@ -149,19 +149,24 @@ class Postgres(_SQLExporter):
             if self._layout.is_part:
                 if has_main:
                     self._write_part(cursor, applied)
-                applied = []
-            upserts = [
-                (*row.key_cells, *row.value_cells, row.seq)
-                for row in applied
-                if row.value_cells is not None
-            ]
-            deletes = [(*row.key_cells, row.seq) for row in applied if row.value_cells is None]
-            if upserts:
-                cursor.executemany(self._sql.upsert, upserts)
-            if deletes and has_main:
-                cursor.executemany(self._sql.delete, deletes)
+            else:
+                self._write_rows(cursor, applied, has_main)
         self._tables_ready = has_main
         self._owner_ready = self._owner_ready or bool(getattr(entries, "store", None))
+
+    def _write_rows(self, cursor: Any, applied: list[Any], has_main: bool) -> None:
+        """Writes the main table for ``applied`` (entries whose guard rose)
+        of a one-row-per-key layout."""
+        upserts = [
+            (*row.key_cells, *row.value_cells, row.seq)
+            for row in applied
+            if row.value_cells is not None
+        ]
+        deletes = [(*row.key_cells, row.seq) for row in applied if row.value_cells is None]
+        if upserts:
+            cursor.executemany(self._sql.upsert, upserts)
+        if deletes and has_main:
+            cursor.executemany(self._sql.delete, deletes)
 
     def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
         # Waits a bounded time (lock_timeout) for the owner row, which every
