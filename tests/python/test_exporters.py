@@ -551,6 +551,30 @@ def test_sqlite_processes_switching_a_new_file_to_wal_at_once(tmp_path):
     run_child(children.exporters.new_sqlite_file_race, tmp_path, 8, 4, timeout=60)
 
 
+def test_a_new_sqlite_exporter_keeps_the_locks_of_open_connections(tmp_path):
+    """Regression: a new connection of an exporter opened and closed the
+    database file outside SQLite, which drops every POSIX lock the process
+    holds on it. Another process closing its connection then took the file
+    as unused, checkpointed and deleted the WAL that this process's
+    connections were using: a corrupt database, seen after workers were
+    killed mid-load."""
+    path = tmp_path / "out.sqlite"
+    first = percolite.exporters.SQLite(path, "t")
+    second = percolite.exporters.SQLite(path, "u")
+    try:
+        first([E("a", "1", 1)])
+        with closing(sqlite3.connect(path)) as held:
+            held.execute("SELECT count(*) FROM t").fetchall()
+            second([E("b", "2", 1)])  # opens a connection of its own
+            run_child(children.exporters.read_then_close, str(path), timeout=60)
+            assert os.path.exists(f"{path}-wal"), "another process deleted the WAL in use"
+            assert held.execute("SELECT * FROM u").fetchall() == [("b", "2", 1)]
+        assert first.rows() == {"a": "1"} and second.rows() == {"b": "2"}
+    finally:
+        first.close()
+        second.close()
+
+
 def test_sqlite_guard_rows_for_every_key_still_guard(tmp_path):
     """Tables written before the SQLite exporter kept guard rows for deleted
     keys only have a guard row for every key; they keep working."""

@@ -186,13 +186,21 @@ DEFAULT_FILE_MODE = 0o600
 def _open_created(path: str, flags: int, mode: int) -> int:
     """Opens ``path`` (``os.open`` ``flags``), creating it with exactly
     ``mode`` (not masked by the umask) when it does not exist yet."""
+    _create_missing(path, mode)
+    return os.open(path, flags)
+
+
+def _create_missing(path: str, mode: int) -> None:
+    """Creates the empty file ``path`` with exactly ``mode`` when it does not
+    exist; never opens an existing one. (Closing any descriptor of a file
+    drops every POSIX lock this process holds on it, those of its SQLite
+    connections too: another process could then take the file for its own,
+    checkpoint and delete the WAL in use here, and corrupt the database.)"""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     except FileExistsError:
-        return os.open(path, flags)
+        return
     try:
         os.fchmod(fd, mode)
-    except BaseException:
+    finally:
         os.close(fd)
-        raise
-    return fd

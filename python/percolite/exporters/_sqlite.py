@@ -15,7 +15,7 @@ from typing import Any
 from .. import _core
 from .._args import check_file_mode, check_parent_directory, check_positive_seconds
 from ..errors import SinkBusy
-from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _open_created
+from ._common import DEFAULT_FILE_MODE, ForkSafeLock, _create_missing
 from ._sql import _SQLExporter
 from ._sql_layout import _Layout, _quote
 
@@ -127,8 +127,9 @@ class SQLite(_SQLExporter):
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
-        # the database file's permissions.
-        os.close(_open_created(self.path, os.O_RDONLY, self.mode))
+        # the database file's permissions. An existing file is left unopened:
+        # closing a descriptor of it would drop this process's SQLite locks.
+        _create_missing(self.path, self.mode)
         conn = sqlite3.connect(
             self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
         )

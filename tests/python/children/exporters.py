@@ -106,6 +106,17 @@ def new_sqlite_file_race(directory, rounds, processes):
     assert failures == 0, f"{failures} exports failed"
 
 
+def read_then_close(path):
+    """Reads the SQLite database ``path`` and closes the connection: the
+    last connection to close checkpoints and deletes the WAL, when no other
+    process holds the database (its SQLite connections' locks)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    conn.close()
+
+
 def postgres_without_psycopg():
     """Constructs a Postgres exporter with psycopg hidden; prints the
     ImportError."""
