@@ -267,6 +267,41 @@ def test_bad_files_in_a_directory(tmp_path):
     assert kinds == ["bad href", "decoded with replacement", "not HTML", "not HTML"]
 
 
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://",
+        "https://E.org/docs",
+        "HTTPS://e.org:443/A/",
+        "http://u@H.example:8080",
+        " http://x/",
+    ],
+)
+def test_file_urls_are_those_of_the_rule_for_any_name(tmp_path, base_url):
+    """A directory's files get file_url(base URL, relative path), whatever
+    their names and their directories' (normalized once per directory for
+    plain names, one by one for the others)."""
+    directories = ["", "D0.example/", "h.example:80/", "a b/", "q?x/", "f#g/", "caf\u00e9/", "n/m/"]
+    names = ["p.html", "P-1_x~.HTM", "a b.html", "q?.html", "h#.html", "%41.html", "\u00e9.html"]
+    for directory in directories:
+        (tmp_path / directory).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (tmp_path / directory / name).write_text("<a href='/t'>t</a>")
+    problems = []
+    pages = list(inputs.directory_pages(str(tmp_path), base_url, problems.append))
+    expected = {}
+    for directory in directories:
+        for name in names:
+            try:
+                url = inputs.file_url(base_url, directory + name)
+            except ValueError:
+                continue
+            if url is not None:
+                expected[str(tmp_path / directory / name)] = url
+    assert {p.file: p.url for p in pages} == expected
+    assert len(pages) + len(problems) == len(directories) * len(names)
+
+
 def test_pages_of_refuses_what_it_cannot_read(tmp_path):
     with pytest.raises(ValueError, match="--base-url"):
         inputs.pages_of(str(tmp_path), None)

@@ -29,6 +29,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -101,6 +102,28 @@ def file_url(base_url: str, relative: str) -> str | None:
     return normalize(base_url + relative)
 
 
+# A file name that file_url appends to its directory's URL unchanged.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._~-]+\Z").match
+
+
+def _directory_url(base_url: str, inside: str) -> str | None:
+    """The URL of the directory at ``inside`` (a relative path ending in
+    ``/``, or empty for the top), to which :func:`file_url` of a file with a
+    plain name (``_PLAIN_NAME``) is that name appended: normalizing once per
+    directory instead of per file. None when its files need
+    :func:`file_url` one by one."""
+    if not base_url.endswith("/"):
+        base_url += "/"
+    whole = base_url + inside
+    if "?" in whole or "#" in whole:
+        return None
+    try:
+        url = normalize(whole)
+    except ValueError:
+        return None
+    return url if url is not None and url.endswith("/") else None
+
+
 def _bad_hrefs(location: str, links: Links, on_problem: OnProblem) -> None:
     if links.bad_hrefs:
         on_problem(
@@ -125,14 +148,19 @@ def directory_pages(
 
     for root, dirs, files in os.walk(top, onerror=walk_error):
         dirs.sort()
+        inside = os.path.relpath(root, top).replace(os.sep, "/")
+        inside = "" if inside == "." else inside + "/"
+        directory_url = _directory_url(base_url, inside)
         for name in sorted(files):
             path = os.path.join(root, name)
-            relative = os.path.relpath(path, top).replace(os.sep, "/")
             if not name.lower().endswith(HTML_SUFFIXES):
                 on_problem(Problem(path, ProblemKind.NOT_HTML, "not an HTML file name"))
                 continue
             try:
-                url = file_url(base_url, relative)
+                if directory_url is not None and _PLAIN_NAME(name):
+                    url: str | None = directory_url + name
+                else:
+                    url = file_url(base_url, inside + name)
             except ValueError as e:
                 url, why = None, str(e)
             else:
