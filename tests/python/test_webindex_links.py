@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit
 
@@ -159,6 +160,70 @@ def _reference_uri(url):
         netloc = parts.netloc.rsplit("@", 1)[0] + "@" + netloc
     query = "?" + parts.query if "?" in url.split("#")[0] else ""
     return f"{parts.scheme.lower()}://{netloc}{parts.path or '/'}{query}"
+
+
+def test_normalize_agrees_with_the_reference_on_random_urls():
+    """Every URL form, absolute or relative, with or without a base, through
+    whichever path normalize takes (already-normal absolute URLs skip the
+    parsing): the reference's result, or ValueError from both."""
+    rng = random.Random(7)
+    schemes = ["http", "https", "HTTP", "Https", "ftp", "mailto", ""]
+    hosts = ["d0.example", "D0.Example", "h:80", "h:443", "h:8080", "u@h", "[::1]", "", "h:x"]
+    pieces = [
+        "a",
+        "B",
+        "/",
+        "//",
+        ".",
+        "..",
+        "%20",
+        "~",
+        "-",
+        "_",
+        "?",
+        "#",
+        ";",
+        "=",
+        "&",
+        " ",
+        "\t",
+        "@",
+        ":",
+        "+",
+        "!",
+        "'",
+        "(",
+        "*",
+        ",",
+        "$",
+        "\u00e9",
+        "index.html",
+    ]
+    bases = [None, "http://b.example/dir/page.html", "https://b.example/", "http://b.example"]
+    checked = 0
+    for _ in range(20_000):
+        path = "".join(rng.choice(pieces) for _ in range(rng.randrange(6)))
+        form = rng.randrange(4)
+        if form == 0:  # absolute
+            url = f"{rng.choice(schemes)}://{rng.choice(hosts)}{path}"
+        elif form == 1:  # already normal, the common case of link records
+            url = f"http{rng.choice(['', 's'])}://d{rng.randrange(9)}.example/p{path}"
+        elif form == 2:  # scheme-relative
+            url = f"//{rng.choice(hosts)}{path}"
+        else:  # relative
+            url = path
+        base = rng.choice(bases)
+        try:
+            expected = _reference_uri(
+                url.strip(" \t\n\f\r") if base is None else urljoin(base, url.strip(" \t\n\f\r"))
+            )
+        except ValueError:
+            with pytest.raises(ValueError):
+                links.normalize(url, base)
+            continue
+        assert links.normalize(url, base) == expected, (url, base)
+        checked += 1
+    assert checked > 15_000
 
 
 def reference_links(page_url, html):

@@ -50,11 +50,22 @@ __all__ = [
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _ASCII_WHITESPACE = " \t\n\f\r"
+# An absolute http(s) URL already normalized, but perhaps for its empty path:
+# lower-case scheme and host, no port, user, query or fragment, and only
+# characters in its path that neither urljoin nor urlsplit change or split
+# on. The rules give it unchanged ("/" added to an empty path), whatever the
+# base: urljoin returns an absolute URL with a host as it is. Most links of
+# link records, and many of pages, are such; parsing them was most of the
+# time of reading link records.
+_NORMAL_ABSOLUTE = re.compile(r"https?://[a-z0-9.-]+(/[A-Za-z0-9._~%+,=:@!$&'()*/-]*)?\Z").match
 
 
 def normalize(url: str, base: str | None = None) -> str | None:
     """``url`` resolved against ``base`` and normalized by the rules above;
     None when it is not http(s). Raises ValueError when it does not parse."""
+    plain = _NORMAL_ABSOLUTE(url)
+    if plain is not None:
+        return url if plain.group(1) else url + "/"
     url = url.strip(_ASCII_WHITESPACE)
     if base is not None:
         url = urljoin(base, url)
