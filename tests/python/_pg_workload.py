@@ -25,10 +25,14 @@ __all__ = ["Run", "wait_for"]
 KEYS = [f"k{i:03}" for i in range(200)]
 
 
-def wait_for(condition, what: str, timeout: float = 120) -> None:
+def wait_for(condition, what: str, timeout: float = 120, detail=None) -> None:
+    """Polls ``condition`` until it holds; fails after ``timeout`` seconds,
+    with what ``detail()`` says of the state then (when given)."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            said = "" if detail is None else f": {detail()}"
+            raise AssertionError(f"timed out waiting for {what}{said}")
         time.sleep(0.1)
 
 
@@ -112,7 +116,12 @@ class Run:
                 applied += 1
                 for key, value in updates.items():
                     expected[key] = expected.get(key, 0) + value
-        wait_for(lambda: self.env.status()["pending"] == 0, "the groups to drain the queues", 240)
+        wait_for(
+            lambda: self.env.status()["pending"] == 0,
+            "the groups to drain the queues",
+            240,
+            detail=self._state,
+        )
         errors = []
         for group in self.groups:
             group.send_signal(signal.SIGTERM)
@@ -124,6 +133,21 @@ class Run:
         with psycopg.connect(self.sink_uri) as db:
             assert dict(db.execute("SELECT k, v FROM hot_values").fetchall()) == expected
         return errors, applied
+
+    def _state(self) -> str:
+        """What is pending and who holds leases, and whether each group runs."""
+        status = self.env.status()
+        pending = {
+            o["name"]: (o["pending"], o.get("last_error"))
+            for o in status["observers"]
+            if o["pending"]
+        }
+        leases = [(lease["group"], lease["live"]) for lease in status["leases"]]
+        running = [group.poll() is None for group in self.groups]
+        return (
+            f"pending {pending}, parked {status['parked']}, queues {status['queues']}, "
+            f"leases {leases}, groups running {running}"
+        )
 
     def close(self) -> None:
         self.stop.set()
