@@ -48,9 +48,7 @@ the other corpus is reported too).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import hashlib
-import multiprocessing
 import queue
 import resource
 import sqlite3
@@ -72,6 +70,7 @@ from common import (
     format_range,
     format_tables,
     format_targets,
+    in_fresh_process,
     log,
     machine_info,
     median,
@@ -337,10 +336,7 @@ def _child(system: str, paths: tuple[str, ...], work: str, threads: int) -> dict
 
 
 def _measure_in_child(system: str, corpus: Corpus, work: Path, threads: int) -> dict[str, Any]:
-    # spawn, not fork: the child starts clean, with no thread or store of ours.
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        return pool.submit(_child, system, corpus.paths, str(work), threads).result()
+    return in_fresh_process(_child, system, corpus.paths, str(work), threads)
 
 
 # -- corpora -------------------------------------------------------------------

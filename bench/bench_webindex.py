@@ -42,9 +42,7 @@ rather than a limit it found.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
-import multiprocessing
 import sys
 import time
 from collections import Counter
@@ -57,6 +55,7 @@ from common import (
     Target,
     format_tables,
     format_targets,
+    in_fresh_process,
     log,
     machine_info,
     median,
@@ -229,13 +228,6 @@ def _timed(system: str, source: _Source, work: Path) -> tuple[float, int]:
     return time.perf_counter() - began, pages
 
 
-def _run_apart(system: str, source: _Source, work: Path) -> tuple[float, int]:
-    """:func:`_timed` in a fresh process of its own."""
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        return pool.submit(_timed, system, source, work).result()
-
-
 def add_arguments(parser: OptionGroup) -> None:
     parser.add_argument(
         "--wi-pages",
@@ -332,7 +324,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for phase, make in case["phases"]:
                         source = make(where)
                         log(f"webindex: {case['case']}, {system}, {phase}, run {repetition + 1}")
-                        took, read[system, phase] = _run_apart(system, source, where)
+                        took, read[system, phase] = in_fresh_process(_timed, system, source, where)
                         seconds.setdefault((system, phase), []).append(took)
                         if repetition == 0 and system != "parse" and "sqlite" in systems:
                             kept[system, phase] = _tables(system, where)

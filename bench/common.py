@@ -29,9 +29,11 @@ description of the machine the numbers come from.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import datetime
 import json
+import multiprocessing
 import os
 import platform
 import shlex
@@ -296,6 +298,18 @@ def format_range(ratios: Sequence[float | None]) -> str:
     ``LO-HIx``, ``-`` when none was measured."""
     known = [value for value in ratios if value is not None]
     return f"{min(known):.2f}-{max(known):.2f}x" if known else "-"
+
+
+_Result = TypeVar("_Result")
+
+
+def in_fresh_process(fn: Callable[..., _Result], *args: Any) -> _Result:
+    """``fn(*args)`` in a process of its own, spawned (not forked: it starts
+    clean, with none of this process's heap, threads or stores); ``fn`` and
+    ``args`` must pickle."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(fn, *args).result()
 
 
 # -- scratch stores --------------------------------------------------------

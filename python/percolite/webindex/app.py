@@ -444,14 +444,6 @@ def loaded_digests(tx: percolite.Transaction, prefix: str) -> dict[str, tuple[st
     }
 
 
-def loaded_files(tx: percolite.Transaction, prefix: str) -> list[str]:
-    """The loaded files whose absolute path starts with ``prefix``."""
-    start = len("f:")
-    return [
-        row[start:].decode() for row, _c, _v in tx.scan(prefix="f:" + prefix, columns=[FILE_URI])
-    ]
-
-
 # -- queries ----------------------------------------------------------------------
 
 

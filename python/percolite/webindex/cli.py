@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import os
 import resource
 import signal
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -97,7 +98,7 @@ def _sources(
     problems: _Problems,
     known: dict[str, tuple[str, str]] | None = None,
 ):
-    """(directory prefix or None, pages) per PATH; bad arguments raise now.
+    """The pages of each PATH; bad arguments raise now.
     ``known``: the files loaded before (not parsed again when unchanged)."""
     if not paths:
         raise ValueError("no PATH: name directories of HTML files, link records or WARC files")
@@ -105,10 +106,7 @@ def _sources(
         raise ValueError(
             f"--base-url must be an http(s) URL such as https://example.org/docs/, not {base_url!r}"
         )
-    sources = []
-    for path in paths:
-        sources.append((_prefix(path), pages_of(path, base_url, problems, known)))
-    return sources
+    return [pages_of(path, base_url, problems, known) for path in paths]
 
 
 def load_into(
@@ -134,16 +132,11 @@ def load_into(
     sources = _sources(paths, base_url, problems, known)
     loading = Progress("pages read", enabled=progress, stream=stream or sys.stderr, unit="page")
     try:
-        read, loaded, seen_files = _load(env, _pages(sources), loading)
+        read, loaded, seen_files = _load(env, itertools.chain.from_iterable(sources), loading)
     finally:
         loading.close()
-    removed = _remove_missing(env, [p for p, _ in sources if p is not None], seen_files)
+    removed = _remove_missing(env, known, seen_files)
     return read, loaded, removed
-
-
-def _pages(sources) -> Iterator[Page]:
-    for _prefix, pages in sources:
-        yield from pages
 
 
 def _load(env: percolite.Env, pages: Iterator[Page], progress: Progress):
@@ -178,7 +171,7 @@ def _load(env: percolite.Env, pages: Iterator[Page], progress: Progress):
                 break
             counts["read"] += 1
             if page.unchanged:  # loaded before with these bytes: nothing to do
-                seen_files.add(str(page.file))
+                seen_files.add(page.file)
                 progress.advance(1, loaded=counts["loaded"])
                 continue
             if page.url in batch:
@@ -200,14 +193,12 @@ def _load(env: percolite.Env, pages: Iterator[Page], progress: Progress):
     return counts["read"], counts["loaded"], seen_files
 
 
-def _remove_missing(env: percolite.Env, prefixes: list[str], seen: set[str]) -> int:
+def _remove_missing(env: percolite.Env, loaded: Iterable[str], seen: set[str]) -> int:
+    """Removes the files ``loaded`` before this run (under its directories)
+    that it did not see; returns how many."""
     from . import app as wi
 
-    gone: list[str] = []
-    for prefix in prefixes:
-        with env.transaction() as tx:
-            gone += [f for f in wi.loaded_files(tx, prefix) if f not in seen]
-    gone = list(dict.fromkeys(gone))
+    gone = [f for f in loaded if f not in seen]
     if not gone:
         return 0
     with env.loader(max_in_flight=LOADER_IN_FLIGHT) as loader:

@@ -112,13 +112,10 @@ def _directory_url(base_url: str, inside: str) -> str | None:
     plain name (``_PLAIN_NAME``) is that name appended: normalizing once per
     directory instead of per file. None when its files need
     :func:`file_url` one by one."""
-    if not base_url.endswith("/"):
-        base_url += "/"
-    whole = base_url + inside
-    if "?" in whole or "#" in whole:
+    if "?" in base_url + inside or "#" in base_url + inside:
         return None
     try:
-        url = normalize(whole)
+        url = file_url(base_url, inside)
     except ValueError:
         return None
     return url if url is not None and url.endswith("/") else None
