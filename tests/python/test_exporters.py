@@ -645,6 +645,11 @@ def test_exported_files_get_the_exporter_mode_whatever_the_umask(tmp_path, mode)
     assert _mode(tmp_path / "out.sqlite") == expected
 
 
+def test_a_directory_is_refused_as_an_sqlite_file(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a directory: name an SQLite database file"):
+        percolite.exporters.SQLite(tmp_path, "t")
+
+
 @pytest.mark.parametrize(
     "mode, error", [(0o1000, ValueError), ("600", TypeError), (True, TypeError)]
 )

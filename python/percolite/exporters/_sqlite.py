@@ -116,6 +116,10 @@ class SQLite(_SQLExporter):
                 "SQLite needs a file: every connection to ':memory:' is a new database"
             )
         check_parent_directory(self.path)
+        if os.path.isdir(self.path):
+            raise IsADirectoryError(
+                f"{self.path!r} is a directory: name an SQLite database file in it"
+            )
         self.timeout: float = float(check_positive_seconds(timeout, "timeout"))
         self._set_up(_Layout(table, key, columns, rows, seq, makes_rows), create)
         # Calls of one process take turns here rather than in SQLite's busy
