@@ -118,6 +118,45 @@ def test_link_records_add_and_replace_memory(tmp_path):
     assert fresh == expected_tables(merged)
 
 
+def test_the_page_observer_keeps_the_loaded_links_and_runs_once(tmp_path):
+    """Indexing a page writes its links as indexed and leaves the loaded
+    ones in place (no delete, so no tombstone per page); a page notified
+    again with the links it has is not exported again."""
+    web = synthetic.generate(200, seed=14)
+    web = dict(web, **{"http://gone.example/": {}})
+    synthetic.write_records(web, str(tmp_path / "web.jsonl"))
+    kept = "sqlite:" + str(tmp_path / "kept.sqlite")
+    wi.set_export(kept)
+
+    def seqs():
+        rows = wi._query(kept, "SELECT uri, from_uri, seq FROM webindex_inlinks ORDER BY 1, 2")
+        return rows, wi._query(kept, "SELECT uri, in_seq, out_seq FROM webindex_pages ORDER BY 1")
+
+    with percolite.open(str(tmp_path / "db"), app=wi.app) as env:
+        env.start_workers(2)
+        _index(env, [tmp_path / "web.jsonl"])
+        with env.transaction() as tx:
+            assert wi.remove_page(tx, "http://gone.example/")
+        assert env.wait(timeout=300)
+        del web["http://gone.example/"]
+        assert wi.read_tables(kept) == expected_tables(web)
+        with env.transaction() as tx:
+            cells = {(row, column.qualifier): value for row, column, value in tx.scan(prefix="p:")}
+        for uri in web:
+            row = ("p:" + uri).encode()
+            assert cells[row, b"new"] == cells[row, b"links"], uri
+        assert cells[b"p:http://gone.example/", b"new"] == wi.REMOVED
+        assert (b"p:http://gone.example/", b"links") not in cells
+        before = seqs()
+        with env.transaction() as tx:  # notified again, links unchanged
+            for (row, qualifier), value in cells.items():
+                if qualifier == b"new":
+                    tx.set(row, wi.NEW, value)
+        assert env.wait(timeout=300)
+        assert seqs() == before
+        assert wi.read_tables(kept) == expected_tables(web)
+
+
 def test_lmdb_across_cli_runs(tmp_path):
     web = synthetic.generate(2000, seed=13)
     tree = tmp_path / "tree"

@@ -11,7 +11,8 @@ Data flow::
       p:<uri>  page:new              the page's links as JSON ("-": removed);
                                      STRONG notification
                                   |
-    page_changed (observer)       v  diffs them against page:links
+    page_changed (observer)       v  diffs them against page:links (the
+                                     links as indexed), which it then sets
       combine queue "uris"           uri -> (incount, has_content), native sum;
                                      all zero deletes the key: "no longer known"
       export "export_inlinks"        source -> its links {target: anchor}, None: gone
@@ -82,8 +83,8 @@ __all__ = [
 
 EXPORT_VARIABLE = "PERCOLITE_WEBINDEX_EXPORT"
 
-NEW = ("page", "new")  # links to index: JSON {target: anchor}, or REMOVED
-LINKS = ("page", "links")  # the indexed links, while the page has content
+NEW = ("page", "new")  # the links as last loaded: JSON {target: anchor}, or REMOVED
+LINKS = ("page", "links")  # the links as indexed, while the page has content
 FILE_URI = ("file", "uri")
 FILE_DIGEST = ("file", "digest")
 REMOVED = b"-"
@@ -261,9 +262,17 @@ class _Forward:
         return f"<webindex sink {self.part}: ${EXPORT_VARIABLE}>"
 
 
+EXPORT_BATCH = 8192
+EXPORT_LINGER = 0.5
+
 # uri -> (domain, incount, has_content); None: no longer known.
 pages_export: percolite.ExportQueue[str, Any] = app.export_queue(
-    "export_pages", _Forward("pages"), buckets=4, value_codec="json", batch_size=8192, linger=0.5
+    "export_pages",
+    _Forward("pages"),
+    buckets=4,
+    value_codec="json",
+    batch_size=EXPORT_BATCH,
+    linger=EXPORT_LINGER,
 )
 # uri -> its number of outlinks (0: no content).
 outcounts_export: percolite.ExportQueue[str, Any] = app.export_queue(
@@ -271,8 +280,8 @@ outcounts_export: percolite.ExportQueue[str, Any] = app.export_queue(
     _Forward("outcounts"),
     buckets=4,
     value_codec="int64",
-    batch_size=8192,
-    linger=0.5,
+    batch_size=EXPORT_BATCH,
+    linger=EXPORT_LINGER,
 )
 # source page -> its links {target: anchor}; None: the page is gone.
 inlinks_export: percolite.ExportQueue[str, Any] = app.export_queue(
@@ -280,16 +289,16 @@ inlinks_export: percolite.ExportQueue[str, Any] = app.export_queue(
     _Forward("inlinks"),
     buckets=4,
     value_codec="json",
-    batch_size=8192,
-    linger=0.5,
+    batch_size=EXPORT_BATCH,
+    linger=EXPORT_LINGER,
 )
 domains_export: percolite.ExportQueue[str, Any] = app.export_queue(
     "export_domains",
     _Forward("domains"),
     buckets=1,
     value_codec="int64s:2",
-    batch_size=8192,
-    linger=0.5,
+    batch_size=EXPORT_BATCH,
+    linger=EXPORT_LINGER,
 )
 
 domains.export_to(domains_export)
@@ -323,10 +332,11 @@ def page_changed(tx: percolite.Transaction, row: bytes, column: percolite.Column
     target gained or lost, the page's own has_content, the inlinks and the
     outcount exported."""
     new_value = tx.get(row, NEW)
-    if new_value is None:
-        return
+    indexed = tx.get(row, LINKS)
+    if new_value is None or new_value == indexed or (new_value == REMOVED and indexed is None):
+        return  # indexed already
     uri = row[2:].decode()
-    old = _links_of(tx.get(row, LINKS))
+    old = _links_of(indexed)
     new = _links_of(new_value)
     old_links, new_links = old or {}, new or {}
     updates: dict[str, tuple[int, int]] = {}
@@ -344,11 +354,12 @@ def page_changed(tx: percolite.Transaction, row: bytes, column: percolite.Column
         uris.add(tx, updates)
     if (old is None) != (new is None) or len(old_links) != len(new_links):
         outcounts_export.add(tx, uri, len(new_links))
+    # page:new stays as it is: deleting it would cost a tombstone (and
+    # its removal later) for every page loaded.
     if new is None:
         tx.delete(row, LINKS)
     else:
         tx.set(row, LINKS, new_value)
-    tx.delete(row, NEW)
 
 
 def _encode(links: dict[str, str]) -> bytes:
