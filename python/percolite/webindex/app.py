@@ -262,8 +262,12 @@ class _Forward:
         return f"<webindex sink {self.part}: ${EXPORT_VARIABLE}>"
 
 
-EXPORT_BATCH = 8192
-EXPORT_LINGER = 0.5
+# Export batches of up to EXPORT_BATCH entries, gathered for up to
+# EXPORT_LINGER seconds: the query database then commits less often and
+# writes each page of its B-trees fewer times (bench/results/notes.md,
+# "Webindex: export batches").
+EXPORT_BATCH = 16384
+EXPORT_LINGER = 2.0
 
 # uri -> (domain, incount, has_content); None: no longer known.
 pages_export: percolite.ExportQueue[str, Any] = app.export_queue(
