@@ -198,7 +198,7 @@ def check_report_files(out: Path) -> None:
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert list(summary["benchmarks"]) == _bench.BENCHMARK_ORDER
     names = [target["name"] for target in summary["targets"]]
-    owners = ["commit", "storage", "storage"] + ["loader"] * 7
+    owners = ["commit", "storage", "storage", "reads", "reads", "reads"] + ["loader"] * 7
     owners += ["phrase count", "phrase count", "phrase count"]
     owners += ["growth", "growth", "growth", "simulation", "postgresql"]
     owners += ["webindex"] * 4
