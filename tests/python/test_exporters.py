@@ -650,6 +650,20 @@ def test_a_directory_is_refused_as_an_sqlite_file(tmp_path):
         percolite.exporters.SQLite(tmp_path, "t")
 
 
+def test_sqlite_check_refuses_a_file_that_is_not_a_database(tmp_path):
+    missing = percolite.exporters.SQLite(tmp_path / "new.sqlite", "t")
+    missing.check()  # made by the first call, not by the check
+    assert not (tmp_path / "new.sqlite").exists()
+    missing([E("k", "v", 1)])
+    missing.check()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    exporter = percolite.exporters.SQLite(notes, "t")
+    with pytest.raises(ValueError, match=r"notes.txt: not an SQLite database \(file is not a"):
+        exporter.check()
+    assert notes.read_text() == "my notes\n"
+
+
 @pytest.mark.parametrize(
     "mode, error", [(0o1000, ValueError), ("600", TypeError), (True, TypeError)]
 )

@@ -276,6 +276,18 @@ def test_sqlite_sink_in_a_missing_directory(tmp_path):
     assert "/no/such/dir" in result.stderr
 
 
+def test_an_export_file_that_is_not_a_database_fails_at_once(tmp_path):
+    """Before the fix the workers retried the export forever and the job
+    waited for them: a hang. The file is left as it was."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    result = phrasecount(tmp_path, "--db", tmp_path / "db", "--export", f"sqlite:{notes}")
+    assert result.returncode == 2, result.stderr
+    assert f"{notes}: not an SQLite database (file is not a database)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert notes.read_text() == "my notes\n"
+
+
 def test_unreachable_postgresql(tmp_path):
     dsn = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
     result = phrasecount(tmp_path, "--db", tmp_path / "db", "--export", dsn, timeout=60)

@@ -297,6 +297,19 @@ def test_command_line_names_what_is_wrong_with_a_target_or_a_base_url(tmp_path):
     assert done.returncode != 0
     assert "--base-url must be an http(s) URL" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "db2").exists()
+    # A file that is not an SQLite database: refused at once, left as it was.
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    for args in (
+        ["load", "site", "--db", "db3", "--base-url", "https://e.org/"],
+        ["top"],
+        ["inlinks", "https://e.org/b.html"],
+    ):
+        done = _cli(*args, "--export", "sqlite:notes.txt", cwd=tmp_path)
+        assert done.returncode != 0, done.stderr
+        assert "notes.txt: not an SQLite database" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+    assert not (tmp_path / "db3").exists()
 
 
 def test_command_line_refuses_a_directory_without_base_url(tmp_path):

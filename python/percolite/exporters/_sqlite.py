@@ -255,6 +255,20 @@ class SQLite(_SQLExporter):
             with _committed(conn):
                 return work(conn)
 
+    def check(self) -> None:
+        """Opens the database now (for command-line tools that want to fail
+        fast): raises ValueError naming the file when it exists but is not
+        an SQLite database (a missing file is made by the first call)."""
+        if not os.path.exists(self.path):
+            return
+        try:
+            with self._lock, self._pool.connection() as conn:
+                conn.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise  # locked, busy: a call would wait and retry
+            raise ValueError(f"{self.path}: not an SQLite database ({exc})") from exc
+
     def owner(self) -> dict[str, Any] | None:
         """The store this sink belongs to, ``{"store", "epoch"}``, or None
         when it has none yet (no entries of a store came yet)."""

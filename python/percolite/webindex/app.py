@@ -169,10 +169,14 @@ class Sink:
         self.shown: str = self.pages.safe_dsn if self.path is None else target
 
     def check(self) -> None:
-        """Raises ConnectionError now when a PostgreSQL query database
-        cannot be reached (a SQLite file is made when first written)."""
+        """Raises now what exporting would: ConnectionError when a
+        PostgreSQL query database cannot be reached, ValueError when the
+        SQLite file exists but is not a database (a missing one is made when
+        first written)."""
         if self.path is None:
             self.connect().close()
+        else:
+            self.pages.check()
 
     def connect(self) -> Any:
         """A psycopg connection to the PostgreSQL query database; an
@@ -466,7 +470,7 @@ def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any,
     """The rows of ``sql`` (``?`` placeholders) in the query database
     ``target``; [] while a table is missing (nothing exported yet). A SQLite
     file that does not exist raises FileNotFoundError: a mistyped path is
-    not an empty index."""
+    not an empty index; one that is not a database raises ValueError."""
     sink = open_sink(target)
     if sink.path is None:
         import psycopg
@@ -485,6 +489,8 @@ def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any,
             if "no such table" in str(e):
                 return []  # nothing exported yet
             raise
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"{sink.path}: not an SQLite database ({e})") from e
 
 
 class Rows(list[tuple[Any, ...]]):
