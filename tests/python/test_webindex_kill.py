@@ -49,7 +49,8 @@ def _inlinks(path):
 
 def _kill_when(tree, db, export, inlinks):
     """Starts the load and kills it, its worker processes with it, once the
-    query database holds ``inlinks`` links."""
+    query database holds ``inlinks`` links; returns how many it holds
+    then."""
     proc = subprocess.Popen(
         _command(tree, db, export),
         env=_environment(),
@@ -62,7 +63,7 @@ def _kill_when(tree, db, export, inlinks):
         while _inlinks(export[len("sqlite:") :]) < inlinks:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.05)
+            time.sleep(0.01)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -70,6 +71,7 @@ def _kill_when(tree, db, export, inlinks):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     assert proc.returncode == -signal.SIGKILL
+    return _inlinks(export[len("sqlite:") :])
 
 
 def test_killed_twice_then_run_again_ends_with_the_same_tables(tmp_path):
@@ -78,10 +80,13 @@ def test_killed_twice_then_run_again_ends_with_the_same_tables(tmp_path):
     synthetic.write_html(web, str(tree))
     links = sum(len(targets) for targets in web.values())
     db, export = tmp_path / "db", "sqlite:" + str(tmp_path / "q.sqlite")
-    # Killed while loading, then again later in a second run.
-    _kill_when(tree, db, export, links // 10)
-    _kill_when(tree, db, export, links // 2)
-    assert _inlinks(export[len("sqlite:") :]) < links
+    # Killed once the first export batch is in, then again once the second
+    # run's first batch is. The export queues gather a small load's pages
+    # into one batch per bucket (4 for the inlinks), so either kill may come
+    # after the last of them; at least one must come before.
+    first = _kill_when(tree, db, export, 1)
+    second = _kill_when(tree, db, export, first + 1) if first < links else links
+    assert min(first, second) < links, "both kills came after every inlink was exported"
     done = run_command(_command(tree, db, export), env=_environment(), timeout=600)
     assert done.returncode == 0, done.stderr
     assert f"pages: {len(web):,} read" in done.stdout
