@@ -262,7 +262,7 @@ class SQLite(_SQLExporter):
         if not os.path.exists(self.path):
             return
         try:
-            with self._lock, self._pool.connection() as conn:
+            with self._pool.connection() as conn:  # a read: no turn on the write lock
                 conn.execute("PRAGMA schema_version").fetchone()
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):
