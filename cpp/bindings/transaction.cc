@@ -9,6 +9,8 @@
 
 #include "bindings.h"
 #include "convert.h"
+// after Python.h, which bindings.h includes
+#include <structmember.h>
 
 namespace percolite::bindings {
 
@@ -31,17 +33,45 @@ void TakeBytes(void* context, std::string_view value) {
 // GIL held: releasing and taking it back would cost more than the read. It
 // is released only when the read would wait (another thread inside the
 // transaction, a map growth, a server's answer), as every other read does.
-PyObject* FastGet(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs < 2 || nargs > 3) {
+PyObject* FastGet(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // row, column, default: by position, or (any of them) by name
+  static const char* const kNames[] = {"row", "column", "default"};
+  PyObject* given[3] = {nullptr, nullptr, Py_None};
+  nargs = PyVectorcall_NARGS(nargs);
+  if (nargs > 3) {
     PyErr_Format(PyExc_TypeError, "get() takes row, column and an optional default (%zd given)",
                  nargs);
     return nullptr;
   }
-  PyObject* fallback = nargs == 3 ? args[2] : Py_None;
+  for (Py_ssize_t i = 0; i < nargs; ++i) given[i] = args[i];
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, k);
+    int slot = -1;
+    for (int i = 0; i < 3; ++i) {
+      if (PyUnicode_CompareWithASCIIString(name, kNames[i]) == 0) slot = i;
+    }
+    if (slot < 0 || slot < nargs) {
+      PyErr_Format(PyExc_TypeError,
+                   slot < 0 ? "get() got an unexpected keyword argument %R"
+                            : "get() got multiple values for argument %R",
+                   name);
+      return nullptr;
+    }
+    given[slot] = args[nargs + k];
+  }
+  if (given[0] == nullptr || given[1] == nullptr) {
+    PyErr_Format(PyExc_TypeError, "get() takes row, column and an optional default (%zd given)",
+                 nargs + nkw);
+    return nullptr;
+  }
+  PyObject* const row = given[0];
+  PyObject* const column = given[1];
+  PyObject* const fallback = given[2];
   try {
     Tx& tx = py::handle(self).cast<Tx&>();
     percolite::CellRef ref;
-    if (CellViews(args[0], args[1], &ref)) {
+    if (CellViews(row, column, &ref)) {
       PyObject* value = nullptr;
       switch (tx.TryGet(ref, &TakeBytes, &value)) {
         case percolite::Snapshot::TryRead::kFound:
@@ -52,7 +82,7 @@ PyObject* FastGet(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
           break;
       }
     }
-    CellArg cell = ToCell(args[0], args[1]);  // names a bad argument
+    CellArg cell = ToCell(row, column);  // names a bad argument
     std::optional<std::string> value;
     {
       py::gil_scoped_release release;
@@ -155,10 +185,50 @@ py::list CellList(const percolite::PackedCells& packed, PyTypeObject* cell_type,
   return out;
 }
 
-PyMethodDef fast_get_def = {
-    "get", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FastGet)), METH_FASTCALL,
-    "get(self, row, column, default=None)\n\n"
-    "The value of the cell in this transaction's view, or default."};
+PyMethodDef fast_get_def = {"get",
+                            reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FastGet)),
+                            METH_FASTCALL | METH_KEYWORDS,
+                            "get($self, row, column, default=None)\n--\n\n"
+                            "The value of the cell in this transaction's view, or ``default``."};
+
+// The same get, bound on a Python class that holds the core transaction in a
+// slot (percolite.Transaction, the class users hold): the method reads the
+// slot at its fixed offset and goes straight to FastGet, with no Python frame
+// in between, which would cost a tenth of a look-up.
+Py_ssize_t surface_slot_offset = -1;
+
+PyObject* SurfaceGet(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* core =
+      *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(self) + surface_slot_offset);
+  if (core == nullptr) {
+    PyErr_SetString(PyExc_AttributeError, "the transaction holds no core transaction");
+    return nullptr;
+  }
+  return FastGet(core, args, nargs, kwnames);
+}
+
+PyMethodDef surface_get_def = {
+    "get", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&SurfaceGet)),
+    METH_FASTCALL | METH_KEYWORDS, fast_get_def.ml_doc};
+
+// Binds SurfaceGet as `cls.get`, reading the object slot `slot` of `cls`.
+void BindSurfaceGet(py::handle cls, const std::string& slot) {
+  if (!PyType_Check(cls.ptr())) throw py::type_error("bind_surface_get takes a class");
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  PyObject* member = PyDict_GetItemString(type->tp_dict, slot.c_str());  // borrowed
+  if (member == nullptr || !Py_IS_TYPE(member, &PyMemberDescr_Type) ||
+      reinterpret_cast<PyMemberDescrObject*>(member)->d_member->type != T_OBJECT_EX) {
+    throw py::type_error("bind_surface_get: " + slot + " is not an object slot of the class");
+  }
+  const Py_ssize_t offset = reinterpret_cast<PyMemberDescrObject*>(member)->d_member->offset;
+  if (surface_slot_offset != -1 && surface_slot_offset != offset) {
+    throw py::value_error("bind_surface_get: bound already, at another slot");
+  }
+  surface_slot_offset = offset;
+  py::object get = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, &surface_get_def));
+  if (!get) throw py::error_already_set();
+  cls.attr("get") = get;
+}
 
 }  // namespace
 
@@ -170,6 +240,9 @@ void BindTransaction(py::module_& m) {
       PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &fast_get_def));
   if (!get) throw py::error_already_set();
   cls.attr("get") = get;
+  m.def("bind_surface_get", &BindSurfaceGet, py::arg("cls"), py::arg("slot"),
+        "Binds the core's get as cls.get, reading the core transaction from the object "
+        "slot `slot` (for percolite.Transaction).");
   cls.def_property_readonly("start_ts", &Tx::start_ts)
       .def_property_readonly("commit_ts", &Tx::commit_ts)
       .def_property_readonly("state",

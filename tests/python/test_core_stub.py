@@ -63,7 +63,10 @@ def _split_top_level(text: str) -> list:
 
 
 def _bound_parameters(fn, name: str) -> int:
-    """How many parameters pybind11's signature line of ``fn`` names (not self)."""
+    """How many parameters pybind11's signature line of ``fn`` names (not
+    self); for a function bound by hand, its text signature."""
+    if getattr(fn, "__text_signature__", None):
+        return len([p for p in inspect.signature(fn).parameters if p != "self"])
     first = (fn.__doc__ or "").lstrip().splitlines()[0]
     assert first.startswith(f"{name}("), f"{name}: no signature in {first!r}"
     depth = 0

@@ -6,6 +6,7 @@ deletes, the columns asked for, no system rows, and the same errors."""
 
 from __future__ import annotations
 
+import inspect
 import pickle
 import random
 import threading
@@ -153,6 +154,56 @@ def test_core_get_takes_two_or_three_arguments(env):
             tx.core.get(b"r")
         with pytest.raises(TypeError, match="get\\(\\) takes row, column"):
             tx.core.get(b"r", COL, None, None)
+
+
+def test_the_transaction_class_holds_the_core_get_itself(env):
+    """Transaction.get is the core's method bound to the user's class (no
+    Python frame in between): it still reads like a method, says what it
+    takes, works on subclasses and refuses other objects."""
+    assert list(inspect.signature(percolite.Transaction.get).parameters) == [
+        "self",
+        "row",
+        "column",
+        "default",
+    ]
+    assert "default" in percolite.Transaction.get.__doc__
+
+    class Mine(percolite.Transaction):
+        __slots__ = ("extra",)
+
+    with env.transaction() as tx:
+        tx.set(b"r", COL, b"v")
+        mine = Mine(tx.core)
+        assert mine.get(b"r", COL) == b"v"
+        assert mine.get(b"s", COL, 7) == 7
+        assert percolite.Transaction.get(tx, b"r", COL) == b"v"
+        with pytest.raises(TypeError, match="'get' for 'Transaction' objects"):
+            percolite.Transaction.get(object(), b"r", COL)
+        with pytest.raises(TypeError, match="get\\(\\) takes row, column"):
+            tx.get(b"r")
+        assert tx.get(row=b"r", column=COL) == b"v"
+        assert tx.get(b"s", column=COL, default=3) == 3
+        with pytest.raises(TypeError, match="unexpected keyword argument 'colum'"):
+            tx.get(b"r", colum=COL)
+        with pytest.raises(TypeError, match="multiple values for argument 'row'"):
+            tx.get(b"r", COL, row=b"r")
+        with pytest.raises(TypeError, match="get\\(\\) takes row, column"):
+            tx.get(b"r", default=1)
+    with pytest.raises(AttributeError, match="holds no core transaction"):
+        percolite.Transaction.__new__(percolite.Transaction).get(b"r", COL)
+
+
+@pytest.mark.parametrize(
+    ("cls", "slot", "error", "message"),
+    [
+        (42, "_tx", TypeError, "takes a class"),
+        (type("NoSlots", (), {}), "_tx", TypeError, "_tx is not an object slot"),
+        (type("OtherSlot", (), {"__slots__": ("a", "_tx")}), "_tx", ValueError, "another slot"),
+    ],
+)
+def test_binding_get_checks_the_class_and_slot(cls, slot, error, message):
+    with pytest.raises(error, match=message):
+        _core.bind_surface_get(cls, slot)
 
 
 def test_get_after_the_end_raises(env):

@@ -88,7 +88,10 @@ void VerifyRecord(std::string_view stored_key, const MDB_val& data, RecordView* 
 
 bool ReadRecord(MDB_txn* txn, MDB_dbi dbi, std::string_view encoded_key, RecordView* record) {
   constexpr const char* kWhat = "reading a cell";
-  std::string stored = StoredKeyFor(encoded_key);
+  // Most keys are stored as they are: no copy of them for the look-up.
+  std::string hashed;
+  std::string_view stored = encoded_key;
+  if (encoded_key.size() > kMaxInlineKey) stored = hashed = StoredKeyFor(encoded_key);
   MDB_val key = ToVal(stored), data;
   RecordCheck check = RecordCheck::kOk;
   // One guard for the look-up and the verification of what it found.
