@@ -18,7 +18,10 @@ py-lmdb's raw reads of the same data beside it for scale.
 
 Both stores hold ``--reads-cells`` cells of ``--reads-value-size`` bytes,
 written once before the timing. One thread: percolite's reads come back to
-Python through its bindings, and this measures that path whole.
+Python through its bindings, and this measures that path whole. The two
+systems take turns of 10,000 reads (each in its own transaction, open for
+the whole run), so that a busy machine's drift falls on both alike; who
+goes first alternates between runs.
 
 Targets (TARGETS), percolite / py-lmdb on the same data: look-ups at least
 0.8x, in a loop and in bulk (each against py-lmdb's own form), and the scan
@@ -34,6 +37,8 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +71,9 @@ DEFAULT_CELLS, QUICK_CELLS = 200_000, 20_000
 DEFAULT_LOOKUPS, QUICK_LOOKUPS = 200_000, 20_000
 DEFAULT_VALUE_SIZE = 100
 LMDB_MAP_SIZE = 1 << 30
+# Reads (keys, or cells of a scan) each system does before the other takes
+# its turn: drift on a busy machine then falls on both alike.
+SLICE = 10_000
 
 
 def _row(i: int) -> bytes:
@@ -116,58 +124,72 @@ def _fill_lmdb(store: Path, cells: int, value: bytes) -> lmdb.Environment:
     return env
 
 
-def _time(fn: Any) -> tuple[float, int]:
-    start = time.perf_counter()
-    count = fn()
-    return time.perf_counter() - start, count
+def _slices(keys: list[bytes]) -> list[list[bytes]]:
+    return [keys[i : i + SLICE] for i in range(0, len(keys), SLICE)]
 
 
-def _measure_percolite(env: percolite.Env, keys: list[bytes]) -> dict[str, float]:
-    with env.transaction() as tx:
+def _cells_in_turns(cells: Iterator[Any]) -> Iterator[int]:
+    while count := sum(1 for _ in islice(cells, SLICE)):
+        yield count
 
-        def lookups() -> int:
-            for key in keys:
+
+def _percolite_turns(tx: Any, operation: str, slices: list[list[bytes]]) -> Iterator[int]:
+    """``operation`` in turns: each step reads the next slice and yields how
+    many it read."""
+    if operation == "scan":
+        yield from _cells_in_turns(iter(tx.scan()))
+        return
+    for part in slices:
+        if operation == "lookups":
+            for key in part:
                 if tx.get(key, COLUMN) is None:
                     raise RuntimeError(f"percolite lost {key!r}")
-            return len(keys)
-
-        def lookups_bulk() -> int:
-            if None in tx.get_many([(key, COLUMN) for key in keys]):
-                raise RuntimeError("percolite lost a key")
-            return len(keys)
-
-        lookup_seconds, looked_up = _time(lookups)
-        bulk_seconds, bulk = _time(lookups_bulk)
-        scan_seconds, scanned = _time(lambda: sum(1 for _ in tx.scan()))
-    return {
-        "lookups": looked_up / lookup_seconds,
-        "lookups_bulk": bulk / bulk_seconds,
-        "scan": scanned / scan_seconds,
-    }
+        elif None in tx.get_many([(key, COLUMN) for key in part]):
+            raise RuntimeError("percolite lost a key")
+        yield len(part)
 
 
-def _measure_lmdb(env: lmdb.Environment, keys: list[bytes]) -> dict[str, float]:
-    with env.begin() as txn:
-
-        def lookups() -> int:
-            for key in keys:
+def _lmdb_turns(txn: Any, operation: str, slices: list[list[bytes]]) -> Iterator[int]:
+    if operation == "scan":
+        yield from _cells_in_turns(iter(txn.cursor()))
+        return
+    for part in slices:
+        if operation == "lookups":
+            for key in part:
                 if txn.get(key) is None:
                     raise RuntimeError(f"py-lmdb lost {key!r}")
-            return len(keys)
+        elif len(txn.cursor().getmulti(part)) != len(part):
+            raise RuntimeError("py-lmdb lost a key")
+        yield len(part)
 
-        def lookups_bulk() -> int:
-            if len(txn.cursor().getmulti(keys)) != len(keys):
-                raise RuntimeError("py-lmdb lost a key")
-            return len(keys)
 
-        lookup_seconds, looked_up = _time(lookups)
-        bulk_seconds, bulk = _time(lookups_bulk)
-        scan_seconds, scanned = _time(lambda: sum(1 for _ in txn.cursor()))
-    return {
-        "lookups": looked_up / lookup_seconds,
-        "lookups_bulk": bulk / bulk_seconds,
-        "scan": scanned / scan_seconds,
-    }
+def _measure(
+    stores: dict[str, Any], slices: list[list[bytes]], turn: int
+) -> dict[str, dict[str, float]]:
+    """Reads per second of each system and operation, the systems taking
+    turns slice by slice (``run_order`` decides who goes first)."""
+    rates: dict[str, dict[str, float]] = {system: {} for system in SYSTEMS}
+    with stores["percolite"].transaction() as tx, stores["lmdb"].begin() as txn:
+        for operation in OPERATIONS:
+            turns = {
+                "percolite": _percolite_turns(tx, operation, slices),
+                "lmdb": _lmdb_turns(txn, operation, slices),
+            }
+            seconds = dict.fromkeys(SYSTEMS, 0.0)
+            counts = dict.fromkeys(SYSTEMS, 0)
+            active = run_order(SYSTEMS, turn)
+            while active:
+                for system in list(active):
+                    begin = time.perf_counter()
+                    count = next(turns[system], 0)
+                    seconds[system] += time.perf_counter() - begin
+                    if count:
+                        counts[system] += count
+                    else:
+                        active.remove(system)
+            for system in SYSTEMS:
+                rates[system][operation] = counts[system] / seconds[system]
+    return rates
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -189,11 +211,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "percolite": _fill_percolite(scratch / "percolite", cells, value),
             "lmdb": _fill_lmdb(scratch / "lmdb", cells, value),
         }
-        measure = {"percolite": _measure_percolite, "lmdb": _measure_lmdb}
+        slices = _slices(keys)
         try:
             for repetition in range(args.repeat):
-                for system in run_order(SYSTEMS, repetition):
-                    measured = measure[system](stores[system], keys)
+                measured_by_system = _measure(stores, slices, repetition)
+                for system in SYSTEMS:
+                    measured = measured_by_system[system]
                     runs[system].append({k: round(v, 1) for k, v in measured.items()})
                     log(
                         f"{NAME}: {SYSTEM_LABELS[system]:>9} run {repetition + 1}/{args.repeat}: "
