@@ -37,6 +37,7 @@ import bench_phrasecount
 import bench_postgresql
 import bench_reads
 import bench_simulation
+import bench_sqlite_sink
 import bench_storage
 import bench_webindex
 from common import RESULTS_DIR, add_common_arguments, finish_arguments, log, write_json
@@ -51,6 +52,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_first_commit,
     bench_loader,
     bench_export,
+    bench_sqlite_sink,
     bench_phrasecount,
     bench_growth,
     bench_simulation,

@@ -36,6 +36,7 @@ BENCHMARK_ORDER = [
     "first_commit",
     "loader",
     "export",
+    "sqlite_sink",
     "phrasecount",
     "growth",
     "simulation",

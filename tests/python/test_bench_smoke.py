@@ -159,6 +159,18 @@ def check_export_report(report: dict[str, Any]) -> None:
         assert measured["latency"]["load"]["load_entries_per_s"] > 0, sink
 
 
+def check_sqlite_sink_report(report: dict[str, Any]) -> None:
+    """Every system upserted every row (run() asserts it); the C program is
+    its own yardstick."""
+    assert report["benchmark"] == "sqlite_sink"
+    assert report["settings"]["rows"] == 3_000 and report["settings"]["repeat"] == 1
+    results = report["results"]
+    assert set(results) == {"c api", "native sink", "python sink", "queue native", "queue python"}
+    assert results["c api"]["ratio_to_c"] == 1.0
+    for result in results.values():
+        assert result["median_rows_per_s"] > 0 and result["ratio_to_c"] > 0, result
+
+
 def check_growth_report(report: dict[str, Any]) -> None:
     assert report["benchmark"] == "growth"
     settings = report["settings"]
@@ -199,6 +211,7 @@ def check_report_files(out: Path) -> None:
     assert list(summary["benchmarks"]) == _bench.BENCHMARK_ORDER
     names = [target["name"] for target in summary["targets"]]
     owners = ["commit", "storage", "storage", "reads", "reads", "reads"] + ["loader"] * 7
+    owners += ["sqlite sink"]
     owners += ["phrase count", "phrase count", "phrase count"]
     owners += ["growth", "growth", "growth", "simulation", "postgresql"]
     owners += ["webindex"] * 4
@@ -264,6 +277,7 @@ def test_run_quick_writes_every_report(tmp_path: Path) -> None:
     check_hotkeys_report(json.loads((out / "hotkeys.json").read_text(encoding="utf-8")))
     check_storage_report(json.loads((out / "storage.json").read_text(encoding="utf-8")))
     check_export_report(json.loads((out / "export.json").read_text(encoding="utf-8")))
+    check_sqlite_sink_report(json.loads((out / "sqlite_sink.json").read_text(encoding="utf-8")))
     check_phrasecount_report(json.loads((out / "phrasecount.json").read_text(encoding="utf-8")))
     check_growth_report(json.loads((out / "growth.json").read_text(encoding="utf-8")))
     simulated = json.loads((out / "simulation.json").read_text(encoding="utf-8"))
