@@ -1,7 +1,8 @@
 // The measuring stick of the SQLite sink (bench/bench_sqlite_sink.py): the
 // upsert percolite.exporters.SQLite does, straight through SQLite's C API.
-// Same table (key TEXT primary key, value INTEGER, seq INTEGER, and the
-// empty guard table <table>_seq), same rows (key "k%09d", value and seq the
+// Same tables (key TEXT primary key, value INTEGER, seq INTEGER, and the
+// empty guard table <table>_seq, both WITHOUT ROWID, as the exporter makes
+// tables whose values are numbers), same rows (key "k%09d", value and seq the
 // row's index), WAL, synchronous=FULL, one BEGIN IMMEDIATE transaction per
 // batch, each row one step of the exporter's prepared upsert with its seq
 // guard.
@@ -42,10 +43,10 @@ int main(int argc, char** argv) {
   Exec(db, "PRAGMA synchronous=FULL");
   Exec(db,
        "CREATE TABLE IF NOT EXISTS \"t\" (\"key\" TEXT NOT NULL, \"value\" INTEGER, "
-       "seq INTEGER NOT NULL, PRIMARY KEY (\"key\"))");
+       "seq INTEGER NOT NULL, PRIMARY KEY (\"key\")) WITHOUT ROWID");
   Exec(db,
        "CREATE TABLE IF NOT EXISTS \"t_seq\" (\"key\" TEXT NOT NULL, seq INTEGER NOT NULL, "
-       "PRIMARY KEY (\"key\"))");
+       "PRIMARY KEY (\"key\")) WITHOUT ROWID");
   sqlite3_stmt *upsert = nullptr, *any_guard = nullptr;
   Check(db,
         sqlite3_prepare_v2(db,

@@ -114,6 +114,39 @@ def test_created_columns_take_their_types_from_the_first_values(target):
     assert exporter.rows() == {("k", 1): (1, 2.0, "three", b"\x00four")}
 
 
+def _has_rowid(target, table):
+    """Whether a SQLite table has rowids (a WITHOUT ROWID table has none)."""
+    try:
+        target.sql(f'SELECT rowid FROM "{table}" LIMIT 1')
+    except sqlite3.OperationalError:
+        return False
+    return True
+
+
+def test_sqlite_tables_of_numbers_are_made_without_rowid(tmp_path):
+    """A table whose columns past the key are numbers is one B-tree in key
+    order (WITHOUT ROWID); one with a TEXT, BLOB or untyped value column
+    stays a rowid table, as their rows may be large. Both work the same."""
+    target = SQLiteTarget(tmp_path)
+    numbers = target.exporter("numbers", columns=("n", "x"))
+    texts = target.exporter("texts", columns=("n", "s"))
+    blobs = target.exporter("blobs")
+    untyped = target.exporter("untyped", columns=("n", "u"))
+    for exporter, value in (
+        (numbers, (1, 2.5)),
+        (texts, (1, "a")),
+        (blobs, b"\x00"),
+        (untyped, (1, None)),
+    ):
+        exporter([E("a", value, 1), E("b", value, 2)])
+        exporter([E("a", None, 3)])
+        assert exporter.rows() == {"b": value}, exporter.table
+    assert not _has_rowid(target, "numbers") and not _has_rowid(target, "numbers_seq")
+    assert _has_rowid(target, "texts") and _has_rowid(target, "blobs")
+    assert _has_rowid(target, "untyped")
+    assert not _has_rowid(target, "texts_seq")  # a guard row is a key and a seq
+
+
 def test_existing_tables_are_used_as_they_are(target):
     name = target.table_name("mine")
     target.sql(

@@ -32,13 +32,16 @@ class _SQLExporter:
     # How a call reads the owner row: locked against a take-over going on,
     # where write transactions may run side by side.
     _owner_lock = ""
+    # The clause that ends the CREATE TABLE of a plain layout's table whose
+    # columns past the key are all of these types (_Statements); none here.
+    _small_rows: tuple[str, frozenset[str]] = ("", frozenset())
 
     def _set_up(self, layout: _Layout, create: bool) -> None:
         self._layout = layout
         if self._layout.is_part:
             self._sql: Any = _PartStatements(self._layout, self._mark, self._seq_type)
         else:
-            self._sql = _Statements(self._layout, self._mark, self._seq_type)
+            self._sql = _Statements(self._layout, self._mark, self._seq_type, self._small_rows)
         self.create: bool = bool(create)
         self._tables_ready = False  # both tables known to exist
         self._owner_ready = False  # the owner table known to exist

@@ -477,8 +477,18 @@ def _column_types(
 class _Statements:
     """The SQL of one layout; ``mark`` is the driver's placeholder."""
 
-    def __init__(self, layout: _Layout, mark: str, seq_type: str) -> None:
+    def __init__(
+        self,
+        layout: _Layout,
+        mark: str,
+        seq_type: str,
+        small_rows: tuple[str, frozenset[str]] = ("", frozenset()),
+    ) -> None:
         self.seq_type = seq_type
+        # (clause, types): the clause ends the CREATE TABLE of a table whose
+        # columns past the key all have one of the types (rows small and of
+        # fixed size), e.g. SQLite's WITHOUT ROWID.
+        self.small_rows_clause, self.small_types = small_rows
         table, guard = _quote(layout.table), _quote(layout.guard_table)
         keys = [_quote(name) for name in layout.key_columns]
         values = [_quote(name) for name in layout.value_columns]
@@ -523,15 +533,19 @@ class _Statements:
         self.select = f"SELECT {key_list}, {', '.join(values)} FROM {table} ORDER BY {key_list}"
 
     def create_guard(self, key_types: list[Any]) -> str:
-        return self._create(self.guard, self._key_definitions(key_types))
+        return self._create(self.guard, self._key_definitions(key_types), small=True)
 
     def create_main(self, types: list[Any]) -> str:
         width = len(self.layout.key_columns)
+        value_types = types[width:]
         values = [
             f"{_quote(name)} {sql_type}".rstrip()
-            for name, sql_type in zip(self.layout.value_columns, types[width:], strict=False)
+            for name, sql_type in zip(self.layout.value_columns, value_types, strict=False)
         ]
-        return self._create(self.table, self._key_definitions(types[:width]) + values)
+        small = len(value_types) == len(self.layout.value_columns) and all(
+            sql_type in self.small_types for sql_type in value_types
+        )
+        return self._create(self.table, self._key_definitions(types[:width]) + values, small=small)
 
     def _key_definitions(self, key_types: list[Any]) -> list[Any]:
         return [
@@ -539,11 +553,12 @@ class _Statements:
             for name, sql_type in zip(self.layout.key_columns, key_types, strict=True)
         ]
 
-    def _create(self, table: str, columns: list[Any]) -> str:
+    def _create(self, table: str, columns: list[Any], *, small: bool) -> str:
         key_list = ", ".join(_quote(name) for name in self.layout.key_columns)
         return (
             f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(columns)}, "
             f"seq {self.seq_type} NOT NULL, PRIMARY KEY ({key_list}))"
+            + (self.small_rows_clause if small else "")
         )
 
     def rows_from(self, records: Iterable[Any]) -> dict[str, Any]:

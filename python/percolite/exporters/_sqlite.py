@@ -93,6 +93,11 @@ class SQLite(_SQLExporter):
     _untyped = ""  # SQLite columns may go without a declared type
     _mark = "?"
     _seq_type = "INTEGER"
+    # A table of numbers past its key is one B-tree in key order (WITHOUT
+    # ROWID), not a rowid table beside an index of its key: half the file,
+    # and a batch, applied in key order, rewrites half the pages. Not for
+    # TEXT or BLOB values, whose rows may be large.
+    _small_rows = (" WITHOUT ROWID", frozenset({"INTEGER", "REAL"}))
     _CHUNK = 1024  # batch rows per statement that writes the user's tables (see _apply)
 
     def __init__(
