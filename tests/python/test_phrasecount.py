@@ -270,6 +270,29 @@ def test_db_path_that_is_a_file(tmp_path):
     assert "not a percolite store: it is a file" in result.stderr
 
 
+def test_a_store_of_another_phrasecount_layout_is_refused_untouched(tmp_path):
+    """A store whose phrase counts sit in another number of buckets (an
+    earlier version's) cannot be bound to this app without its totals going
+    wrong: the run refuses it, naming the difference, and changes nothing."""
+    import percolite
+    from percolite.phrasecount import app as pc
+
+    older = percolite.App("phrasecount")
+    older.combine_queue("phrases", buckets=pc.phrase_counts.buckets // 4, value_codec="int64s:2")
+    db = tmp_path / "db"
+    percolite.open(db, app=older).close()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("one two three four five six seven\n")
+    result = phrasecount(tmp_path / "docs", "--db", db)
+    assert result.returncode == 2, result.stderr
+    assert "made by another version of phrasecount (" in result.stderr
+    assert f"combine queue 'phrases': buckets 16 -> {pc.phrase_counts.buckets}" in result.stderr
+    assert "Traceback" not in result.stderr and "upgrade" not in result.stderr
+    with percolite.open(db) as env, env.transaction() as tx:
+        assert next(iter(tx.scan(prefix="loc:")), None) is None  # nothing was loaded
+    percolite.open(db, app=older).close()  # still bound to the app that made it
+
+
 def test_sqlite_sink_in_a_missing_directory(tmp_path):
     result = phrasecount(tmp_path, "--db", tmp_path / "db", "--export", "sqlite:/no/such/dir/x.db")
     assert result.returncode != 0

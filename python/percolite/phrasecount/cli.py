@@ -170,7 +170,17 @@ def run(
         documents, problems, missing = stdlib_documents(), [], []
 
     # The store first: a server that cannot be reached is named as the store's.
-    env = percolite.open(db, app=pc.app)
+    try:
+        env = percolite.open(db, app=pc.app)
+    except percolite.AppMismatch as e:
+        # Made by another version of this app: its counts sit in another
+        # layout (the phrase queue's buckets, say), which binding this one
+        # would not move, so its totals would go wrong.
+        raise ValueError(
+            f"--db {shown_target(db)}: made by another version of phrasecount "
+            f"({'; '.join(e.differences)}); its counts cannot be carried over: "
+            "index into a new --db, or delete this store and its sink"
+        ) from None
     worker_proc = None
     try:
         check = getattr(sink, "check", None)
