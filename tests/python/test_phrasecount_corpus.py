@@ -377,6 +377,33 @@ def test_files_are_deterministic_and_read_once_when_paths_overlap(tree, monkeypa
     assert len(again) == len(documents)
 
 
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["tree", "tree"],
+        ["tree/a.txt", "tree"],
+        ["tree/", "tree/sub/"],
+        ["tree/sub", "tree/sub", "tree/a.txt", "tree/a.txt"],
+    ],
+)
+def test_each_location_is_read_once_whatever_the_overlap(tree, monkeypatch, paths):
+    monkeypatch.chdir(tree.parent)
+    locations = [d.location for d in read_files(paths)[0]]
+    assert locations and len(locations) == len(set(locations)), locations
+
+
+def test_roots_overlap_only_when_one_is_given_twice_or_lies_under_another(tmp_path):
+    """The walk remembers the locations it met only when roots overlap."""
+    from percolite.phrasecount.corpus import _overlapping
+
+    for name in ("x", "xy", "x/z"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "x" / "f.txt").write_text("f")
+    x, xy, z, f = (str(tmp_path / n) for n in ("x", "xy", "x/z", "x/f.txt"))
+    assert not _overlapping([x]) and not _overlapping([x, xy]) and not _overlapping([xy, f])
+    assert _overlapping([x, x]) and _overlapping([z, x]) and _overlapping([x, f])
+
+
 def test_a_hidden_path_named_explicitly_is_read(tree):
     documents, problems = read_files([tree / ".hidden", tree / ".dotfile"])
     assert [d.content for d in documents] == ["hidden", "hidden"]

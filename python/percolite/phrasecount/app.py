@@ -253,6 +253,11 @@ def is_loaded(tx: percolite.Transaction, location: str) -> bool:
     return tx.get("loc:" + location, HASH) is not None
 
 
+def has_locations(tx: percolite.Transaction, prefix: str = "") -> bool:
+    """Whether a loaded location starts with ``prefix``."""
+    return next(iter(tx.scan(prefix="loc:" + prefix, columns=[HASH])), None) is not None
+
+
 def locations(tx: percolite.Transaction, prefix: str = "") -> list[str]:
     """The loaded locations starting with ``prefix``."""
     start = len("loc:")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 __all__ = [
+    "CONTENT_ID_BYTES",
     "Document",
     "Problem",
     "ProblemKind",
@@ -43,6 +44,10 @@ class Document(NamedTuple):
 
     location: str
     content: str
+
+
+# The bytes of a content id's digest (content_id is their hex).
+CONTENT_ID_BYTES = hashlib.sha256().digest_size
 
 
 def content_id(content: str) -> str:
@@ -246,8 +251,20 @@ def _missing_reason(location: str) -> str | None:
     return None
 
 
+def _overlapping(roots: list[str]) -> bool:
+    """Whether a root is given twice or lies under a directory root: only
+    then can the walks meet one location twice (a walk of one directory,
+    which follows no link to a directory, never does)."""
+    directories = [root.rstrip(os.sep) + os.sep for root in roots if os.path.isdir(root)]
+    return len(set(roots)) < len(roots) or any(
+        root.startswith(directory) for root in roots for directory in directories
+    )
+
+
 def _walk(roots: list[str], on_problem: OnProblem) -> Iterator[Document]:
-    seen: set[str] = set()
+    # The locations met, to read each once: kept only when roots overlap
+    # (100,000 of them would hold some 15 MB).
+    seen: set[str] | None = set() if _overlapping(roots) else None
     for root in roots:
         if os.path.isdir(root):
             files = _files_under(root, on_problem)
@@ -258,9 +275,10 @@ def _walk(roots: list[str], on_problem: OnProblem) -> Iterator[Document]:
                 reason = "name is not valid UTF-8"
                 on_problem(Problem(_printable(location), ProblemKind.UNREADABLE, reason))
                 continue
-            if location in seen:
-                continue
-            seen.add(location)
+            if seen is not None:
+                if location in seen:
+                    continue
+                seen.add(location)
             content = _read_text(location, on_problem)
             if content is not None:
                 yield Document(location, content)
