@@ -9,6 +9,9 @@ reclaimed)". Two parts:
   synthetic documents (default DEFAULT_SIZES;
   ``percolite.phrasecount.reference.synthetic_corpus(n, seed=0)``, written as
   files first; a smaller corpus is a prefix of a larger one). Each size runs
+  ``--repeat`` times (the sizes in turn, ascending then descending; each
+  figure is the median of a size's runs: a run of 10,000 documents takes
+  about 6 s, and the rate target's base was once a single run). Each run is
   in a child process of its own, on a fresh store, so its peak RSS is that of
   the process doing the work: the child's ``VmHWM`` (``/proc/self/status``,
   read by the child at its end: its high-water mark since exec; not
@@ -52,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,7 +75,9 @@ from common import (
     format_targets,
     log,
     machine_info,
+    median,
     ratio,
+    run_order,
     run_standalone,
     same_filesystem,
     scratch_dir,
@@ -194,7 +200,7 @@ def measure_size(scratch: Path, folders: list[Path], documents: int, threads: in
     if summary["documents"] != documents:
         raise RuntimeError(f"indexed {summary['documents']} documents of {documents}")
     sink = Path(str(db) + ".phrases.sqlite")
-    return {
+    measured = {
         **summary,
         "seconds": round(summary["seconds"], 2),
         "peak_rss_mib": round(hwm_kib / 1024, 1),
@@ -204,6 +210,41 @@ def measure_size(scratch: Path, folders: list[Path], documents: int, threads: in
         "data_mdb_mib": round((db / "data.mdb").stat().st_size / MIB, 1),
         "sink_mib": round(sink.stat().st_size / MIB, 1) if sink.exists() else None,
     }
+    # The next run of this size starts from nothing again.
+    shutil.rmtree(db)
+    for path in sink.parent.glob(sink.name + "*"):  # the sink and its WAL files
+        path.unlink()
+    return measured
+
+
+# Fields of a size's runs that differ from run to run: each is the median of the runs.
+MEASURED_FIELDS = (
+    "seconds",
+    "peak_rss_mib",
+    "peak_rss_sampled_mib",
+    "peak_rss_anon_mib",
+    "peak_rss_file_mib",
+    "data_mdb_mib",
+    "sink_mib",
+)
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One size's runs as one: the median of each measured field (a bound
+    that holds in every run, such as VmHWM >= RssAnon, holds between the
+    medians too), the counts of the first run (the same in all), and the
+    seconds and anonymous peaks of every run."""
+    merged = dict(runs[0])
+    for run in runs[1:]:  # every run indexed the same documents from scratch
+        counts = {name: value for name, value in run.items() if name not in MEASURED_FIELDS}
+        if counts != {name: merged[name] for name in counts}:
+            raise RuntimeError(f"runs of one size indexed differently: {counts} and {runs[0]}")
+    for field in MEASURED_FIELDS:
+        values = [run[field] for run in runs]
+        merged[field] = None if None in values else median(values)
+    merged["runs_seconds"] = [run["seconds"] for run in runs]
+    merged["runs_peak_rss_anon_mib"] = [run["peak_rss_anon_mib"] for run in runs]
+    return merged
 
 
 # -- drain ------------------------------------------------------------------------
@@ -332,6 +373,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "drain_keys": keys,
         "drain_transaction": DRAIN_TRANSACTION,
         "sync": "full",
+        "repeat": args.repeat,
         "quick": quick,
         "store_parent": str(Path(args.dir).resolve()),
     }
@@ -339,13 +381,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         settings["store_on_repo_filesystem"] = same_filesystem(scratch, REPO_ROOT)
         log(f"{NAME}: writing {max(sizes):,} documents")
         folders = write_corpus(scratch / "corpus", max(sizes))
-        measured = []
-        for documents in sizes:
-            measured.append(measure_size(scratch, folders, documents, threads))
-            log(
-                f"{NAME}: {documents:,} documents: peak RSS {measured[-1]['peak_rss_mib']} MiB, "
-                f"data.mdb {measured[-1]['data_mdb_mib']} MiB, {measured[-1]['seconds']} s"
-            )
+        runs: dict[int, list[dict[str, Any]]] = {documents: [] for documents in sizes}
+        for repetition in range(args.repeat):
+            for documents in run_order(sizes, repetition, mirror=True):
+                run = measure_size(scratch, folders, documents, threads)
+                runs[documents].append(run)
+                log(
+                    f"{NAME}: {documents:,} documents, run {repetition + 1}/{args.repeat}: "
+                    f"peak RSS {run['peak_rss_mib']} MiB, anon {run['peak_rss_anon_mib']} MiB, "
+                    f"data.mdb {run['data_mdb_mib']} MiB, {run['seconds']} s"
+                )
+        measured = [median_run(runs[documents]) for documents in sizes]
         drain = measure_drain(scratch / "drain", rounds, updates, keys, threads)
     return {
         "benchmark": NAME,
@@ -419,7 +465,7 @@ def tables(report: dict[str, Any]) -> list[Table]:
         title=(
             "Growth: phrasecount per corpus size (synthetic documents, SQLite sink, "
             f"{settings['pc_threads']} threads, sync=full), each size in a fresh child process "
-            "on a fresh store; sizes in MiB"
+            f"on a fresh store, median of {settings.get('repeat', 1)} runs; sizes in MiB"
         ),
         headers=[
             "documents",

@@ -111,7 +111,7 @@ def test_growth_alone_with_explicit_options(tmp_path: Path) -> None:
     stdout = run_script(
         "bench_growth.py",
         *("--growth-sizes", "150", "30", "--growth-threads", "2", "--growth-rounds", "3"),
-        *("--growth-drain-updates", "300", "--growth-drain-keys", "30"),
+        *("--growth-drain-updates", "300", "--growth-drain-keys", "30", "--repeat", "2"),
         *("--out", str(out), "--dir", str(stores)),
     ).stdout
     report = json.loads(out.read_text(encoding="utf-8"))
@@ -122,6 +122,11 @@ def test_growth_alone_with_explicit_options(tmp_path: Path) -> None:
     # Not multiples of the 100 documents per directory: exactly these were indexed.
     assert [size["documents"] for size in report["sizes"]] == [30, 150]
     assert all(size["peak_rss_mib"] > 0 for size in report["sizes"])
+    for size in report["sizes"]:  # each size ran twice, on a fresh store each time
+        assert len(size["runs_seconds"]) == len(size["runs_peak_rss_anon_mib"]) == 2
+        assert size["seconds"] == sum(size["runs_seconds"]) / 2
+        assert size["peak_rss_anon_mib"] == sum(size["runs_peak_rss_anon_mib"]) / 2
+        assert size["phrases"] > 0 and size["data_mdb_mib"] > 0
     assert [r["exported_entries"] > 0 for r in report["drain"]["rounds"]] == [True] * 3
     rate = "documents/s at 100,000 docs / at 10,000 docs (the rate falls at most to 0.8x)"
     anon = "anonymous memory peak at 10,000 docs / at 100,000 docs (RssAnon grows at most 1.25x)"
