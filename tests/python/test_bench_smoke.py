@@ -213,7 +213,7 @@ def check_report_files(out: Path) -> None:
     owners = ["commit", "storage", "storage", "reads", "reads", "reads"] + ["loader"] * 7
     owners += ["sqlite sink"]
     owners += ["phrase count", "phrase count", "phrase count"]
-    owners += ["growth", "growth", "growth", "simulation", "postgresql"]
+    owners += ["growth", "growth", "growth", "simulation", "postgresql", "postgresql"]
     owners += ["webindex"] * 4
     assert [name.split(":")[0] for name in names] == owners, names
     for target in summary["targets"]:
