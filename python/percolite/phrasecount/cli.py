@@ -256,11 +256,13 @@ def _own_default_sink(env: percolite.Env, sink: Any, target: str, stream: TextIO
     made before sinks knew their store), and says so when that cleared
     rows; a store that holds documents refuses another store's sink, naming
     the command to run."""
+    from . import app as pc
+
     owner, identity = sink.owner(), env.identity
     if identity is None or (owner is not None and owner["store"] == identity["store"]):
         return
     with env.transaction() as tx:
-        empty = next(iter(tx.scan(prefix="loc:")), None) is None
+        empty = not pc.has_locations(tx)
     if not empty:
         if owner is None:
             return  # adopted at the first export, with a warning (exporters.md)

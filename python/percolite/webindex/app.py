@@ -482,6 +482,10 @@ def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any,
                 return []
     if not os.path.exists(sink.path):
         raise FileNotFoundError(f"no query database at {sink.path}")
+    try:
+        sink.check()  # the exporter's rule for a file that is not a database
+    finally:
+        sink.close()
     with contextlib.closing(sqlite3.connect(sink.path)) as db:
         try:
             return db.execute(sql, args).fetchall()
@@ -489,8 +493,6 @@ def _query(target: str, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any,
             if "no such table" in str(e):
                 return []  # nothing exported yet
             raise
-        except sqlite3.DatabaseError as e:
-            raise ValueError(f"{sink.path}: not an SQLite database ({e})") from e
 
 
 class Rows(list[tuple[Any, ...]]):
