@@ -13,31 +13,10 @@ import sqlite3
 
 import percolite
 import pytest
+from _native_pair import LAYOUTS, OTHER, STORE, Pair, exercise
 from percolite import _core
-from percolite._export import ExportBatch
-from percolite.codecs import get_codec
 from percolite.errors import SinkOwnedByOtherStore
-from percolite.exporters import SequencedExport, SQLite
-
-STORE, OTHER = "a" * 32, "b" * 32
-
-# (key codec, value codec, key columns, value columns, key of i, value of i)
-LAYOUTS = {
-    "str-int64": ("str", "int64", "key", "value", lambda i: f"k{i:03d}", lambda i: i * 7 - 50),
-    "str-str": ("str", "str", "key", "value", lambda i: f"ké{i}", lambda i: f"v{i}" * (i % 3)),
-    "bytes-bytes": ("bytes", "bytes", "key", "value", lambda i: bytes([i % 7, i]), bytes),
-    "int64-float64": ("int64", "float64", "id", "x", lambda i: i - 20, lambda i: i / 3 - 1.5),
-    "float64-str": ("float64", "str", "id", "name", lambda i: i * 0.5 - 3, str),
-    "int64s-int64s": (
-        "int64s:2",
-        "int64s:3",
-        ("a", "b"),
-        ("x", "y", "z"),
-        lambda i: (i % 4, -i),
-        lambda i: (i, -i, i * i),
-    ),
-    "str-int64s1": ("str", "int64s:1", "key", ("v",), lambda i: f"k{i}", lambda i: (i,)),
-}
+from percolite.exporters import SQLite
 
 
 def dump(path, table):
@@ -62,97 +41,20 @@ def dump(path, table):
         conn.close()
 
 
-class Pair:
-    """The same batches into two sinks: one through the exporter (the Python
-    path), one through the native sink, which hands back what it declines to
-    its own exporter as a queue would."""
+def sqlite_pair(tmp_path, layout, **options):
+    """A Pair of SQLite sinks, each on a file of its own in ``tmp_path``."""
 
-    def __init__(self, tmp_path, layout, **options):
-        self.kc, self.vc, key, columns, *_ = LAYOUTS[layout]
-        self.key_codec, self.value_codec = get_codec(self.kc), get_codec(self.vc)
-        self.python = SQLite(tmp_path / "python.sqlite", "t", key=key, columns=columns, **options)
-        self.native = SQLite(tmp_path / "native.sqlite", "t", key=key, columns=columns, **options)
-        key_layout = (self.kc.split(":")[0], self.key_codec.length)
-        value_layout = (self.vc.split(":")[0], self.value_codec.length)
-        self.sink, why = self.native._native_sink(key_layout, value_layout)
-        assert why == "native"
-        self.declined = 0
+    def make(role, **columns):
+        return SQLite(tmp_path / f"{role}.sqlite", "t", **columns, **options)
 
-    def raw(self, entries):
-        items = []
-        for key, value, seq in entries:
-            tag = b"\x00" if value is None else b"\x01" + self.value_codec.encode(value)
-            items.append((self.key_codec.encode(key), tag, seq))
-        # As the queue hands them over: by key (its bytes), then seq.
-        return sorted(items, key=lambda item: (item[0], item[2]))
-
-    def batch(self, items, store, epoch):
-        entries = ExportBatch(
-            SequencedExport(
-                self.key_codec.decode(k),
-                None if v == b"\x00" else self.value_codec.decode(v[1:]),
-                seq,
-            )
-            for k, v, seq in items
-        )
-        entries.queue, entries.store, entries.epoch = "q", store, epoch
-        return entries
-
-    def deliver(self, entries, store=STORE, epoch=1):
-        items = self.raw(entries)
-        self.python(self.batch(items, store, epoch))
-        outcome = self.native_only(items, store, epoch)
-        assert outcome == (True, None, None), outcome
-
-    def native_only(self, items, store=STORE, epoch=1):
-        outcome = self.sink.deliver(items, store, epoch)
-        if outcome is None:
-            self.declined += 1
-            self.native(self.batch(items, store, epoch))
-            return (True, None, None)
-        return outcome
-
-    def same(self):
-        python, native = dump(self.python.path, "t"), dump(self.native.path, "t")
-        assert native == python
-        return python
-
-    def close(self):
-        self.python.close()
-        self.native.close()
+    return Pair(make, lambda exporter: dump(exporter.path, "t"), layout)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_native_delivery_leaves_the_sink_as_the_python_path_does(tmp_path, layout):
-    pair = Pair(tmp_path, layout)
-    key, value = LAYOUTS[layout][4:]
+    pair = sqlite_pair(tmp_path, layout)
     try:
-        first = [(key(i), value(i), 100 + i) for i in range(40)]
-        pair.deliver(first)  # creates the tables and the owner: the exporter's
-        assert pair.declined == 1
-        pair.deliver(first)  # delivered again
-        # Newer values, older ones (ignored), deletions, several per key.
-        pair.deliver(
-            [(key(i), value(i + 1), 200 + i) for i in range(0, 10)]
-            + [(key(i), value(i + 2), 50 + i) for i in range(10, 20)]
-            + [(key(i), None, 300 + i) for i in range(20, 30)]
-            + [(key(i), value(i + 3), 400 + i) for i in range(30, 35)]
-            + [(key(i), value(i + 4), 410 + i) for i in range(30, 35)]
-            + [(key(i), None, 420 + i) for i in range(33, 35)]
-        )
-        # Guard rows now exist: a deletion older than the row, a value older
-        # than the guard, a newer one bringing a key back, a new key deleted.
-        pair.deliver(
-            [(key(0), None, 150)]
-            + [(key(20), value(1), 310)]
-            + [(key(21), value(2), 330)]
-            + [(key(22), None, 500)]
-            + [(key(50), None, 510), (key(51), value(51), 511)]
-        )
-        pair.deliver([(key(21), value(3), 320), (key(22), value(4), 400)])  # stale
-        tables = pair.same()
-        assert pair.sink.counters() == (4, 1)
-        assert pair.declined == 1
+        tables = exercise(pair, layout)
         guards = tables["t_seq"][1]
         assert len(guards) == 12  # 20, 22..29, 33, 34, 50 deleted (21 is back)
     finally:
@@ -161,7 +63,7 @@ def test_native_delivery_leaves_the_sink_as_the_python_path_does(tmp_path, layou
 
 def test_large_values_and_empty_ones(tmp_path):
     for layout in ("bytes-bytes", "str-str"):
-        pair = Pair(tmp_path, layout)
+        pair = sqlite_pair(tmp_path, layout)
         try:
             big = b"\xff\x00" * 500_000 if layout == "bytes-bytes" else "é" * 500_000
             empty = b"" if layout == "bytes-bytes" else ""
@@ -178,7 +80,7 @@ def test_large_values_and_empty_ones(tmp_path):
 
 
 def test_what_the_exporter_would_refuse_goes_to_it(tmp_path):
-    pair = Pair(tmp_path, "int64-float64")
+    pair = sqlite_pair(tmp_path, "int64-float64")
     try:
         pair.deliver([(1, 1.0, 1)])
         items = pair.raw([(2, float("nan"), 2)])
@@ -188,7 +90,7 @@ def test_what_the_exporter_would_refuse_goes_to_it(tmp_path):
     finally:
         pair.close()
     (tmp_path / "keys").mkdir()
-    pair = Pair(tmp_path / "keys", "float64-str")
+    pair = sqlite_pair(tmp_path / "keys", "float64-str")
     try:
         # -0.0 and 0.0 are one key to the exporter: it merges them.
         pair.deliver([(0.0, "a", 3)])
@@ -199,7 +101,7 @@ def test_what_the_exporter_would_refuse_goes_to_it(tmp_path):
 
 
 def test_another_store_or_a_new_epoch_goes_to_the_exporter(tmp_path):
-    pair = Pair(tmp_path, "str-int64")
+    pair = sqlite_pair(tmp_path, "str-int64")
     try:
         pair.deliver([("a", 1, 1)])
         items = pair.raw([("a", 2, 2)])
@@ -222,7 +124,7 @@ def test_another_store_or_a_new_epoch_goes_to_the_exporter(tmp_path):
 
 
 def test_a_locked_sink_is_an_outage_after_the_busy_timeout(tmp_path):
-    pair = Pair(tmp_path, "str-int64", timeout=0.2)
+    pair = sqlite_pair(tmp_path, "str-int64", timeout=0.2)
     try:
         pair.deliver([("a", 1, 1)])
         other = sqlite3.connect(pair.native.path, isolation_level=None)
@@ -240,7 +142,7 @@ def test_a_locked_sink_is_an_outage_after_the_busy_timeout(tmp_path):
 
 
 def test_a_closed_exporter_takes_every_batch(tmp_path):
-    pair = Pair(tmp_path, "str-int64")
+    pair = sqlite_pair(tmp_path, "str-int64")
     pair.deliver([("a", 1, 1)])
     pair.close()
     assert pair.sink.deliver(pair.raw([("a", 2, 2)]), STORE, 1) is None

@@ -8,20 +8,18 @@
 // locks, and closing a file there would drop the locks the first copy holds
 // on it.
 #include <dlfcn.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <mutex>
-#include <new>
-#include <set>
 #include <utility>
 
+#include "child_safe_mutex.h"
 #include "percolite/encoding.h"
 #include "percolite/export_queue.h"
+#include "sink_rows.h"
 
 namespace percolite {
 namespace {
@@ -109,94 +107,33 @@ Api LoadApi(const std::string& library) {
   return api;
 }
 
-size_t FixedWidth(const std::vector<SinkCell>& cells) {
-  if (cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob)) return 0;
-  for (SinkCell cell : cells) {
-    if (cell == SinkCell::kText || cell == SinkCell::kBlob) {
-      throw Error(ErrorCode::kInvalidArgument, "a text or blob cell must be the only one");
-    }
-  }
-  if (cells.empty()) throw Error(ErrorCode::kInvalidArgument, "no cells");
-  return 8 * cells.size();
-}
-
-double AsDouble(std::string_view bytes) {
-  const uint64_t bits = ReadUint64BE(bytes);
-  double v;
-  std::memcpy(&v, &bits, 8);
-  return v;
-}
-
-class SqliteSink;
-
-// Every live sink, so that a forked child gets each one's mutex released,
-// whichever thread of the parent held it at the fork (the child has only
-// the forking thread). Never destroyed: sinks may outlive static
-// destruction.
-std::mutex& SinksMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::set<SqliteSink*>& Sinks() {
-  static auto* sinks = new std::set<SqliteSink*>;
-  return *sinks;
-}
-void RenewMutexesInChild();
-
-void Register(SqliteSink* sink) {
-  static const bool registered = (pthread_atfork(nullptr, nullptr, RenewMutexesInChild), true);
-  (void)registered;
-  std::lock_guard<std::mutex> lock(SinksMutex());
-  Sinks().insert(sink);
-}
-
-void Unregister(SqliteSink* sink) {
-  std::lock_guard<std::mutex> lock(SinksMutex());
-  Sinks().erase(sink);
-}
-
-// One key of the batch: its newest entry.
-struct Row {
-  std::string_view key;
-  std::string_view value;  // without the tag byte
-  bool present;
-  uint64_t seq;
-};
-
 class SqliteSink final : public NativeSink {
  public:
   explicit SqliteSink(SqliteSinkOptions options)
       : options_(std::move(options)),
         api_(LoadApi(options_.library)),
-        key_width_(FixedWidth(options_.key_cells)),
-        value_width_(FixedWidth(options_.value_cells)) {
-    Register(this);
-  }
+        cells_(options_.key_cells, options_.value_cells) {}
 
   ~SqliteSink() override {
-    Unregister(this);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<ChildSafeMutex> lock(mu_);
     Disconnect();
   }
 
-  // In a forked child, before anything else runs there.
-  void RenewMutex() { new (&mu_) std::mutex; }
-
   std::optional<Status> Deliver(const std::vector<ExportEntry>& entries,
                                 const StoreIdentity& store) override {
-    std::vector<Row> rows;
-    if (!Collapse(entries, &rows)) {
+    std::vector<SinkRow> rows;
+    if (!cells_.Collapse(entries, &rows)) {
       declined_.fetch_add(1);
       return std::nullopt;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<ChildSafeMutex> lock(mu_);
     std::optional<Status> outcome = closed_ ? std::nullopt : DeliverLocked(rows, store);
     (outcome ? applied_ : declined_).fetch_add(1);
     return outcome;
   }
 
   void Close() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<ChildSafeMutex> lock(mu_);
     closed_ = true;
     Disconnect();
   }
@@ -220,43 +157,8 @@ class SqliteSink final : public NativeSink {
     kStatements
   };
 
-  // The newest entry of each key, or false when a cell is one the exporter
-  // refuses or stores differently (it then names the entry).
-  bool Collapse(const std::vector<ExportEntry>& entries, std::vector<Row>* rows) const {
-    rows->reserve(entries.size());
-    for (const ExportEntry& entry : entries) {
-      std::string_view value(entry.value);
-      if (value.empty() || (value[0] != '\0' && value[0] != '\1')) return false;
-      const bool present = value[0] == '\1';
-      value.remove_prefix(1);
-      if (!Fits(entry.key, options_.key_cells, key_width_, true)) return false;
-      if (present && !Fits(value, options_.value_cells, value_width_, false)) return false;
-      // Entries come by key, then seq: the last of a run of one key is its newest.
-      if (!rows->empty() && rows->back().key == entry.key) {
-        if (entry.seq > rows->back().seq) rows->back() = Row{entry.key, value, present, entry.seq};
-        continue;
-      }
-      if (!rows->empty() && rows->back().key > std::string_view(entry.key)) return false;
-      rows->push_back(Row{entry.key, value, present, entry.seq});
-    }
-    return true;
-  }
-
-  static bool Fits(std::string_view data, const std::vector<SinkCell>& cells, size_t width,
-                   bool key) {
-    if (width == 0) return true;
-    if (data.size() != width) return false;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      if (cells[i] != SinkCell::kFloat64) continue;
-      const double v = AsDouble(data.substr(8 * i, 8));
-      // NaN and infinities are refused by the exporter; -0.0 keys are
-      // merged with 0.0 by it.
-      if (!std::isfinite(v) || (key && v == 0 && std::signbit(v))) return false;
-    }
-    return true;
-  }
-
-  std::optional<Status> DeliverLocked(const std::vector<Row>& rows, const StoreIdentity& store) {
+  std::optional<Status> DeliverLocked(const std::vector<SinkRow>& rows,
+                                      const StoreIdentity& store) {
     if (pid_ != getpid()) {
       // A forked child: the parent's connection is left alone, unused.
       db_ = nullptr;
@@ -276,7 +178,7 @@ class SqliteSink final : public NativeSink {
   }
 
   // Inside the transaction: nullopt when the exporter must take the batch.
-  std::optional<Status> Apply(const std::vector<Row>& rows, const StoreIdentity& store) {
+  std::optional<Status> Apply(const std::vector<SinkRow>& rows, const StoreIdentity& store) {
     if (!store.id.empty()) {
       sqlite3_stmt* owner = statements_[kSelectOwner];
       int rc = api_.step(owner);
@@ -298,7 +200,7 @@ class SqliteSink final : public NativeSink {
     api_.reset(statements_[kAnyGuard]);
     if (rc != kSqliteRow && rc != kSqliteDone) return Failure("the guard table", rc);
     const bool guarded = rc == kSqliteRow;
-    for (const Row& row : rows) {
+    for (const SinkRow& row : rows) {
       // As the exporter's set-wise statements: a guard row of a seq as
       // large drops the entry; a deletion no newer than the key's row too.
       if (guarded) {
@@ -341,7 +243,7 @@ class SqliteSink final : public NativeSink {
   }
 
   // The seq column of the one row `which` selects for the key, if any.
-  int Seq(Statement which, const Row& row, std::optional<int64_t>* seq) {
+  int Seq(Statement which, const SinkRow& row, std::optional<int64_t>* seq) {
     sqlite3_stmt* s = statements_[which];
     BindKey(s, row);
     int rc = api_.step(s);
@@ -362,7 +264,7 @@ class SqliteSink final : public NativeSink {
   int Run(Statement which) { return Step(which); }
 
   // Binds the key cells from parameter 1; returns the next parameter.
-  int BindKey(sqlite3_stmt* s, const Row& row) {
+  int BindKey(sqlite3_stmt* s, const SinkRow& row) {
     int index = 1;
     for (size_t i = 0; i < options_.key_cells.size(); ++i) {
       Bind(s, index++, options_.key_cells[i], row.key, i);
@@ -385,7 +287,7 @@ class SqliteSink final : public NativeSink {
         api_.bind_int64(s, index, static_cast<int64_t>(ReadUint64BE(data.substr(8 * i, 8))));
         return;
       case SinkCell::kFloat64:
-        api_.bind_double(s, index, AsDouble(data.substr(8 * i, 8)));
+        api_.bind_double(s, index, SinkDouble(data.substr(8 * i, 8)));
         return;
     }
   }
@@ -453,19 +355,14 @@ class SqliteSink final : public NativeSink {
 
   const SqliteSinkOptions options_;
   const Api api_;
-  const size_t key_width_, value_width_;  // 0: one text or blob cell
-  std::mutex mu_;
+  const SinkCells cells_;
+  ChildSafeMutex mu_;  // a forked child may use the sink
   bool closed_ = false;
   sqlite3* db_ = nullptr;
   pid_t pid_ = 0;
   sqlite3_stmt* statements_[kStatements] = {};
   std::atomic<uint64_t> applied_{0}, declined_{0};
 };
-
-void RenewMutexesInChild() {
-  new (&SinksMutex()) std::mutex;
-  for (SqliteSink* sink : Sinks()) sink->RenewMutex();
-}
 
 }  // namespace
 

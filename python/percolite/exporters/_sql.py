@@ -46,6 +46,8 @@ class _SQLExporter:
         self._tables_ready = False  # both tables known to exist
         self._owner_ready = False  # the owner table known to exist
         self._pool = _Pool(self._connect)
+        # The native paths of export queues feeding this sink (_native_sink).
+        self._native_sinks: list[Any] = []
 
     def _connect(self) -> Any:
         raise NotImplementedError
@@ -178,6 +180,38 @@ class _SQLExporter:
         if not layout.makes_rows and self._install_fill(handle):
             handle.execute(sql.fill_rows)
         return True
+
+    # Cells of the fixed codecs (percolite.codecs.native_layout) as the
+    # native paths bind them: what the exporters store for their values.
+    _NATIVE_CELLS = {"str": "text", "bytes": "blob", "int64": "int64", "float64": "float64"}
+
+    def _native_cells(
+        self, key_layout: Any, value_layout: Any
+    ) -> tuple[list[list[str]] | None, str]:
+        """The cells a native path binds for keys and values of the fixed
+        codecs ``key_layout`` and ``value_layout``, or ``(None, why)`` when
+        they do not fit this exporter's columns (or its layout is one the
+        exporter applies itself)."""
+        if self._layout.is_part:
+            return None, "row groups and shared rows are applied by the exporter"
+        cells = []
+        for role, layout, spec, names in (
+            ("key", key_layout, self._layout.key, self._layout.key_columns),
+            ("value", value_layout, self._layout.columns, self._layout.value_columns),
+        ):
+            name, length = layout
+            if name == "int64s":
+                if isinstance(spec, str) or len(names) != length:
+                    return None, (
+                        f"the {role} codec int64s:{length} does not fit the {role} column(s) "
+                        f"{names}"
+                    )
+                cells.append(["int64"] * length)
+            elif not isinstance(spec, str):
+                return None, f"the {role} codec {name} does not fit the {role} columns {names}"
+            else:
+                cells.append([self._NATIVE_CELLS[name]])
+        return cells, ""
 
     def _guard_params(self, rows: list[Any]) -> list[tuple[Any, ...]]:
         """The parameters of the guard upserts of row groups and shared rows."""
@@ -325,7 +359,10 @@ class _SQLExporter:
         return None if row is None else {"store": row[0], "epoch": int(row[1])}
 
     def close(self) -> None:
-        """Closes this process's connections; later calls raise ClosedError."""
+        """Closes this process's connections (those of the export queues'
+        native paths too); later calls raise ClosedError."""
+        for sink in list(self._native_sinks):
+            sink.close()
         self._pool.close()
 
     def __enter__(self) -> Any:

@@ -131,8 +131,6 @@ class SQLite(_SQLExporter):
         # handler, which sleeps in steps of milliseconds while it waits: one
         # lock per file, for the exporters of several queues writing it.
         self._lock = _file_lock(self.path)
-        # The native paths of export queues feeding this sink (_native_sink).
-        self._native_sinks: list[Any] = []
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
@@ -426,10 +424,6 @@ class SQLite(_SQLExporter):
         }
         return self._batch_statements
 
-    # Cells of the fixed codecs (percolite.codecs.native_layout) as the
-    # native path binds them: what this exporter stores for their values.
-    _NATIVE_CELLS = {"str": "text", "bytes": "blob", "int64": "int64", "float64": "float64"}
-
     def _native_sink(self, key_layout: Any, value_layout: Any) -> tuple[Any, str]:
         """For an export queue whose keys and values have the fixed codecs
         ``key_layout`` and ``value_layout`` (``codecs.native_layout``): the
@@ -441,25 +435,9 @@ class SQLite(_SQLExporter):
         this exporter's, which raises the error). The sink uses the SQLite
         library that the ``sqlite3`` module loaded: a second copy's file
         locks would not see the first's."""
-        if self._layout.is_part:
-            return None, "row groups and shared rows are applied by the exporter"
-        cells = []
-        for role, layout, spec, names in (
-            ("key", key_layout, self._layout.key, self._layout.key_columns),
-            ("value", value_layout, self._layout.columns, self._layout.value_columns),
-        ):
-            name, length = layout
-            if name == "int64s":
-                if isinstance(spec, str) or len(names) != length:
-                    return None, (
-                        f"the {role} codec int64s:{length} does not fit the {role} column(s) "
-                        f"{names}"
-                    )
-                cells.append(["int64"] * length)
-            elif not isinstance(spec, str):
-                return None, f"the {role} codec {name} does not fit the {role} columns {names}"
-            else:
-                cells.append([self._NATIVE_CELLS[name]])
+        cells, why = self._native_cells(key_layout, value_layout)
+        if cells is None:
+            return None, why
         layout = self._layout
         sql = self._batch_sql()
         table, guard = _quote(layout.table), _quote(layout.guard_table)
@@ -486,13 +464,6 @@ class SQLite(_SQLExporter):
             return None, str(exc)
         self._native_sinks.append(sink)
         return sink, "native"
-
-    def close(self) -> None:
-        """Closes this process's connections (those of the export queues'
-        native paths too); later calls raise ClosedError."""
-        for sink in list(self._native_sinks):
-            sink.close()
-        super().close()
 
     def _exists(self, conn: sqlite3.Connection, table: str) -> bool:
         found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"

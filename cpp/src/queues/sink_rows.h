@@ -1,0 +1,49 @@
+// sink_rows.h: what every native sink (export_queue.h, "Native sinks")
+// reads from a batch the same way: the cells of a queued key or value, and
+// the newest entry of each key.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "percolite/export_queue.h"
+
+namespace percolite {
+
+// One key of a batch: its newest entry.
+struct SinkRow {
+  std::string_view key;
+  std::string_view value;  // without the tag byte
+  bool present;
+  uint64_t seq;
+};
+
+// How a sink's keys and values map to cells (SinkCell).
+class SinkCells {
+ public:
+  // Throws kInvalidArgument when a text or blob cell is not alone, or a
+  // side has no cell.
+  SinkCells(std::vector<SinkCell> key_cells, std::vector<SinkCell> value_cells);
+
+  const std::vector<SinkCell>& key() const { return key_; }
+  const std::vector<SinkCell>& value() const { return value_; }
+
+  // The newest entry of each key of `entries` (by key, then seq, as the
+  // queue hands them over), or false when a cell is one the exporter
+  // refuses or stores differently (NaN, an infinity, a key of -0.0, bytes
+  // of the wrong size): the exporter then takes the batch and names it.
+  bool Collapse(const std::vector<ExportEntry>& entries, std::vector<SinkRow>* rows) const;
+
+ private:
+  bool Fits(std::string_view data, bool key) const;
+
+  const std::vector<SinkCell> key_, value_;
+  const size_t key_width_, value_width_;  // 0: one text or blob cell
+};
+
+// The double of 8 big-endian bytes (a float64 cell).
+double SinkDouble(std::string_view bytes);
+
+}  // namespace percolite
