@@ -21,6 +21,16 @@ its own, in one run with the systems interleaved:
   GROUPS worker groups (``percolite worker pg_app:app --processes 1
   --threads GROUP_THREADS --until-idle``, started together, as on separate
   machines); timed until the last exits, values checked.
+* **The export sink**: ``--postgresql-sink-rows`` rows (key ``k%09d``, an
+  int value, a seq) written in batches of SINK_BATCH, one transaction each,
+  in rotating order: by hand (psycopg's pipelined ``executemany`` of an
+  ``INSERT ... ON CONFLICT DO UPDATE ... WHERE excluded.seq > seq``, what a
+  user writes without percolite); by ``percolite.exporters.Postgres`` called
+  directly (its Python path: owner check, guard table, then the upserts);
+  by its native path alone (the same batches from queued bytes, one
+  statement each); and by a whole export queue (a ``sync="full"`` LMDB store
+  with the rows queued beforehand, drained by one worker thread) delivering
+  natively and with ``PERCOLITE_NATIVE_SINKS=0``.
 * **Wake-ups**: ``--postgresql-pings`` commits, PING_INTERVAL_S seconds
   apart, on one handle to a column an observer watches through another
   handle (its workers learn of them by LISTEN/NOTIFY): time from the
@@ -29,7 +39,9 @@ its own, in one run with the systems interleaved:
 Targets: the combine queue at least CQ_VS_NAIVE_TARGET times naive
 read-modify-write on PostgreSQL, end to end, and at least
 CQ_VS_SQL_TARGET times the best of the hand-written upserts (1 or 4
-client threads) on the same server.
+client threads) on the same server; the export sink's native path at least
+SINK_VS_SQL_TARGET times the hand-written upserts of the same rows (it
+also checks the owner and keeps the guard table).
 Run it alone (``python bench/bench_postgresql.py``, report in
 ``bench/results/postgresql.json``) or through ``bench/run.py``.
 """
@@ -78,6 +90,11 @@ GROUP_THREADS = 4  # worker threads of each worker group
 PING_INTERVAL_S = 0.01
 CQ_VS_NAIVE_TARGET = 5.0
 CQ_VS_SQL_TARGET = 3.0
+SINK_SYSTEMS = ("sql", "python sink", "native sink", "queue python", "queue native")
+DEFAULT_SINK_ROWS, QUICK_SINK_ROWS = 100_000, 3_000
+SINK_BATCH = 1024
+SINK_STORE = "5" * 32  # the owner of the sinks written directly
+SINK_VS_SQL_TARGET = 1.0
 BENCH_DIR = Path(__file__).resolve().parent
 
 
@@ -96,6 +113,13 @@ def add_arguments(parser: OptionGroup) -> None:
         metavar="N",
         help=f"transactions of {bench_hotkeys.PER_TRANSACTION} updates the worker groups fold "
         f"(default: {DEFAULT_BACKLOG:,})",
+    )
+    parser.add_argument(
+        "--postgresql-sink-rows",
+        type=int,
+        metavar="N",
+        help=f"rows each export-sink system writes (default: {DEFAULT_SINK_ROWS:,}; "
+        f"{QUICK_SINK_ROWS:,} with --quick)",
     )
     parser.add_argument(
         "--postgresql-pings",
@@ -160,6 +184,133 @@ def _measure_sql(dsn: str, threads: int, seconds: float, seed: int, table: str) 
         "exact": not errors and stored == updates,
         "errors": errors[:3],
     }
+
+
+def _sink_key(i: int) -> str:
+    return f"k{i:09d}"
+
+
+def _sink_ranges(rows: int) -> list[range]:
+    return [range(start, min(rows, start + SINK_BATCH)) for start in range(0, rows, SINK_BATCH)]
+
+
+def _sink_set_up(dsn: str, table: str) -> Any:
+    """An exporter whose tables and owner exist, as after a queue's first
+    batch (k000000000 holds seq 0: the timed batches leave it as it is)."""
+    from percolite.exporters import Postgres, SequencedExport
+
+    sink = Postgres(dsn, table)
+    batch = percolite.ExportBatch([SequencedExport(_sink_key(0), 0, 0)])
+    batch.queue, batch.store, batch.epoch = "out", SINK_STORE, 1
+    sink(batch)
+    return sink
+
+
+def _sink_by_hand(dsn: str, table: str, rows: int) -> float:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"CREATE TABLE {table} (key text PRIMARY KEY, value bigint, seq bigint)")
+    upsert = (
+        f"INSERT INTO {table} (key, value, seq) VALUES (%s, %s, %s) ON CONFLICT (key) DO UPDATE"
+        f" SET value = excluded.value, seq = excluded.seq WHERE excluded.seq > {table}.seq"
+    )
+    with psycopg.connect(dsn) as db:
+        began = time.perf_counter()
+        for batch in _sink_ranges(rows):
+            with db.transaction(), db.cursor() as cursor:
+                cursor.executemany(upsert, [(_sink_key(i), i, i) for i in batch])
+        seconds = time.perf_counter() - began
+        written = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    if written != rows:
+        raise RuntimeError(f"by hand: {written} rows of {rows}")
+    return rows / seconds
+
+
+def _sink_python(dsn: str, table: str, rows: int) -> float:
+    from percolite.exporters import SequencedExport
+
+    sink = _sink_set_up(dsn, table)
+    batches = []
+    for batch in _sink_ranges(rows):
+        entries = percolite.ExportBatch(SequencedExport(_sink_key(i), i, i) for i in batch)
+        entries.queue, entries.store, entries.epoch = "out", SINK_STORE, 1
+        batches.append(entries)
+    began = time.perf_counter()
+    for entries in batches:
+        sink(entries)
+    seconds = time.perf_counter() - began
+    _sink_check(sink, rows)
+    return rows / seconds
+
+
+def _sink_native(dsn: str, table: str, rows: int) -> float:
+    sink = _sink_set_up(dsn, table)
+    native, why = sink._native_sink(("str", 0), ("int64", 0))
+    assert native is not None, why
+    batches = [
+        [(_sink_key(i).encode(), b"\x01" + i.to_bytes(8, "big", signed=True), i) for i in batch]
+        for batch in _sink_ranges(rows)
+    ]
+    began = time.perf_counter()
+    for batch in batches:
+        if native.deliver(batch, SINK_STORE, 1) != (True, None, None):
+            raise RuntimeError("the native sink did not apply a batch")
+    seconds = time.perf_counter() - began
+    _sink_check(sink, rows)
+    return rows / seconds
+
+
+def _sink_queue(dsn: str, table: str, rows: int, store: Path, native: bool) -> float:
+    from percolite.exporters import Postgres
+
+    if not native:
+        os.environ["PERCOLITE_NATIVE_SINKS"] = "0"
+    try:
+        sink = Postgres(dsn, table)
+        app = percolite.App("pg_sink_bench")
+        queue = app.export_queue(
+            "out", sink, value_codec="int64", buckets=16, batch_size=SINK_BATCH
+        )
+    finally:
+        os.environ.pop("PERCOLITE_NATIVE_SINKS", None)
+    assert (queue.delivery == "native") == native, queue.delivery
+    with percolite.open(store, app=app, sync="full") as env:
+        for batch in _sink_ranges(rows):
+            with env.transaction() as tx:
+                for i in batch:
+                    queue.add(tx, _sink_key(i), i)
+        began = time.perf_counter()
+        if not env.process(1, timeout=600)["idle"]:
+            raise RuntimeError(f"the export queue did not drain: {env.status()}")
+        seconds = time.perf_counter() - began
+    _sink_check(sink, rows)
+    return rows / seconds
+
+
+def _sink_check(sink: Any, rows: int) -> None:
+    written = sink.rows()
+    sink.close()
+    if written != {_sink_key(i): i for i in range(rows)}:
+        raise RuntimeError(f"{sink!r}: {len(written)} rows, not the {rows} written")
+
+
+def _measure_sink(dsn: str, system: str, rows: int, scratch: Path, name: str) -> float:
+    """Rows/s ``system`` (one of SINK_SYSTEMS) writes into a new table
+    ``name``, dropped afterwards with its guard and owner tables."""
+    import psycopg
+
+    try:
+        if system == "sql":
+            return _sink_by_hand(dsn, name, rows)
+        if system == "python sink":
+            return _sink_python(dsn, name, rows)
+        if system == "native sink":
+            return _sink_native(dsn, name, rows)
+        return _sink_queue(dsn, name, rows, scratch / name, system == "queue native")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as db:
+            db.execute(f"DROP TABLE IF EXISTS {name}, {name}_seq, {name}_owner")
 
 
 def load_backlog(uri: str, backlog: int, seed: int) -> dict[str, int]:
@@ -246,6 +397,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sql: dict[int, list[dict[str, Any]]] = {threads: [] for threads in sql_threads}
     groups: dict[int, list[dict[str, Any]]] = {n: [] for n in GROUPS}
     latency: list[dict[str, Any]] = []
+    sink_rows = chosen(
+        args.postgresql_sink_rows, QUICK_SINK_ROWS if args.quick else DEFAULT_SINK_ROWS
+    )
+    if sink_rows < 1:
+        raise ValueError("--postgresql-sink-rows must be positive")
+    sink: dict[str, list[float]] = {system: [] for system in SINK_SYSTEMS}
     with scratch_dir(args.dir, f"{NAME}-") as scratch, _server(scratch) as server:
         for repetition in range(args.repeat):
             seed = repetition + 1
@@ -276,6 +433,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError(f"{n} worker groups: the folded values are wrong")
                 groups[n].append(result)
                 log(f"{NAME}: {n} group(s): {result['updates_per_s']:,.0f} updates/s")
+            for system in run_order(SINK_SYSTEMS, repetition):
+                name = f"sink_{system.replace(' ', '_')}_{repetition}"
+                rate = _measure_sink(server.dsn, system, sink_rows, scratch, name)
+                sink[system].append(round(rate, 1))
+                log(f"{NAME}: sink, {system}: {rate:,.0f} rows/s")
             latency.append(_measure_pings(f"{server.uri}&schema=pings_{repetition}", pings))
             log(f"{NAME}: wake-ups: {latency[-1]}")
         settings = server.settings()
@@ -287,6 +449,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "hot": {a: med(hot[a], "updates_per_s") for a in APPROACHES},
         "sql": {str(t): med(sql[t], "updates_per_s") for t in sql_threads},
         "groups": {str(n): med(groups[n], "updates_per_s") for n in GROUPS},
+        "sink": {system: median(sink[system]) for system in SINK_SYSTEMS},
+        # The median of each repetition's ratio: the two ran side by side.
+        "native_sink_vs_sql": median(
+            [ratio(n, h) for n, h in zip(sink["native sink"], sink["sql"], strict=True)]
+        ),
         "p50_ms": med(latency, "p50_ms"),
         "p99_ms": med(latency, "p99_ms"),
     }
@@ -303,6 +470,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "sql_threads": list(sql_threads),
             "backlog": backlog,
             "pings": pings,
+            "sink_rows": sink_rows,
+            "sink_batch": SINK_BATCH,
             "server": settings,
         },
         "versions": {
@@ -315,6 +484,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "sql": {str(t): sql[t] for t in sql_threads},
             "groups": {str(n): groups[n] for n in GROUPS},
             "latency": latency,
+            "sink": sink,
         },
         "summary": summary,
     }
@@ -354,7 +524,33 @@ def tables(report: dict[str, Any]) -> list[Table]:
         [[f"{s['p50_ms']:.1f}", f"{s['p99_ms']:.1f}"]],
         [],
     )
-    return [hot, groups, wake]
+    sql_rate = s["sink"]["sql"]
+    sink = Table(
+        f"Export into PostgreSQL (durable), rows/s, median of {settings['repeat']} rotating "
+        f"rounds: {settings['sink_rows']:,} rows in batches of {settings['sink_batch']:,}, "
+        "one transaction per batch",
+        ["system", "rows/s", "x by hand"],
+        [
+            [_SINK_LABELS[system], f"{rate:,.0f}", f"{ratio(rate, sql_rate):.2f}x"]
+            for system, rate in s["sink"].items()
+        ],
+        [
+            "By hand: psycopg's pipelined executemany of INSERT ... ON CONFLICT DO UPDATE "
+            "... WHERE excluded.seq > seq, no guard or owner table. Alone: the batches handed "
+            "to the sink by one thread, no store. Export queue: the rows queued in a store "
+            "(sync=full) beforehand, drained by one worker thread until idle."
+        ],
+    )
+    return [hot, groups, sink, wake]
+
+
+_SINK_LABELS = {
+    "sql": "by hand (psycopg executemany upsert)",
+    "python sink": "percolite.exporters.Postgres, alone",
+    "native sink": "its native path, alone",
+    "queue python": "export queue, Python delivery",
+    "queue native": "export queue, native delivery",
+}
 
 
 def targets(report: dict[str, Any]) -> list[Target]:
@@ -368,6 +564,11 @@ def targets(report: dict[str, Any]) -> list[Target]:
             "postgresql: hot keys, combine queue / the best hand-written INSERT ... ON CONFLICT",
             report["summary"].get("cq_vs_best_sql"),
             CQ_VS_SQL_TARGET,
+        ),
+        Target(
+            "postgresql: export sink, native path / the same upserts by hand (psycopg)",
+            report["summary"].get("native_sink_vs_sql"),
+            SINK_VS_SQL_TARGET,
         ),
     ]
 

@@ -144,6 +144,26 @@ void BindExportQueue(py::module_& m) {
       },
       py::arg("spec"));
   m.def(
+      "postgres_sink",
+      [](const py::dict& spec) {
+        percolite::PostgresSinkOptions o;
+        for (py::handle pair : spec["connect"]) {
+          auto t = pair.cast<py::tuple>();
+          o.connect.emplace_back(t[0].cast<std::string>(), t[1].cast<std::string>());
+        }
+        o.name = spec["name"].cast<std::string>();
+        o.key_cells = ParseCells(spec["key_cells"]);
+        o.value_cells = ParseCells(spec["value_cells"]);
+        o.apply = spec["apply"].cast<std::string>();
+        o.apply_unowned = spec["apply_unowned"].cast<std::string>();
+        try {
+          return percolite::MakePostgresSink(std::move(o));
+        } catch (const percolite::Error& e) {
+          throw py::value_error(e.what());
+        }
+      },
+      py::arg("spec"));
+  m.def(
       "chosen_native_sink",
       [](py::object choose) -> std::shared_ptr<percolite::NativeSink> {
         return std::make_shared<ChosenNativeSink>(std::move(choose));

@@ -278,7 +278,9 @@ class ExportQueue(Generic[K, V]):
         forward_to = getattr(self.exporter, "forward_to", None)
         make = _native_maker(self.exporter)
         if make is None and not callable(forward_to):
-            return None, "python: the exporter has no native path (not a built-in SQLite sink)"
+            return None, (
+                "python: the exporter has no native path (not a built-in SQLite or PostgreSQL sink)"
+            )
         if kl is None or vl is None:
             names = (self.key_codec.name, self.value_codec.name)
             return None, f"python: codecs {names} are not all fixed (str, bytes, int64, ...)"
@@ -286,7 +288,7 @@ class ExportQueue(Generic[K, V]):
             return None, "python: PERCOLITE_NATIVE_SINKS=0"
         if make is None:
             choose = _Forwarded(forward_to, kl, vl)
-            why = "forwarded: native when forward_to() returns a built-in SQLite sink"
+            why = "forwarded: native when forward_to() returns a built-in SQLite or PostgreSQL sink"
             return _core.chosen_native_sink(choose), why
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"

@@ -203,6 +203,16 @@ def check_postgresql_report(report: dict) -> None:
     assert summary["cq_vs_naive"] > 0 and summary["p99_ms"] >= summary["p50_ms"] > 0
     assert all(run["observed"] == run["pings"] for run in report["runs"]["latency"])
     assert report["settings"]["server"]["fsync"] is True
+    # Each export-sink system wrote and read back every row (run() raises otherwise).
+    assert set(summary["sink"]) == {
+        "sql",
+        "python sink",
+        "native sink",
+        "queue python",
+        "queue native",
+    }
+    assert all(rate > 0 for rate in summary["sink"].values())
+    assert summary["native_sink_vs_sql"] > 0
 
 
 def check_report_files(out: Path) -> None:
@@ -213,7 +223,7 @@ def check_report_files(out: Path) -> None:
     owners = ["commit", "storage", "storage", "reads", "reads", "reads"] + ["loader"] * 7
     owners += ["sqlite sink"]
     owners += ["phrase count", "phrase count", "phrase count"]
-    owners += ["growth", "growth", "growth", "simulation", "postgresql", "postgresql"]
+    owners += ["growth", "growth", "growth", "simulation"] + ["postgresql"] * 3
     owners += ["webindex"] * 4
     assert [name.split(":")[0] for name in names] == owners, names
     for target in summary["targets"]:

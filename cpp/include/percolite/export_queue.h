@@ -206,6 +206,28 @@ struct SqliteSinkOptions {
 // symbols hidden) or the options are inconsistent.
 std::shared_ptr<NativeSink> MakeSqliteSink(SqliteSinkOptions options);
 
+// A PostgreSQL sink (the Python exporter percolite.exporters.Postgres),
+// reached through libpq. A batch is one statement, the exporter's SQL, and
+// so one transaction. Its parameters: $1 the store's id (text) and $2 its
+// epoch (int8), then one array per key cell and one per value cell (NULL
+// items for deletions), the seqs (int8[]) and whether each key has a value
+// (bool[]), one item per key. It applies the rows only while the sink
+// belongs to that store and epoch, and returns one row of one boolean:
+// whether it did.
+struct PostgresSinkOptions {
+  // libpq keywords and values, in order: the first is dbname, the
+  // exporter's DSN (expanded by libpq), then what the DSN leaves out.
+  std::vector<std::pair<std::string, std::string>> connect;
+  std::string name;  // the sink, in messages (no password in it)
+  std::vector<SinkCell> key_cells, value_cells;
+  std::string apply;          // a store's batch: checks that the sink is the store's
+  std::string apply_unowned;  // entries of no store (the exporter called directly)
+};
+
+// Throws kInvalidArgument when the options are inconsistent; connects at
+// the first batch.
+std::shared_ptr<NativeSink> MakePostgresSink(PostgresSinkOptions options);
+
 class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
  public:
   // Throws kInvalidArgument naming the bad option.

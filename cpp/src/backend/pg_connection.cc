@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "percolite/encoding.h"
@@ -59,36 +60,57 @@ PgParams& PgParams::Int8(uint64_t value) {
   return *this;
 }
 
-std::string PgParams::ArrayHead(size_t count, Oid element) {
-  std::string out;
-  AppendInt32BE(&out, count == 0 ? 0 : 1);  // dimensions
-  AppendInt32BE(&out, 0);                   // no nulls
-  AppendInt32BE(&out, element);
+PgParams& PgParams::Bytes(std::string&& value) {
+  values_.push_back(std::move(value));
+  return *this;
+}
+
+// The head: dimensions, whether there are nulls, the element type; then the
+// length and lower bound of the one dimension (none when empty). Each item
+// follows as its length (-1 for NULL) and bytes.
+PgArray::PgArray(Oid element, size_t count) : count_(count) {
+  AppendInt32BE(&out_, count == 0 ? 0 : 1);
+  AppendInt32BE(&out_, 0);  // set by Done() when a NULL was added
+  AppendInt32BE(&out_, element);
   if (count > 0) {
-    AppendInt32BE(&out, static_cast<uint32_t>(count));
-    AppendInt32BE(&out, 1);  // lower bound
+    AppendInt32BE(&out_, static_cast<uint32_t>(count));
+    AppendInt32BE(&out_, 1);
   }
-  return out;
+}
+
+void PgArray::Add(std::string_view item) {
+  AppendInt32BE(&out_, static_cast<uint32_t>(item.size()));
+  out_.append(item);
+  ++added_;
+}
+
+void PgArray::AddNull() {
+  AppendInt32BE(&out_, static_cast<uint32_t>(-1));
+  nulls_ = true;
+  ++added_;
+}
+
+std::string PgArray::Done() && {
+  if (added_ != count_) throw std::logic_error("PgArray: items added differ from the count");
+  if (nulls_) out_[7] = 1;
+  return std::move(out_);
 }
 
 PgParams& PgParams::ByteaArray(const std::vector<std::string>& items) {
-  std::string out = ArrayHead(items.size(), kByteaOid);
-  for (const std::string& item : items) {
-    AppendInt32BE(&out, static_cast<uint32_t>(item.size()));
-    out.append(item);
-  }
-  values_.push_back(std::move(out));
-  return *this;
+  PgArray array(kByteaOid, items.size());
+  for (const std::string& item : items) array.Add(item);
+  return Bytes(std::move(array).Done());
 }
 
 PgParams& PgParams::Int8Array(const std::vector<uint64_t>& items) {
-  std::string out = ArrayHead(items.size(), kInt8Oid);
-  for (uint64_t item : items) {
-    AppendInt32BE(&out, 8);
-    AppendUint64BE(&out, item);
+  PgArray array(kInt8Oid, items.size());
+  std::string item;
+  for (uint64_t value : items) {
+    item.clear();
+    AppendUint64BE(&item, value);
+    array.Add(item);
   }
-  values_.push_back(std::move(out));
-  return *this;
+  return Bytes(std::move(array).Done());
 }
 
 void PgParams::Prepare(std::vector<const char*>* pointers, std::vector<int>* lengths,

@@ -21,10 +21,27 @@
 
 namespace percolite {
 
+// A one-dimensional array in PostgreSQL's binary format, item by item:
+// each item already in its element type's binary format, or NULL.
+class PgArray {
+ public:
+  PgArray(Oid element, size_t count);
+  void Add(std::string_view item);
+  void AddNull();
+  // The array; `count` items must have been added.
+  std::string Done() &&;
+
+ private:
+  std::string out_;
+  size_t count_, added_ = 0;
+  bool nulls_ = false;
+};
+
 // Binary parameters of one statement (every one in PostgreSQL's binary format).
 class PgParams {
  public:
   PgParams& Bytes(std::string_view value);
+  PgParams& Bytes(std::string&& value);
   PgParams& Int8(uint64_t value);
   PgParams& ByteaArray(const std::vector<std::string>& items);
   PgParams& Int8Array(const std::vector<uint64_t>& items);
@@ -35,10 +52,6 @@ class PgParams {
                std::vector<int>* formats) const;
 
  private:
-  // The head of a one-dimensional array of `count` items of type `element`
-  // (an Oid), without nulls; each item follows as its length and bytes.
-  static std::string ArrayHead(size_t count, Oid element);
-
   std::vector<std::string> values_;
 };
 

@@ -168,6 +168,97 @@ class Postgres(_SQLExporter):
         if deletes and has_main:
             cursor.executemany(self._sql.delete, deletes)
 
+    # The array type a native path binds each cell's items as.
+    _NATIVE_ARRAYS = {"text": "text[]", "blob": "bytea[]", "int64": "int8[]", "float64": "float8[]"}
+
+    def _native_apply(self, cells: list[list[str]], owned: bool) -> str:
+        """The one statement in which the native path applies a batch, as
+        :meth:`__call__` would: the guard of every key raised, and the rows
+        of the keys whose guard rose upserted or deleted. Its parameters
+        are the store and epoch, then one array per key cell and value cell,
+        the seqs and whether each key has a value; it returns whether the
+        sink belongs to that store and epoch (``owned``; else nothing is
+        written), or true for entries of no store."""
+        layout = self._layout
+        table, guard = _quote(layout.table), _quote(layout.guard_table)
+        keys = [_quote(name) for name in layout.key_columns]
+        values = [_quote(name) for name in layout.value_columns]
+        key_list = ", ".join(keys)
+        # The batch's columns are named by position: k0.., v0.., seq s, present p.
+        ks = [f"k{i}" for i in range(len(keys))]
+        vs = [f"v{i}" for i in range(len(values))]
+        arrays = [
+            f"${number}::{self._NATIVE_ARRAYS[cell]}"
+            for number, cell in enumerate([*cells[0], *cells[1]], start=3)
+        ]
+        arrays += [f"${len(arrays) + 3}::int8[]", f"${len(arrays) + 4}::bool[]"]
+        if owned:
+            # Locked as __call__ reads it: a take-over waits for this batch.
+            ok = (
+                "SELECT coalesce(count(*) = 1 AND bool_and(store = $1 AND epoch = $2), false)"
+                f" AS yes FROM ({self._sql.select_owner}{self._owner_lock}) AS o"
+            )
+        else:
+            ok = "SELECT true AS yes"
+        # The statement's own names start with percolite_, so that they do
+        # not hide a table of the sink's.
+        same_key = " AND ".join(
+            f"percolite_batch.{k} = percolite_raised.{key}" for k, key in zip(ks, keys, strict=True)
+        )
+        row_key = " AND ".join(
+            f"percolite_row.{key} = percolite_newer.{k}" for k, key in zip(ks, keys, strict=True)
+        )
+        updates = ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
+        return (
+            f"WITH percolite_ok AS ({ok}),"
+            f" percolite_batch AS (SELECT * FROM unnest({', '.join(arrays)})"
+            f" AS percolite_batch({', '.join([*ks, *vs, 's', 'p'])})"
+            " WHERE (SELECT yes FROM percolite_ok)),"
+            # Keys in the batch's order, as __call__ locks them.
+            f" percolite_raised AS (INSERT INTO {guard} ({key_list}, seq)"
+            f" SELECT {', '.join(ks)}, s FROM percolite_batch"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
+            f" WHERE excluded.seq > {guard}.seq RETURNING {key_list}),"
+            " percolite_newer AS (SELECT percolite_batch.* FROM percolite_batch"
+            f" JOIN percolite_raised ON {same_key}),"
+            f" percolite_upserted AS (INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"
+            f" SELECT {', '.join([*ks, *vs, 's'])} FROM percolite_newer WHERE p"
+            f" ON CONFLICT ({key_list}) DO UPDATE SET {updates}"
+            f" WHERE excluded.seq > {table}.seq),"
+            f" percolite_deleted AS (DELETE FROM {table} AS percolite_row USING percolite_newer"
+            f" WHERE NOT percolite_newer.p AND {row_key} AND percolite_row.seq < percolite_newer.s)"
+            " SELECT yes FROM percolite_ok"
+        )
+
+    def _native_sink(self, key_layout: Any, value_layout: Any) -> tuple[Any, str]:
+        """For an export queue whose keys and values have the fixed codecs
+        ``key_layout`` and ``value_layout`` (``codecs.native_layout``): the
+        core's native path to this sink, which applies each batch from its
+        bytes, without Python, in one statement (:meth:`_native_apply`) on
+        a libpq connection of its own, and hands back to this exporter any
+        batch it is not sure to apply the same way (tables or owner not set
+        up, another store's entries, a NaN, a value the server refuses);
+        ``(None, why)`` when the layout does not fit."""
+        cells, why = self._native_cells(key_layout, value_layout)
+        if cells is None:
+            return None, why
+        connect = [("dbname", self._dsn), ("client_encoding", "UTF8")]
+        connect += [(name, str(value)) for name, value in self._connect_options.items()]
+        spec = {
+            "connect": connect,
+            "name": repr(self),
+            "key_cells": cells[0],
+            "value_cells": cells[1],
+            "apply": self._native_apply(cells, owned=True),
+            "apply_unowned": self._native_apply(cells, owned=False),
+        }
+        try:
+            sink = _core.postgres_sink(spec)
+        except ValueError as exc:
+            return None, str(exc)
+        self._native_sinks.append(sink)
+        return sink, "native"
+
     def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
         # Waits a bounded time (lock_timeout) for the owner row, which every
         # call holds FOR SHARE.

@@ -154,7 +154,8 @@ class _Forward:
 
     def forward_to(self) -> Any:
         """The sink every batch goes to now: the queue applies batches to it
-        natively (in C++, without Python) when it is a built-in SQLite sink."""
+        natively (in C++, without Python) when it is a built-in SQLite or
+        PostgreSQL sink."""
         return _current_sink()
 
     def take_over(self, store: str, epoch: int = 1) -> dict[str, Any]:

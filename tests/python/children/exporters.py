@@ -73,6 +73,47 @@ def export_across_fork(kind, location, table, batches_file):
     exporter.close()
 
 
+def native_across_fork(kind, location, table, store):
+    """The native path of an exporter of ``kind`` across fork(): a first
+    batch set up by the exporter and one applied natively (the parent keeps
+    a connection open); then the parent and a forked child each apply 40
+    keys natively at once, the child on its own connection; then the parent
+    applies one more on the connection it kept. Keys ``p<i>`` and ``c<i>``
+    get the value ``i``."""
+    from percolite._export import ExportBatch, SequencedExport
+
+    def raw(prefix, values, seq):
+        return [
+            (f"{prefix}{i:03d}".encode(), b"\x01" + i.to_bytes(8, "big", signed=True), seq + i)
+            for i in values
+        ]
+
+    exporter = _exporter(kind, location, table)
+    sink, why = exporter._native_sink(("str", 0), ("int64", 0))
+    assert why == "native", why
+    first = ExportBatch([SequencedExport("p000", 0, 1)])
+    first.queue, first.store, first.epoch = "q", store, 1
+    exporter(first)  # the tables and the owner
+    assert sink.deliver(raw("p", [1], 1), store, 1) == (True, None, None)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for i in range(40):
+                assert sink.deliver(raw("c", [i], 1000), store, 1) == (True, None, None)
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    for i in range(2, 40):
+        assert sink.deliver(raw("p", [i], 1), store, 1) == (True, None, None)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, f"the forked child failed: status {status}"
+    assert sink.deliver(raw("p", [0], 5000), store, 1) == (True, None, None)
+    applied, declined = sink.counters()
+    assert (applied, declined) == (40, 0), (applied, declined)
+    exporter.close()
+
+
 def new_sqlite_file_race(directory, rounds, processes):
     """Each round, ``processes`` forked processes export one entry each to a
     new SQLite file at the same moment; every export must succeed."""
