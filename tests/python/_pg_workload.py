@@ -39,9 +39,13 @@ def wait_for(condition, what: str, timeout: float = 120, detail=None) -> None:
 class Run:
     """The loader, the worker groups and the checks of one run."""
 
-    def __init__(self, target: str, sink_uri: str, monkeypatch) -> None:
+    def __init__(self, target: str, sink_uri: str, monkeypatch, native: bool = False) -> None:
         monkeypatch.setenv("PG_SINK", sink_uri)
+        # Native: the export queue's exporter is the sink itself, whose
+        # batches the core applies on libpq connections of its own.
+        monkeypatch.setenv("PG_NATIVE", "1" if native else "0")
         self.module = load_fresh("children.pg_groups_app")
+        assert self.module.out.delivery.startswith("native" if native else "python")
         self.sink_uri = sink_uri
         self.env = percolite.open(target, app=self.module.app)
         self.submitted: list = []

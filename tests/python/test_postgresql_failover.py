@@ -8,7 +8,9 @@ A commit in flight when the primary died is settled on the new primary by
 its commit token (synchronous replication means every commit the old
 primary reported is on the standby): the run ends with the store and the
 sink exact, every loader future that resolved successfully applied once and
-every one that failed not at all.
+every one that failed not at all. The export queue runs both ways: through
+an exporter function, and natively (the core applying batches on libpq
+connections of its own, which must follow the primary too).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 
 import percolite
 import psycopg
+import pytest
 from _isolated import TESTS_DIR, load_fresh
 from _postgres import both_servers, temporary_postgres
 
@@ -42,14 +45,19 @@ def _sink_rows(uri: str) -> int:
         return db.execute("SELECT count(*) FROM hot_values").fetchone()[0]
 
 
+@pytest.mark.parametrize("delivery", ["python", "native"])
 def test_a_failover_mid_run_loses_nothing_and_applies_nothing_twice(
-    primary_and_standby, monkeypatch
+    primary_and_standby, monkeypatch, delivery
 ):
     primary, standby = primary_and_standby
     sink_uri = both_servers(primary, standby)
     target = both_servers(primary, standby, "&schema=failover&reconnect_timeout=60")
     monkeypatch.setenv("PG_SINK", sink_uri)
+    # Native: the sink's batches are applied by the core on libpq connections
+    # of its own, which must follow the primary as the exporter's do.
+    monkeypatch.setenv("PG_NATIVE", "1" if delivery == "native" else "0")
     module = load_fresh("children.pg_groups_app")
+    assert module.out.delivery.startswith(delivery)
     rng = random.Random(11)
     keys = [f"k{i:03}" for i in range(200)]
     submitted: list = []  # (future, updates)

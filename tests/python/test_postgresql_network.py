@@ -9,7 +9,8 @@ A loader in this process (over the server's Unix socket) keeps adding hot
 keys to a combine queue whose changes an export queue writes into a
 PostgreSQL table; the groups run the queues (``children.pg_groups_app``).
 Every run ends with the store and the sink exact: the sums of the loader
-transactions whose futures resolved, each applied once.
+transactions whose futures resolved, each applied once. The cut runs with
+the export queue delivering through an exporter function and natively.
 
 Root is needed for the namespaces (CI runs as root).
 """
@@ -35,10 +36,13 @@ def links():
             link.close()
 
 
-def test_a_group_cut_off_for_20_s_loses_its_lease_and_rejoins(links, tmp_path, monkeypatch):
+@pytest.mark.parametrize("delivery", ["python", "native"])
+def test_a_group_cut_off_for_20_s_loses_its_lease_and_rejoins(
+    links, tmp_path, monkeypatch, delivery
+):
     a, b = links
     with temporary_postgres(tmp_path, tcp=(f"{a.here},{b.here}", Link.subnet)) as server:
-        run = Run(f"{server.uri}&schema=partition", server.uri, monkeypatch)
+        run = Run(f"{server.uri}&schema=partition", server.uri, monkeypatch, delivery == "native")
         try:
             run.start_loading()
             for link in (a, b):
