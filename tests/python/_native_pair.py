@@ -6,8 +6,10 @@ would."""
 
 from __future__ import annotations
 
+import pytest
 from percolite._export import ExportBatch
 from percolite.codecs import get_codec
+from percolite.errors import SinkOwnedByOtherStore
 from percolite.exporters import SequencedExport
 
 STORE, OTHER = "a" * 32, "b" * 32
@@ -124,3 +126,39 @@ def exercise(pair, layout):
     assert pair.sink.counters() == (4, 1)
     assert pair.declined == 1
     return tables
+
+
+def exercise_large_values(pair, layout):
+    """Values of a megabyte and empty ones (layout "bytes-bytes" or
+    "str-str"); returns what both sinks hold."""
+    big = b"\xff\x00" * 500_000 if layout == "bytes-bytes" else "é" * 500_000
+    empty = b"" if layout == "bytes-bytes" else ""
+    key = (lambda s: s.encode()) if layout == "bytes-bytes" else str
+    pair.deliver([(key("a"), big, 1), (key("b"), empty, 2)])
+    pair.deliver([(key("c"), big, 3), (key("d"), empty, 4), (key("a"), empty, 5)])
+    tables = pair.same()
+    assert len(pair.native.rows()) == 4
+    assert pair.sink.counters() == (1, 1)
+    return tables
+
+
+def exercise_owners(pair):
+    """Another store's entries and a new epoch go to the exporter, which
+    refuses the one and ages the sink for the other; entries of no store
+    (the exporter called directly) are applied unchecked. ``pair`` has the
+    layout "str-int64"."""
+    pair.deliver([("a", 1, 1)])
+    items = pair.raw([("a", 2, 2)])
+    assert pair.sink.deliver(items, OTHER, 1) is None
+    with pytest.raises(SinkOwnedByOtherStore):
+        pair.native(pair.batch(items, OTHER, 1))
+    # A later epoch of the owner: its entries win whatever their seq.
+    assert pair.sink.deliver(pair.raw([("a", 3, 0)]), STORE, 2) is None
+    pair.deliver([("a", 3, 0)], epoch=2)
+    assert pair.native.rows() == {"a": 3}
+    pair.deliver([("a", 4, 1)], epoch=2)
+    pair.same()
+    assert pair.sink.counters()[0] == 1
+    pair.deliver([("b", 4, 1)], store="")
+    pair.same()
+    assert pair.sink.counters()[0] == 2

@@ -13,9 +13,15 @@ import sqlite3
 
 import percolite
 import pytest
-from _native_pair import LAYOUTS, OTHER, STORE, Pair, exercise
+from _native_pair import (
+    LAYOUTS,
+    STORE,
+    Pair,
+    exercise,
+    exercise_large_values,
+    exercise_owners,
+)
 from percolite import _core
-from percolite.errors import SinkOwnedByOtherStore
 from percolite.exporters import SQLite
 
 
@@ -65,14 +71,7 @@ def test_large_values_and_empty_ones(tmp_path):
     for layout in ("bytes-bytes", "str-str"):
         pair = sqlite_pair(tmp_path, layout)
         try:
-            big = b"\xff\x00" * 500_000 if layout == "bytes-bytes" else "é" * 500_000
-            empty = b"" if layout == "bytes-bytes" else ""
-            key = (lambda s: s.encode()) if layout == "bytes-bytes" else str
-            pair.deliver([(key("a"), big, 1), (key("b"), empty, 2)])
-            pair.deliver([(key("c"), big, 3), (key("d"), empty, 4), (key("a"), empty, 5)])
-            tables = pair.same()
-            assert len(tables["t"][1]) == 4
-            assert pair.sink.counters() == (1, 1)
+            exercise_large_values(pair, layout)
         finally:
             pair.close()
         (tmp_path / "python.sqlite").unlink()
@@ -103,22 +102,11 @@ def test_what_the_exporter_would_refuse_goes_to_it(tmp_path):
 def test_another_store_or_a_new_epoch_goes_to_the_exporter(tmp_path):
     pair = sqlite_pair(tmp_path, "str-int64")
     try:
-        pair.deliver([("a", 1, 1)])
-        items = pair.raw([("a", 2, 2)])
-        assert pair.sink.deliver(items, OTHER, 1) is None
-        with pytest.raises(SinkOwnedByOtherStore):
-            pair.native(pair.batch(items, OTHER, 1))
-        # A later epoch of the owner: its entries win whatever their seq.
-        assert pair.sink.deliver(pair.raw([("a", 3, 0)]), STORE, 2) is None
-        pair.deliver([("a", 3, 0)], epoch=2)
-        assert pair.same()["t"][1] == [("a", 3, 0, "text", "integer", "integer")]
-        pair.deliver([("a", 4, 1)], epoch=2)
-        pair.same()
-        assert pair.sink.counters()[0] == 1
-        # Entries of no store (the exporter called directly) are not checked.
-        pair.deliver([("b", 4, 1)], store="")
-        pair.same()
-        assert pair.sink.counters()[0] == 2
+        exercise_owners(pair)
+        assert dump(pair.native.path, "t")["t"][1] == [
+            ("a", 4, 1, "text", "integer", "integer"),
+            ("b", 4, 1, "text", "integer", "integer"),
+        ]
     finally:
         pair.close()
 

@@ -18,9 +18,15 @@ import percolite
 import psycopg
 import pytest
 from _isolated import run_child
-from _native_pair import LAYOUTS, OTHER, STORE, Pair, exercise
+from _native_pair import (
+    LAYOUTS,
+    STORE,
+    Pair,
+    exercise,
+    exercise_large_values,
+    exercise_owners,
+)
 from percolite._export import ExportBatch
-from percolite.errors import SinkOwnedByOtherStore
 from percolite.exporters import Postgres, SequencedExport
 
 NAMES = itertools.count()
@@ -75,14 +81,7 @@ def test_large_values_and_empty_ones(postgres_dsn):
     for layout in ("bytes-bytes", "str-str"):
         pair = postgres_pair(postgres_dsn, layout)
         try:
-            big = b"\xff\x00" * 500_000 if layout == "bytes-bytes" else "é" * 500_000
-            empty = b"" if layout == "bytes-bytes" else ""
-            key = (lambda s: s.encode()) if layout == "bytes-bytes" else str
-            pair.deliver([(key("a"), big, 1), (key("b"), empty, 2)])
-            pair.deliver([(key("c"), big, 3), (key("d"), empty, 4), (key("a"), empty, 5)])
-            tables = pair.same()
-            assert len(tables[""][1]) == 4
-            assert pair.sink.counters() == (1, 1)
+            exercise_large_values(pair, layout)
         finally:
             pair.close()
 
@@ -117,22 +116,7 @@ def test_what_the_exporter_or_the_server_would_refuse_goes_to_the_exporter(postg
 def test_another_store_or_a_new_epoch_goes_to_the_exporter(postgres_dsn):
     pair = postgres_pair(postgres_dsn, "str-int64")
     try:
-        pair.deliver([("a", 1, 1)])
-        items = pair.raw([("a", 2, 2)])
-        assert pair.sink.deliver(items, OTHER, 1) is None
-        with pytest.raises(SinkOwnedByOtherStore):
-            pair.native(pair.batch(items, OTHER, 1))
-        # A later epoch of the owner: its entries win whatever their seq.
-        assert pair.sink.deliver(pair.raw([("a", 3, 0)]), STORE, 2) is None
-        pair.deliver([("a", 3, 0)], epoch=2)
-        assert pair.native.rows() == {"a": 3}
-        pair.deliver([("a", 4, 1)], epoch=2)
-        pair.same()
-        assert pair.sink.counters()[0] == 1
-        # Entries of no store (the exporter called directly) are not checked.
-        pair.deliver([("b", 4, 1)], store="")
-        pair.same()
-        assert pair.sink.counters()[0] == 2
+        exercise_owners(pair)
     finally:
         pair.close()
 

@@ -13,9 +13,6 @@
 namespace percolite {
 namespace {
 
-constexpr Oid kByteaOid = 17;
-constexpr Oid kInt8Oid = 20;
-
 void AppendInt32BE(std::string* out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
 }
@@ -97,13 +94,13 @@ std::string PgArray::Done() && {
 }
 
 PgParams& PgParams::ByteaArray(const std::vector<std::string>& items) {
-  PgArray array(kByteaOid, items.size());
+  PgArray array(kPgByteaOid, items.size());
   for (const std::string& item : items) array.Add(item);
   return Bytes(std::move(array).Done());
 }
 
 PgParams& PgParams::Int8Array(const std::vector<uint64_t>& items) {
-  PgArray array(kInt8Oid, items.size());
+  PgArray array(kPgInt8Oid, items.size());
   std::string item;
   for (uint64_t value : items) {
     item.clear();

@@ -21,6 +21,18 @@
 
 namespace percolite {
 
+// The types of the parameters percolite sends (pg_type's oids).
+constexpr Oid kPgBoolOid = 16;
+constexpr Oid kPgByteaOid = 17;
+constexpr Oid kPgInt8Oid = 20;
+constexpr Oid kPgTextOid = 25;
+constexpr Oid kPgFloat8Oid = 701;
+constexpr Oid kPgBoolArrayOid = 1000;
+constexpr Oid kPgByteaArrayOid = 1001;
+constexpr Oid kPgTextArrayOid = 1009;
+constexpr Oid kPgInt8ArrayOid = 1016;
+constexpr Oid kPgFloat8ArrayOid = 1022;
+
 // A one-dimensional array in PostgreSQL's binary format, item by item:
 // each item already in its element type's binary format, or NULL.
 class PgArray {

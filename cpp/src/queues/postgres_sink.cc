@@ -24,27 +24,16 @@
 namespace percolite {
 namespace {
 
-constexpr Oid kBoolOid = 16;
-constexpr Oid kByteaOid = 17;
-constexpr Oid kInt8Oid = 20;
-constexpr Oid kTextOid = 25;
-constexpr Oid kFloat8Oid = 701;
-constexpr Oid kBoolArrayOid = 1000;
-constexpr Oid kByteaArrayOid = 1001;
-constexpr Oid kTextArrayOid = 1009;
-constexpr Oid kInt8ArrayOid = 1016;
-constexpr Oid kFloat8ArrayOid = 1022;
-
 Oid ElementOid(SinkCell cell) {
   switch (cell) {
     case SinkCell::kText:
-      return kTextOid;
+      return kPgTextOid;
     case SinkCell::kBlob:
-      return kByteaOid;
+      return kPgByteaOid;
     case SinkCell::kInt64:
-      return kInt8Oid;
+      return kPgInt8Oid;
     case SinkCell::kFloat64:
-      return kFloat8Oid;
+      return kPgFloat8Oid;
   }
   return 0;
 }
@@ -52,13 +41,13 @@ Oid ElementOid(SinkCell cell) {
 Oid ArrayOid(SinkCell cell) {
   switch (cell) {
     case SinkCell::kText:
-      return kTextArrayOid;
+      return kPgTextArrayOid;
     case SinkCell::kBlob:
-      return kByteaArrayOid;
+      return kPgByteaArrayOid;
     case SinkCell::kInt64:
-      return kInt8ArrayOid;
+      return kPgInt8ArrayOid;
     case SinkCell::kFloat64:
-      return kFloat8ArrayOid;
+      return kPgFloat8ArrayOid;
   }
   return 0;
 }
@@ -83,10 +72,11 @@ bool LostServer(PGconn* conn, const PGresult* result) {
   return code.compare(0, 2, "08") == 0 || code.compare(0, 3, "57P") == 0 || code == "25006";
 }
 
-class PostgresSink final : public NativeSink {
+class PostgresSink final : public CountingSink {
  public:
   explicit PostgresSink(PostgresSinkOptions options)
-      : options_(std::move(options)), cells_(options_.key_cells, options_.value_cells) {
+      : CountingSink(SinkCells(options.key_cells, options.value_cells)),
+        options_(std::move(options)) {
     if (options_.connect.empty() || options_.connect[0].first != "dbname") {
       throw Error(ErrorCode::kInvalidArgument, "the first connection keyword must be dbname");
     }
@@ -95,9 +85,9 @@ class PostgresSink final : public NativeSink {
     }
     for (SinkCell cell : options_.key_cells) types_.push_back(ArrayOid(cell));
     for (SinkCell cell : options_.value_cells) types_.push_back(ArrayOid(cell));
-    types_.insert(types_.begin(), {kTextOid, kInt8Oid});
-    types_.push_back(kInt8ArrayOid);
-    types_.push_back(kBoolArrayOid);
+    types_.insert(types_.begin(), {kPgTextOid, kPgInt8Oid});
+    types_.push_back(kPgInt8ArrayOid);
+    types_.push_back(kPgBoolArrayOid);
   }
 
   ~PostgresSink() override {
@@ -105,33 +95,19 @@ class PostgresSink final : public NativeSink {
     DropIdle();
   }
 
-  std::optional<Status> Deliver(const std::vector<ExportEntry>& entries,
-                                const StoreIdentity& store) override {
-    std::vector<SinkRow> rows;
-    std::optional<Connection> conn;
+  std::optional<Status> Apply(const std::vector<SinkRow>& rows,
+                              const StoreIdentity& store) override {
     std::string failure;
-    if (cells_.Collapse(entries, &rows) && !rows.empty()) conn = Take(&failure);
-    if (!conn) {
-      if (failure.empty()) {
-        declined_.fetch_add(1);
-        return std::nullopt;
-      }
-      applied_.fetch_add(1);
-      return Status::Make(ErrorCode::kSinkUnavailable, failure);
-    }
-    const std::optional<Status> outcome = Apply(&*conn, rows, store);
-    (outcome ? applied_ : declined_).fetch_add(1);
-    return outcome;
+    std::optional<Connection> conn = Take(&failure);
+    if (conn) return Write(&*conn, rows, store);
+    if (failure.empty()) return std::nullopt;
+    return Status::Make(ErrorCode::kSinkUnavailable, failure);
   }
 
   void Close() override {
     std::lock_guard<ChildSafeMutex> lock(mu_);
     closed_ = true;
     DropIdle();
-  }
-
-  std::pair<uint64_t, uint64_t> Counters() const override {
-    return {applied_.load(), declined_.load()};
   }
 
  private:
@@ -190,7 +166,7 @@ class PostgresSink final : public NativeSink {
 
   // The batch's one statement on `conn`, which goes back to the idle ones
   // unless it failed.
-  std::optional<Status> Apply(Connection* conn, const std::vector<SinkRow>& rows,
+  std::optional<Status> Write(Connection* conn, const std::vector<SinkRow>& rows,
                               const StoreIdentity& store) {
     const Statement which = store.id.empty() ? kApplyUnowned : kApply;
     if (!conn->prepared[which]) {
@@ -244,10 +220,10 @@ class PostgresSink final : public NativeSink {
     std::string epoch;
     AppendUint64BE(&epoch, store.epoch);
     params.Bytes(store.id).Bytes(std::move(epoch));
-    AddCells(&params, rows, cells_.key(), /*key=*/true);
-    AddCells(&params, rows, cells_.value(), /*key=*/false);
-    PgArray seqs(kInt8Oid, rows.size());
-    PgArray present(kBoolOid, rows.size());
+    AddCells(&params, rows, cells().key(), /*key=*/true);
+    AddCells(&params, rows, cells().value(), /*key=*/false);
+    PgArray seqs(kPgInt8Oid, rows.size());
+    PgArray present(kPgBoolOid, rows.size());
     std::string seq;
     for (const SinkRow& row : rows) {
       seq.clear();
@@ -280,14 +256,12 @@ class PostgresSink final : public NativeSink {
   }
 
   const PostgresSinkOptions options_;
-  const SinkCells cells_;
   std::vector<Oid> types_;  // of the statements' parameters
   ChildSafeMutex mu_;       // a forked child may use the sink
   bool closed_ = false;
   pid_t pid_ = getpid();
   std::vector<Connection> idle_;
   std::atomic<bool> unfit_{false};
-  std::atomic<uint64_t> applied_{0}, declined_{0};
 };
 
 }  // namespace

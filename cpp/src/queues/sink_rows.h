@@ -3,9 +3,12 @@
 // the newest entry of each key.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "percolite/export_queue.h"
@@ -45,5 +48,35 @@ class SinkCells {
 
 // The double of 8 big-endian bytes (a float64 cell).
 double SinkDouble(std::string_view bytes);
+
+// What the native sinks share: Deliver reads the batch (SinkCells) and
+// hands its rows to Apply, and counts the batches applied and handed back.
+class CountingSink : public NativeSink {
+ public:
+  std::optional<Status> Deliver(const std::vector<ExportEntry>& entries,
+                                const StoreIdentity& store) final {
+    std::vector<SinkRow> rows;
+    std::optional<Status> outcome;
+    if (cells_.Collapse(entries, &rows) && !rows.empty()) outcome = Apply(rows, store);
+    (outcome ? applied_ : declined_).fetch_add(1);
+    return outcome;
+  }
+
+  std::pair<uint64_t, uint64_t> Counters() const final {
+    return {applied_.load(), declined_.load()};
+  }
+
+ protected:
+  explicit CountingSink(SinkCells cells) : cells_(std::move(cells)) {}
+  const SinkCells& cells() const { return cells_; }
+  // The outcome of writing `rows` (one per key, in key order), or nullopt,
+  // with nothing written, when the exporter must take the batch.
+  virtual std::optional<Status> Apply(const std::vector<SinkRow>& rows,
+                                      const StoreIdentity& store) = 0;
+
+ private:
+  const SinkCells cells_;
+  std::atomic<uint64_t> applied_{0}, declined_{0};
+};
 
 }  // namespace percolite

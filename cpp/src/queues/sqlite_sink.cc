@@ -107,39 +107,28 @@ Api LoadApi(const std::string& library) {
   return api;
 }
 
-class SqliteSink final : public NativeSink {
+class SqliteSink final : public CountingSink {
  public:
   explicit SqliteSink(SqliteSinkOptions options)
-      : options_(std::move(options)),
-        api_(LoadApi(options_.library)),
-        cells_(options_.key_cells, options_.value_cells) {}
+      : CountingSink(SinkCells(options.key_cells, options.value_cells)),
+        options_(std::move(options)),
+        api_(LoadApi(options_.library)) {}
 
   ~SqliteSink() override {
     std::lock_guard<ChildSafeMutex> lock(mu_);
     Disconnect();
   }
 
-  std::optional<Status> Deliver(const std::vector<ExportEntry>& entries,
-                                const StoreIdentity& store) override {
-    std::vector<SinkRow> rows;
-    if (!cells_.Collapse(entries, &rows)) {
-      declined_.fetch_add(1);
-      return std::nullopt;
-    }
+  std::optional<Status> Apply(const std::vector<SinkRow>& rows,
+                              const StoreIdentity& store) override {
     std::lock_guard<ChildSafeMutex> lock(mu_);
-    std::optional<Status> outcome = closed_ ? std::nullopt : DeliverLocked(rows, store);
-    (outcome ? applied_ : declined_).fetch_add(1);
-    return outcome;
+    return closed_ ? std::nullopt : DeliverLocked(rows, store);
   }
 
   void Close() override {
     std::lock_guard<ChildSafeMutex> lock(mu_);
     closed_ = true;
     Disconnect();
-  }
-
-  std::pair<uint64_t, uint64_t> Counters() const override {
-    return {applied_.load(), declined_.load()};
   }
 
  private:
@@ -167,7 +156,7 @@ class SqliteSink final : public NativeSink {
     if (db_ == nullptr && !Connect()) return std::nullopt;
     int rc = Run(kBegin);
     if (rc != kSqliteDone) return Failure("BEGIN IMMEDIATE", rc);
-    std::optional<Status> outcome = Apply(rows, store);
+    std::optional<Status> outcome = Write(rows, store);
     if (outcome && outcome->ok()) {
       rc = Run(kCommit);
       if (rc == kSqliteDone) return outcome;
@@ -178,7 +167,7 @@ class SqliteSink final : public NativeSink {
   }
 
   // Inside the transaction: nullopt when the exporter must take the batch.
-  std::optional<Status> Apply(const std::vector<SinkRow>& rows, const StoreIdentity& store) {
+  std::optional<Status> Write(const std::vector<SinkRow>& rows, const StoreIdentity& store) {
     if (!store.id.empty()) {
       sqlite3_stmt* owner = statements_[kSelectOwner];
       int rc = api_.step(owner);
@@ -355,13 +344,11 @@ class SqliteSink final : public NativeSink {
 
   const SqliteSinkOptions options_;
   const Api api_;
-  const SinkCells cells_;
   ChildSafeMutex mu_;  // a forked child may use the sink
   bool closed_ = false;
   sqlite3* db_ = nullptr;
   pid_t pid_ = 0;
   sqlite3_stmt* statements_[kStatements] = {};
-  std::atomic<uint64_t> applied_{0}, declined_{0};
 };
 
 }  // namespace

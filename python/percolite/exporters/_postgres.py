@@ -252,12 +252,7 @@ class Postgres(_SQLExporter):
             "apply": self._native_apply(cells, owned=True),
             "apply_unowned": self._native_apply(cells, owned=False),
         }
-        try:
-            sink = _core.postgres_sink(spec)
-        except ValueError as exc:
-            return None, str(exc)
-        self._native_sinks.append(sink)
-        return sink, "native"
+        return self._made_native(_core.postgres_sink, spec)
 
     def _in_write_transaction(self, work: Callable[[Any], Any]) -> Any:
         # Waits a bounded time (lock_timeout) for the owner row, which every

@@ -213,6 +213,17 @@ class _SQLExporter:
                 cells.append([self._NATIVE_CELLS[name]])
         return cells, ""
 
+    def _made_native(self, make: Any, spec: dict[str, Any]) -> tuple[Any, str]:
+        """``make(spec)`` (a ``_core`` native-sink factory), kept to be
+        closed with this exporter, and ``"native"``; or None and why the
+        core refused it."""
+        try:
+            sink = make(spec)
+        except ValueError as exc:
+            return None, str(exc)
+        self._native_sinks.append(sink)
+        return sink, "native"
+
     def _guard_params(self, rows: list[Any]) -> list[tuple[Any, ...]]:
         """The parameters of the guard upserts of row groups and shared rows."""
         if self._layout.makes_rows:

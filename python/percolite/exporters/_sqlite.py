@@ -458,12 +458,7 @@ class SQLite(_SQLExporter):
             "delete_row": f"DELETE FROM {table} WHERE {match}",
             "raise_guard": self._sql.guard_upsert,
         }
-        try:
-            sink = _core.sqlite_sink(spec)
-        except ValueError as exc:
-            return None, str(exc)
-        self._native_sinks.append(sink)
-        return sink, "native"
+        return self._made_native(_core.sqlite_sink, spec)
 
     def _exists(self, conn: sqlite3.Connection, table: str) -> bool:
         found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE"
