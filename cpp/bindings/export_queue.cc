@@ -154,8 +154,10 @@ void BindExportQueue(py::module_& m) {
         o.name = spec["name"].cast<std::string>();
         o.key_cells = ParseCells(spec["key_cells"]);
         o.value_cells = ParseCells(spec["value_cells"]);
-        o.apply = spec["apply"].cast<std::string>();
-        o.apply_unowned = spec["apply_unowned"].cast<std::string>();
+        o.check = spec["check"].cast<std::string>();
+        o.raise = spec["raise"].cast<std::string>();
+        o.raise_unowned = spec["raise_unowned"].cast<std::string>();
+        o.write = spec["write"].cast<std::string>();
         try {
           return percolite::MakePostgresSink(std::move(o));
         } catch (const percolite::Error& e) {

@@ -138,6 +138,18 @@ CellRef SummaryCell(std::string_view observer) { return {kSummaryRow, kSummaryFa
 
 }  // namespace
 
+std::string_view FailureType(SinkFailure sink) {
+  switch (sink) {
+    case SinkFailure::kDown:
+      return "SinkUnavailable";
+    case SinkFailure::kRefused:
+      return "SinkRefused";
+    case SinkFailure::kNone:
+      break;
+  }
+  return "Error";
+}
+
 ErrorDetail DescribeFailure(std::string_view text, std::string_view fallback_type) {
   ErrorDetail detail;
   detail.traceback = std::string(text);

@@ -470,8 +470,8 @@ RunOutcome Workers::RecordFailed(TransactionSource& source, const Observer& obse
   WorkRecord record;
   try {
     record = RecordFailure(source, observer.column.observer, run->notification.cell_key,
-                           DescribeFailure(run->error), observer.max_attempts, records::UnixNow(),
-                           run->sink);
+                           DescribeFailure(run->error, FailureType(run->sink)),
+                           observer.max_attempts, records::UnixNow(), run->sink);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kClosed) return RunOutcome::kGone;
     // The record could not be written (the store failed): retry the run as

@@ -863,8 +863,8 @@ class Env:
         as :meth:`sinks` gives it, with ``waiting``: the entries queued,
         None without the scan; for the bound app's queues also
         ``delivery``, as the queue says it, and this process's
-        ``native_batches`` and ``exporter_batches``: the batches applied to
-        a built-in sink by the core, and those its exporter took); this
+        ``native_batches`` and ``exporter_batches``: the tries the core
+        made on a built-in sink itself, and the batches its exporter took); this
         process's worker pool (``workers``: ``running``, ``threads``,
         ``queued`` notifications, ``active`` runs, ``committing``: runs
         whose commits are with the writer or wait to be

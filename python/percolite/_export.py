@@ -295,16 +295,18 @@ class ExportQueue(Generic[K, V]):
 
     def delivered(self) -> dict[str, Any]:
         """How this queue delivers its batches: ``{"delivery"}`` as the
-        attribute says it, and, in this process, the batches the core
-        applied to a built-in sink itself (``native_batches``) and those
-        the exporter took (``exporter_batches``: every batch on the Python
+        attribute says it, and, in this process, the tries of batches the
+        core made on a built-in sink itself (``native_batches``: applied,
+        or failed as an outage and tried again later) and those the
+        exporter took (``exporter_batches``: every batch on the Python
         path; with a native path, the first ones, which set the sink up)."""
         batches, _entries = self._core.counters()
         native = self._native_sink.counters()[0] if self._native_sink is not None else 0
         return {
             "delivery": self.delivery,
             "native_batches": native,
-            "exporter_batches": batches - native,
+            # The sink's counters also count deliveries made on it directly.
+            "exporter_batches": max(0, batches - native),
         }
 
     def _runner(self, decoded: bool) -> Callable:

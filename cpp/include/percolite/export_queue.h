@@ -207,21 +207,28 @@ struct SqliteSinkOptions {
 std::shared_ptr<NativeSink> MakeSqliteSink(SqliteSinkOptions options);
 
 // A PostgreSQL sink (the Python exporter percolite.exporters.Postgres),
-// reached through libpq. A batch is one statement, the exporter's SQL, and
-// so one transaction. Its parameters: $1 the store's id (text) and $2 its
-// epoch (int8), then one array per key cell and one per value cell (NULL
-// items for deletions), the seqs (int8[]) and whether each key has a value
-// (bool[]), one item per key. It applies the rows only while the sink
-// belongs to that store and epoch, and returns one row of one boolean:
-// whether it did.
+// reached through libpq. A batch is one transaction of two statements, the
+// exporter's SQL: `raise` raises the guard rows, `write` writes the rows of
+// the keys whose guard holds the batch's seq. Both take the same
+// parameters: $1 the store's id (text) and $2 its epoch (int8), then one
+// array per key cell and one per value cell (NULL items for deletions), the
+// seqs (int8[]) and whether each key has a value (bool[]), one item per
+// key, in the order the exporter takes keys in (so that concurrent batches
+// lock guard rows in one order).
 struct PostgresSinkOptions {
   // libpq keywords and values, in order: the first is dbname, the
   // exporter's DSN (expanded by libpq), then what the DSN leaves out.
   std::vector<std::pair<std::string, std::string>> connect;
   std::string name;  // the sink, in messages (no password in it)
   std::vector<SinkCell> key_cells, value_cells;
-  std::string apply;          // a store's batch: checks that the sink is the store's
-  std::string apply_unowned;  // entries of no store (the exporter called directly)
+  // No parameters -> one boolean: whether the tables' key columns compare
+  // exactly with the cells; NULL while a table is missing.
+  std::string check;
+  // -> one boolean: whether the sink belongs to the batch's store and
+  // epoch (it raised the guards only then).
+  std::string raise;
+  std::string raise_unowned;  // the same for entries of no store: true
+  std::string write;
 };
 
 // Throws kInvalidArgument when the options are inconsistent; connects at

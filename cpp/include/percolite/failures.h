@@ -80,6 +80,10 @@ struct ErrorDetail {
 // traceback.format_exc() writes it, or the message of a core error) into an
 // ErrorDetail. Text that is not a traceback gives type `fallback_type`.
 ErrorDetail DescribeFailure(std::string_view text, std::string_view fallback_type = "Error");
+// The type of a failure whose text names none (no Python traceback): the
+// exception a status of that kind becomes in Python ("SinkUnavailable" for
+// an outage a native sink reported, "SinkRefused"), else "Error".
+std::string_view FailureType(SinkFailure sink);
 
 // The failures of one notification's work, or of one key of a queue bucket.
 struct WorkRecord {

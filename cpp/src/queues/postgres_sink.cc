@@ -8,9 +8,11 @@
 // the batch goes to the exporter.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -52,14 +54,54 @@ Oid ArrayOid(SinkCell cell) {
   return 0;
 }
 
-// The statements, prepared on a connection when first used.
-enum Statement { kApply, kApplyUnowned, kStatements };
-const char* const kStatementNames[kStatements] = {"percolite_apply", "percolite_apply_unowned"};
+// The statements with parameters, prepared on a connection when first used.
+enum Statement { kRaise, kRaiseUnowned, kWrite, kStatements };
+const char* const kStatementNames[kStatements] = {"percolite_raise", "percolite_raise_unowned",
+                                                  "percolite_write"};
 
 struct Connection {
   PGconn* pg = nullptr;
+  bool checked = false;  // the tables' key columns fit (options.check)
   bool prepared[kStatements] = {};
 };
+
+// The numbers of an int8[] in PostgreSQL's text form ("{1,2,3}").
+std::unordered_set<uint64_t> ParseInt8Array(std::string_view text) {
+  std::unordered_set<uint64_t> out;
+  uint64_t value = 0;
+  bool digits = false;
+  for (char c : text) {
+    if (c >= '0' && c <= '9') {
+      value = value * 10 + static_cast<uint64_t>(c - '0');
+      digits = true;
+    } else if (digits) {
+      out.insert(value);
+      value = 0;
+      digits = false;
+    }
+  }
+  return out;
+}
+
+// Whether `a` sorts before `b` as the exporter orders keys: by the value of
+// each cell in turn (numbers as numbers, text and bytes by their bytes).
+bool KeyBefore(const std::vector<SinkCell>& cells, std::string_view a, std::string_view b) {
+  if (cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob)) {
+    return a < b;
+  }
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const std::string_view x = a.substr(8 * i, 8), y = b.substr(8 * i, 8);
+    if (cells[i] == SinkCell::kFloat64) {
+      const double u = SinkDouble(x), v = SinkDouble(y);
+      if (u != v) return u < v;
+    } else {
+      const auto u = static_cast<int64_t>(ReadUint64BE(x));
+      const auto v = static_cast<int64_t>(ReadUint64BE(y));
+      if (u != v) return u < v;
+    }
+  }
+  return false;
+}
 
 // An error of a connection that broke or of a server that is going away or
 // took the connection read-only (a standby after a failover): an outage,
@@ -80,8 +122,9 @@ class PostgresSink final : public CountingSink {
     if (options_.connect.empty() || options_.connect[0].first != "dbname") {
       throw Error(ErrorCode::kInvalidArgument, "the first connection keyword must be dbname");
     }
-    if (options_.apply.empty() || options_.apply_unowned.empty()) {
-      throw Error(ErrorCode::kInvalidArgument, "no statement to apply a batch");
+    if (options_.check.empty() || options_.raise.empty() || options_.raise_unowned.empty() ||
+        options_.write.empty()) {
+      throw Error(ErrorCode::kInvalidArgument, "a statement of the native path is missing");
     }
     for (SinkCell cell : options_.key_cells) types_.push_back(ArrayOid(cell));
     for (SinkCell cell : options_.value_cells) types_.push_back(ArrayOid(cell));
@@ -97,9 +140,15 @@ class PostgresSink final : public CountingSink {
 
   std::optional<Status> Apply(const std::vector<SinkRow>& rows,
                               const StoreIdentity& store) override {
+    // The queue hands keys over by their bytes; the exporter takes them by
+    // value, and two paths writing one key must lock in the same order.
+    std::vector<SinkRow> ordered(rows);
+    std::sort(ordered.begin(), ordered.end(), [this](const SinkRow& a, const SinkRow& b) {
+      return KeyBefore(cells().key(), a.key, b.key);
+    });
     std::string failure;
     std::optional<Connection> conn = Take(&failure);
-    if (conn) return Write(&*conn, rows, store);
+    if (conn) return Write(&*conn, ordered, store);
     if (failure.empty()) return std::nullopt;
     return Status::Make(ErrorCode::kSinkUnavailable, failure);
   }
@@ -164,13 +213,32 @@ class PostgresSink final : public CountingSink {
     idle_.clear();
   }
 
-  // The batch's one statement on `conn`, which goes back to the idle ones
-  // unless it failed.
+  // The batch's transaction on `conn`, which goes back to the idle ones
+  // unless a statement failed.
   std::optional<Status> Write(Connection* conn, const std::vector<SinkRow>& rows,
                               const StoreIdentity& store) {
-    const Statement which = store.id.empty() ? kApplyUnowned : kApply;
-    if (!conn->prepared[which]) {
-      const std::string& sql = which == kApply ? options_.apply : options_.apply_unowned;
+    if (!conn->checked) {
+      PgResult fit(PQexec(conn->pg, options_.check.c_str()));
+      if (PQresultStatus(fit.get()) != PGRES_TUPLES_OK || fit.rows() != 1) {
+        return Failed(conn, fit.get(), /*preparing=*/true);
+      }
+      if (fit.null(0, 0)) {  // a table is missing: the exporter makes it
+        Give(*conn);
+        return std::nullopt;
+      }
+      if (fit.bytes(0, 0) != "t") {
+        unfit_.store(true);  // key columns of other types: never native
+        Give(*conn);
+        return std::nullopt;
+      }
+      conn->checked = true;
+    }
+    const Statement raise = store.id.empty() ? kRaiseUnowned : kRaise;
+    for (Statement which : {raise, kWrite}) {
+      if (conn->prepared[which]) continue;
+      const std::string& sql = which == kRaise          ? options_.raise
+                               : which == kRaiseUnowned ? options_.raise_unowned
+                                                        : options_.write;
       PgResult prepared(PQprepare(conn->pg, kStatementNames[which], sql.c_str(),
                                   static_cast<int>(types_.size()), types_.data()));
       if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
@@ -178,40 +246,66 @@ class PostgresSink final : public CountingSink {
       }
       conn->prepared[which] = true;
     }
-    PgParams params = Params(rows, store);
-    std::vector<const char*> pointers;
-    std::vector<int> lengths, formats;
-    params.Prepare(&pointers, &lengths, &formats);
-    PgResult result(PQexecPrepared(conn->pg, kStatementNames[which], params.size(), pointers.data(),
-                                   lengths.data(), formats.data(),
-                                   /*resultFormat=*/0));
-    if (PQresultStatus(result.get()) != PGRES_TUPLES_OK) {
-      return Failed(conn, result.get(), /*preparing=*/false);
+    auto run = [&](Statement which, const std::vector<SinkRow>& batch) {
+      PgParams params = Params(batch, store);
+      std::vector<const char*> pointers;
+      std::vector<int> lengths, formats;
+      params.Prepare(&pointers, &lengths, &formats);
+      return PgResult(PQexecPrepared(conn->pg, kStatementNames[which], params.size(),
+                                     pointers.data(), lengths.data(), formats.data(),
+                                     /*resultFormat=*/0));
+    };
+    PgResult begun(PQexec(conn->pg, "BEGIN"));
+    if (PQresultStatus(begun.get()) != PGRES_COMMAND_OK) return Failed(conn, begun.get(), false);
+    PgResult raised = run(raise, rows);
+    if (PQresultStatus(raised.get()) != PGRES_TUPLES_OK) return Failed(conn, raised.get(), false);
+    if (raised.rows() != 1 || raised.null(0, 0) || raised.bytes(0, 0) != "t") {
+      // Not the store's sink (yet): nothing was written; the exporter
+      // adopts it, moves it to a new epoch, or refuses the batch.
+      PgResult ended(PQexec(conn->pg, "ROLLBACK"));
+      if (PQresultStatus(ended.get()) != PGRES_COMMAND_OK) return Failed(conn, ended.get(), false);
+      Give(*conn);
+      return std::nullopt;
     }
-    const bool owned = result.rows() == 1 && !result.null(0, 0) && result.bytes(0, 0) == "t";
+    // The entries whose guard rose (seqs are unique): those to write.
+    const std::unordered_set<uint64_t> newer =
+        raised.null(0, 1) ? std::unordered_set<uint64_t>() : ParseInt8Array(raised.bytes(0, 1));
+    std::vector<SinkRow> writing;
+    for (const SinkRow& row : rows) {
+      if (newer.count(row.seq) != 0) writing.push_back(row);
+    }
+    if (!writing.empty()) {
+      PgResult written = run(kWrite, writing);
+      if (PQresultStatus(written.get()) != PGRES_COMMAND_OK) {
+        return Failed(conn, written.get(), false);
+      }
+    }
+    PgResult committed(PQexec(conn->pg, "COMMIT"));
+    if (PQresultStatus(committed.get()) != PGRES_COMMAND_OK) {
+      return Failed(conn, committed.get(), false);
+    }
     Give(*conn);
-    // Not the store's sink (yet): nothing was written; the exporter adopts
-    // it, moves it to a new epoch, or refuses the batch.
-    if (!owned) return std::nullopt;
     return Status::Ok();
   }
 
-  // After a statement failed: the connection is closed (a broken one, or
-  // one whose prepared statements may no longer fit the tables). A lost
-  // server is an outage; anything else goes to the exporter, which reports
-  // it its way. A statement that cannot be prepared on a server that
-  // answers, while the tables exist, never will be: from then on every
-  // batch goes to the exporter.
+  // After a statement failed: the transaction is rolled back and the
+  // connection closed (a broken one, or one whose prepared statements may
+  // no longer fit the tables). A lost server is an outage; anything else
+  // goes to the exporter, which reports it its way. A statement that
+  // cannot be prepared for a reason other than a missing table (a column
+  // of a type its cells do not convert to, a missing column or privilege:
+  // SQLSTATE class 42) never will be: from then on every batch goes to the
+  // exporter.
   std::optional<Status> Failed(Connection* conn, const PGresult* result, bool preparing) {
     const bool lost = LostServer(conn->pg, result);
     const std::string message = HidePasswords(ServerMessage(conn->pg));
     const char* state = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
-    const bool undefined = state != nullptr && std::string(state) == "42P01";
+    const std::string code = state != nullptr ? state : "";
+    if (!lost) PgRollback(conn->pg);
     PQfinish(conn->pg);
     conn->pg = nullptr;
     if (lost) return Status::Make(ErrorCode::kSinkUnavailable, options_.name + ": " + message);
-    // An undefined table: the exporter has not made it yet.
-    if (preparing && !undefined) unfit_.store(true);
+    if (preparing && code.compare(0, 2, "42") == 0 && code != "42P01") unfit_.store(true);
     return std::nullopt;
   }
 

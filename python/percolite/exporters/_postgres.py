@@ -170,21 +170,40 @@ class Postgres(_SQLExporter):
 
     # The array type a native path binds each cell's items as.
     _NATIVE_ARRAYS = {"text": "text[]", "blob": "bytea[]", "int64": "int8[]", "float64": "float8[]"}
+    # The types (pg_type oids) a key column may have for the native path:
+    # those that compare with its cells exactly (text and varchar; bytea;
+    # bigint, integer, smallint and numeric; double precision). A REAL or
+    # CHAR(n) key would match other keys than the exporter's.
+    _NATIVE_KEY_TYPES = {
+        "text": (25, 1043),
+        "blob": (17,),
+        "int64": (20, 23, 21, 1700),
+        "float64": (701,),
+    }
 
-    def _native_apply(self, cells: list[list[str]], owned: bool) -> str:
-        """The one statement in which the native path applies a batch, as
-        :meth:`__call__` would: the guard of every key raised, and the rows
-        of the keys whose guard rose upserted or deleted. Its parameters
-        are the store and epoch, then one array per key cell and value cell,
-        the seqs and whether each key has a value; it returns whether the
-        sink belongs to that store and epoch (``owned``; else nothing is
-        written), or true for entries of no store."""
+    def _native_statements(self, cells: list[list[str]]) -> dict[str, str]:
+        """The statements of the native path, which applies a batch as
+        :meth:`__call__` does, in one transaction of two statements:
+        ``raise`` raises the guard of every key (taking the guard rows'
+        locks, in key order) and returns whether the sink belongs to the
+        batch's store and epoch (else it writes nothing; ``raise_unowned``,
+        for entries of no store, does not check) and the seqs of the
+        entries whose guard rose; ``write`` then upserts or deletes the rows
+        of just those entries (a second statement, so that it sees every
+        row an earlier batch of those keys committed while ``raise`` waited
+        for its locks). Their parameters: the store and epoch, then one
+        array per key cell and value cell, the seqs and whether each key
+        has a value. ``check`` says, once per connection, whether the key
+        columns of both tables have types that compare exactly with the
+        cells (NULL while a table is missing)."""
         layout = self._layout
         table, guard = _quote(layout.table), _quote(layout.guard_table)
         keys = [_quote(name) for name in layout.key_columns]
         values = [_quote(name) for name in layout.value_columns]
         key_list = ", ".join(keys)
-        # The batch's columns are named by position: k0.., v0.., seq s, present p.
+        # The batch's columns are named by position: k0.., v0.., seq s,
+        # present p; the statements' own names start with percolite_, so
+        # that they do not hide a table of the sink's.
         ks = [f"k{i}" for i in range(len(keys))]
         vs = [f"v{i}" for i in range(len(values))]
         arrays = [
@@ -192,65 +211,87 @@ class Postgres(_SQLExporter):
             for number, cell in enumerate([*cells[0], *cells[1]], start=3)
         ]
         arrays += [f"${len(arrays) + 3}::int8[]", f"${len(arrays) + 4}::bool[]"]
-        if owned:
-            # Locked as __call__ reads it: a take-over waits for this batch.
-            ok = (
-                "SELECT coalesce(count(*) = 1 AND bool_and(store = $1 AND epoch = $2), false)"
-                f" AS yes FROM ({self._sql.select_owner}{self._owner_lock}) AS o"
+        batch = (
+            f"percolite_batch AS (SELECT * FROM unnest({', '.join(arrays)})"
+            f" AS percolite_batch({', '.join([*ks, *vs, 's', 'p'])})"
+        )
+
+        def raise_guards(ok: str) -> str:
+            return (
+                f"WITH percolite_ok AS ({ok}), {batch} WHERE (SELECT yes FROM percolite_ok)),"
+                f" percolite_raised AS (INSERT INTO {guard} ({key_list}, seq)"
+                f" SELECT {', '.join(ks)}, s FROM percolite_batch"
+                f" ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
+                f" WHERE excluded.seq > {guard}.seq RETURNING seq)"
+                " SELECT (SELECT yes FROM percolite_ok),"
+                " (SELECT array_agg(seq) FROM percolite_raised)"
             )
-        else:
-            ok = "SELECT true AS yes"
-        # The statement's own names start with percolite_, so that they do
-        # not hide a table of the sink's.
-        same_key = " AND ".join(
-            f"percolite_batch.{k} = percolite_raised.{key}" for k, key in zip(ks, keys, strict=True)
+
+        # Locked as __call__ reads it: a take-over waits for this batch.
+        owned = (
+            "SELECT coalesce(count(*) = 1 AND bool_and(store = $1 AND epoch = $2), false)"
+            f" AS yes FROM ({self._sql.select_owner}{self._owner_lock}) AS o"
         )
         row_key = " AND ".join(
-            f"percolite_row.{key} = percolite_newer.{k}" for k, key in zip(ks, keys, strict=True)
+            f"percolite_row.{key} = percolite_batch.{k}" for k, key in zip(ks, keys, strict=True)
         )
         updates = ", ".join(f"{name} = excluded.{name}" for name in [*values, "seq"])
-        return (
-            f"WITH percolite_ok AS ({ok}),"
-            f" percolite_batch AS (SELECT * FROM unnest({', '.join(arrays)})"
-            f" AS percolite_batch({', '.join([*ks, *vs, 's', 'p'])})"
-            " WHERE (SELECT yes FROM percolite_ok)),"
-            # Keys in the batch's order, as __call__ locks them.
-            f" percolite_raised AS (INSERT INTO {guard} ({key_list}, seq)"
-            f" SELECT {', '.join(ks)}, s FROM percolite_batch"
-            f" ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
-            f" WHERE excluded.seq > {guard}.seq RETURNING {key_list}),"
-            " percolite_newer AS (SELECT percolite_batch.* FROM percolite_batch"
-            f" JOIN percolite_raised ON {same_key}),"
+        write = (
+            f"WITH {batch}),"
             f" percolite_upserted AS (INSERT INTO {table} ({', '.join([*keys, *values, 'seq'])})"
-            f" SELECT {', '.join([*ks, *vs, 's'])} FROM percolite_newer WHERE p"
+            f" SELECT {', '.join([*ks, *vs, 's'])} FROM percolite_batch WHERE p"
             f" ON CONFLICT ({key_list}) DO UPDATE SET {updates}"
-            f" WHERE excluded.seq > {table}.seq),"
-            f" percolite_deleted AS (DELETE FROM {table} AS percolite_row USING percolite_newer"
-            f" WHERE NOT percolite_newer.p AND {row_key} AND percolite_row.seq < percolite_newer.s)"
-            " SELECT yes FROM percolite_ok"
+            f" WHERE excluded.seq > {table}.seq)"
+            f" DELETE FROM {table} AS percolite_row USING percolite_batch"
+            f" WHERE NOT percolite_batch.p AND {row_key} AND percolite_row.seq < percolite_batch.s"
         )
+        wanted = []
+        for name, cell in zip(layout.key_columns, cells[0], strict=True):
+            types = ", ".join(str(oid) for oid in self._NATIVE_KEY_TYPES[cell])
+            for relation in (table, guard):
+                wanted.append(
+                    f"(attrelid = to_regclass('{relation}') AND attname = '{name}'"
+                    f" AND atttypid IN ({types}))"
+                )
+        check = (
+            f"SELECT CASE WHEN to_regclass('{table}') IS NULL"
+            f" OR to_regclass('{guard}') IS NULL THEN NULL ELSE"
+            " (SELECT count(*) FROM pg_attribute WHERE attnum > 0 AND NOT attisdropped"
+            f" AND ({' OR '.join(wanted)})) = {len(wanted)} END"
+        )
+        return {
+            "check": check,
+            "raise": raise_guards(owned),
+            "raise_unowned": raise_guards("SELECT true AS yes"),
+            "write": write,
+        }
 
     def _native_sink(self, key_layout: Any, value_layout: Any) -> tuple[Any, str]:
         """For an export queue whose keys and values have the fixed codecs
         ``key_layout`` and ``value_layout`` (``codecs.native_layout``): the
         core's native path to this sink, which applies each batch from its
-        bytes, without Python, in one statement (:meth:`_native_apply`) on
-        a libpq connection of its own, and hands back to this exporter any
-        batch it is not sure to apply the same way (tables or owner not set
-        up, another store's entries, a NaN, a value the server refuses);
-        ``(None, why)`` when the layout does not fit."""
+        bytes, without Python (:meth:`_native_statements`), on libpq
+        connections of its own, and hands back to this exporter any batch
+        it is not sure to apply the same way (tables or owner not set up,
+        another store's entries, a NaN, a value the server refuses, key
+        columns of other types); ``(None, why)`` when the layout does not
+        fit."""
         cells, why = self._native_cells(key_layout, value_layout)
         if cells is None:
             return None, why
-        connect = [("dbname", self._dsn), ("client_encoding", "UTF8")]
+        # Its sessions are named in pg_stat_activity unless the DSN names them.
+        connect = [
+            ("dbname", self._dsn),
+            ("client_encoding", "UTF8"),
+            ("fallback_application_name", "percolite native sink"),
+        ]
         connect += [(name, str(value)) for name, value in self._connect_options.items()]
         spec = {
             "connect": connect,
             "name": repr(self),
             "key_cells": cells[0],
             "value_cells": cells[1],
-            "apply": self._native_apply(cells, owned=True),
-            "apply_unowned": self._native_apply(cells, owned=False),
+            **self._native_statements(cells),
         }
         return self._made_native(_core.postgres_sink, spec)
 
