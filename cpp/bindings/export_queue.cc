@@ -154,7 +154,6 @@ void BindExportQueue(py::module_& m) {
         o.name = spec["name"].cast<std::string>();
         o.key_cells = ParseCells(spec["key_cells"]);
         o.value_cells = ParseCells(spec["value_cells"]);
-        o.check = spec["check"].cast<std::string>();
         o.raise = spec["raise"].cast<std::string>();
         o.raise_unowned = spec["raise_unowned"].cast<std::string>();
         o.write = spec["write"].cast<std::string>();

@@ -211,6 +211,20 @@ def test_key_columns_that_do_not_compare_exactly_go_to_the_exporter(
         python.close()
 
 
+def test_a_key_column_changed_to_a_lossy_type_is_noticed_at_the_next_batch(postgres_dsn):
+    pair = postgres_pair(postgres_dsn, "float64-str")
+    try:
+        pair.deliver([(0.5, "a", 1)])
+        pair.deliver([(0.1, "b", 2)])  # native, on a connection it keeps
+        with psycopg.connect(postgres_dsn) as conn:
+            for table in (pair.native.table, pair.native.guard_table):
+                conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN id TYPE real')
+        assert pair.sink.deliver(pair.raw([(0.1, "c", 3)]), STORE, 1) is None
+        assert pair.sink.counters() == (1, 2)
+    finally:
+        pair.close()
+
+
 def test_a_prepare_that_times_out_is_not_held_against_the_table(postgres_dsn):
     # A lock_timeout while another session holds the table: that batch goes
     # to the exporter, later ones are native again.

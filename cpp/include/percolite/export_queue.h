@@ -221,14 +221,13 @@ struct PostgresSinkOptions {
   std::vector<std::pair<std::string, std::string>> connect;
   std::string name;  // the sink, in messages (no password in it)
   std::vector<SinkCell> key_cells, value_cells;
-  // No parameters -> one boolean: whether the tables' key columns compare
-  // exactly with the cells; NULL while a table is missing.
-  std::string check;
-  // -> one boolean: whether the sink belongs to the batch's store and
-  // epoch (it raised the guards only then).
+  // -> one row: whether it raised the guards (the sink belongs to the
+  // batch's store and epoch, and the key columns fit), the seqs whose
+  // guard rose (int8[], NULL for none), and whether the tables' key
+  // columns compare exactly with the cells.
   std::string raise;
-  std::string raise_unowned;  // the same for entries of no store: true
-  std::string write;
+  std::string raise_unowned;  // the same for entries of no store
+  std::string write;          // writes the rows of the entries whose guard rose
 };
 
 // Throws kInvalidArgument when the options are inconsistent; connects at

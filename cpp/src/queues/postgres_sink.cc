@@ -61,7 +61,6 @@ const char* const kStatementNames[kStatements] = {"percolite_raise", "percolite_
 
 struct Connection {
   PGconn* pg = nullptr;
-  bool checked = false;  // the tables' key columns fit (options.check)
   bool prepared[kStatements] = {};
 };
 
@@ -122,8 +121,7 @@ class PostgresSink final : public CountingSink {
     if (options_.connect.empty() || options_.connect[0].first != "dbname") {
       throw Error(ErrorCode::kInvalidArgument, "the first connection keyword must be dbname");
     }
-    if (options_.check.empty() || options_.raise.empty() || options_.raise_unowned.empty() ||
-        options_.write.empty()) {
+    if (options_.raise.empty() || options_.raise_unowned.empty() || options_.write.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "a statement of the native path is missing");
     }
     for (SinkCell cell : options_.key_cells) types_.push_back(ArrayOid(cell));
@@ -193,6 +191,9 @@ class PostgresSink final : public CountingSink {
       PQfinish(conn.pg);
       return std::nullopt;
     }
+    // The server's notices (warnings) are not the user's to read on stderr.
+    PQsetNoticeProcessor(
+        conn.pg, [](void*, const char*) {}, nullptr);
     return conn;
   }
 
@@ -217,22 +218,6 @@ class PostgresSink final : public CountingSink {
   // unless a statement failed.
   std::optional<Status> Write(Connection* conn, const std::vector<SinkRow>& rows,
                               const StoreIdentity& store) {
-    if (!conn->checked) {
-      PgResult fit(PQexec(conn->pg, options_.check.c_str()));
-      if (PQresultStatus(fit.get()) != PGRES_TUPLES_OK || fit.rows() != 1) {
-        return Failed(conn, fit.get(), /*preparing=*/true);
-      }
-      if (fit.null(0, 0)) {  // a table is missing: the exporter makes it
-        Give(*conn);
-        return std::nullopt;
-      }
-      if (fit.bytes(0, 0) != "t") {
-        unfit_.store(true);  // key columns of other types: never native
-        Give(*conn);
-        return std::nullopt;
-      }
-      conn->checked = true;
-    }
     const Statement raise = store.id.empty() ? kRaiseUnowned : kRaise;
     for (Statement which : {raise, kWrite}) {
       if (conn->prepared[which]) continue;
@@ -259,9 +244,13 @@ class PostgresSink final : public CountingSink {
     if (PQresultStatus(begun.get()) != PGRES_COMMAND_OK) return Failed(conn, begun.get(), false);
     PgResult raised = run(raise, rows);
     if (PQresultStatus(raised.get()) != PGRES_TUPLES_OK) return Failed(conn, raised.get(), false);
+    if (raised.rows() != 1 || raised.null(0, 2) || raised.bytes(0, 2) != "t") {
+      unfit_.store(true);  // key columns of other types: never native again
+    }
     if (raised.rows() != 1 || raised.null(0, 0) || raised.bytes(0, 0) != "t") {
-      // Not the store's sink (yet): nothing was written; the exporter
-      // adopts it, moves it to a new epoch, or refuses the batch.
+      // Nothing was written. Not the store's sink (yet): the exporter
+      // adopts it, moves it to a new epoch, or refuses the batch; or a
+      // table the exporter must write itself.
       PgResult ended(PQexec(conn->pg, "ROLLBACK"));
       if (PQresultStatus(ended.get()) != PGRES_COMMAND_OK) return Failed(conn, ended.get(), false);
       Give(*conn);
@@ -301,7 +290,7 @@ class PostgresSink final : public CountingSink {
     const std::string message = HidePasswords(ServerMessage(conn->pg));
     const char* state = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
     const std::string code = state != nullptr ? state : "";
-    if (!lost) PgRollback(conn->pg);
+    if (!lost && PQtransactionStatus(conn->pg) != PQTRANS_IDLE) PgRollback(conn->pg);
     PQfinish(conn->pg);
     conn->pg = nullptr;
     if (lost) return Status::Make(ErrorCode::kSinkUnavailable, options_.name + ": " + message);

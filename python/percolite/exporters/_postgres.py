@@ -193,9 +193,9 @@ class Postgres(_SQLExporter):
         row an earlier batch of those keys committed while ``raise`` waited
         for its locks). Their parameters: the store and epoch, then one
         array per key cell and value cell, the seqs and whether each key
-        has a value. ``check`` says, once per connection, whether the key
-        columns of both tables have types that compare exactly with the
-        cells (NULL while a table is missing)."""
+        has a value. ``raise`` also says whether the key columns of both
+        tables have types that compare exactly with the cells (else it
+        writes nothing either)."""
         layout = self._layout
         table, guard = _quote(layout.table), _quote(layout.guard_table)
         keys = [_quote(name) for name in layout.key_columns]
@@ -216,21 +216,37 @@ class Postgres(_SQLExporter):
             f" AS percolite_batch({', '.join([*ks, *vs, 's', 'p'])})"
         )
 
+        wanted = []
+        for name, cell in zip(layout.key_columns, cells[0], strict=True):
+            types = ", ".join(str(oid) for oid in self._NATIVE_KEY_TYPES[cell])
+            for relation in (table, guard):
+                wanted.append(
+                    f"(attrelid = to_regclass('{relation}') AND attname = '{name}'"
+                    f" AND atttypid IN ({types}))"
+                )
+        fit = (
+            "(SELECT count(*) FROM pg_attribute WHERE attnum > 0 AND NOT attisdropped"
+            f" AND ({' OR '.join(wanted)})) = {len(wanted)}"
+        )
+
         def raise_guards(ok: str) -> str:
             return (
-                f"WITH percolite_ok AS ({ok}), {batch} WHERE (SELECT yes FROM percolite_ok)),"
+                f"WITH percolite_fit AS (SELECT {fit} AS fit),"
+                " percolite_ok AS (SELECT (SELECT fit FROM percolite_fit)"
+                f" AND ({ok}) AS yes), {batch} WHERE (SELECT yes FROM percolite_ok)),"
                 f" percolite_raised AS (INSERT INTO {guard} ({key_list}, seq)"
                 f" SELECT {', '.join(ks)}, s FROM percolite_batch"
                 f" ON CONFLICT ({key_list}) DO UPDATE SET seq = excluded.seq"
                 f" WHERE excluded.seq > {guard}.seq RETURNING seq)"
                 " SELECT (SELECT yes FROM percolite_ok),"
-                " (SELECT array_agg(seq) FROM percolite_raised)"
+                " (SELECT array_agg(seq) FROM percolite_raised),"
+                " (SELECT fit FROM percolite_fit)"
             )
 
         # Locked as __call__ reads it: a take-over waits for this batch.
         owned = (
             "SELECT coalesce(count(*) = 1 AND bool_and(store = $1 AND epoch = $2), false)"
-            f" AS yes FROM ({self._sql.select_owner}{self._owner_lock}) AS o"
+            f" FROM ({self._sql.select_owner}{self._owner_lock}) AS o"
         )
         row_key = " AND ".join(
             f"percolite_row.{key} = percolite_batch.{k}" for k, key in zip(ks, keys, strict=True)
@@ -245,24 +261,9 @@ class Postgres(_SQLExporter):
             f" DELETE FROM {table} AS percolite_row USING percolite_batch"
             f" WHERE NOT percolite_batch.p AND {row_key} AND percolite_row.seq < percolite_batch.s"
         )
-        wanted = []
-        for name, cell in zip(layout.key_columns, cells[0], strict=True):
-            types = ", ".join(str(oid) for oid in self._NATIVE_KEY_TYPES[cell])
-            for relation in (table, guard):
-                wanted.append(
-                    f"(attrelid = to_regclass('{relation}') AND attname = '{name}'"
-                    f" AND atttypid IN ({types}))"
-                )
-        check = (
-            f"SELECT CASE WHEN to_regclass('{table}') IS NULL"
-            f" OR to_regclass('{guard}') IS NULL THEN NULL ELSE"
-            " (SELECT count(*) FROM pg_attribute WHERE attnum > 0 AND NOT attisdropped"
-            f" AND ({' OR '.join(wanted)})) = {len(wanted)} END"
-        )
         return {
-            "check": check,
             "raise": raise_guards(owned),
-            "raise_unowned": raise_guards("SELECT true AS yes"),
+            "raise_unowned": raise_guards("SELECT true"),
             "write": write,
         }
 
