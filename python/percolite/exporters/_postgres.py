@@ -216,17 +216,13 @@ class Postgres(_SQLExporter):
             f" AS percolite_batch({', '.join([*ks, *vs, 's', 'p'])})"
         )
 
-        wanted = []
-        for name, cell in zip(layout.key_columns, cells[0], strict=True):
-            types = ", ".join(str(oid) for oid in self._NATIVE_KEY_TYPES[cell])
-            for relation in (table, guard):
-                wanted.append(
-                    f"(attrelid = to_regclass('{relation}') AND attname = '{name}'"
-                    f" AND atttypid IN ({types}))"
-                )
-        fit = (
-            "(SELECT count(*) FROM pg_attribute WHERE attnum > 0 AND NOT attisdropped"
-            f" AND ({' OR '.join(wanted)})) = {len(wanted)}"
+        # One look-up by (table, column) in the catalog's index per key column.
+        fit = " AND ".join(
+            f"coalesce((SELECT atttypid IN ({', '.join(map(str, self._NATIVE_KEY_TYPES[cell]))})"
+            f" FROM pg_attribute WHERE attrelid = to_regclass('{relation}')"
+            f" AND attname = '{name}' AND NOT attisdropped), false)"
+            for name, cell in zip(layout.key_columns, cells[0], strict=True)
+            for relation in (table, guard)
         )
 
         def raise_guards(ok: str) -> str:
