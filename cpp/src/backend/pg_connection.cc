@@ -110,11 +110,19 @@ PgParams& PgParams::Int8Array(const std::vector<uint64_t>& items) {
   return Bytes(std::move(array).Done());
 }
 
+PgParams& PgParams::Null() {
+  nulls_.resize(values_.size(), false);
+  nulls_.push_back(true);
+  values_.emplace_back();
+  return *this;
+}
+
 void PgParams::Prepare(std::vector<const char*>* pointers, std::vector<int>* lengths,
                        std::vector<int>* formats) const {
-  for (const std::string& value : values_) {
-    pointers->push_back(value.data());
-    lengths->push_back(static_cast<int>(value.size()));
+  for (size_t i = 0; i < values_.size(); ++i) {
+    const bool null = i < nulls_.size() && nulls_[i];
+    pointers->push_back(null ? nullptr : values_[i].data());
+    lengths->push_back(static_cast<int>(values_[i].size()));
     formats->push_back(1);
   }
 }

@@ -57,6 +57,7 @@ class PgParams {
   PgParams& Int8(uint64_t value);
   PgParams& ByteaArray(const std::vector<std::string>& items);
   PgParams& Int8Array(const std::vector<uint64_t>& items);
+  PgParams& Null();
 
   int size() const { return static_cast<int>(values_.size()); }
   // Pointers into this object, for PQexecParams.
@@ -65,6 +66,7 @@ class PgParams {
 
  private:
   std::vector<std::string> values_;
+  std::vector<bool> nulls_;  // by parameter, when any is NULL
 };
 
 // A statement's result (binary), freed on destruction.

@@ -232,7 +232,7 @@ class PostgresSink final : public CountingSink {
       conn->prepared[which] = true;
     }
     auto run = [&](Statement which, const std::vector<SinkRow>& batch) {
-      PgParams params = Params(batch, store);
+      PgParams params = Params(batch, store, /*values=*/which == kWrite);
       std::vector<const char*> pointers;
       std::vector<int> lengths, formats;
       params.Prepare(&pointers, &lengths, &formats);
@@ -298,13 +298,19 @@ class PostgresSink final : public CountingSink {
     return std::nullopt;
   }
 
-  PgParams Params(const std::vector<SinkRow>& rows, const StoreIdentity& store) const {
+  // The statements' parameters for `rows`; without `values`, NULL for the
+  // value arrays (the statement raising the guards reads no value).
+  PgParams Params(const std::vector<SinkRow>& rows, const StoreIdentity& store, bool values) const {
     PgParams params;
     std::string epoch;
     AppendUint64BE(&epoch, store.epoch);
     params.Bytes(store.id).Bytes(std::move(epoch));
     AddCells(&params, rows, cells().key(), /*key=*/true);
-    AddCells(&params, rows, cells().value(), /*key=*/false);
+    if (values) {
+      AddCells(&params, rows, cells().value(), /*key=*/false);
+    } else {
+      for (size_t i = 0; i < cells().value().size(); ++i) params.Null();
+    }
     PgArray seqs(kPgInt8Oid, rows.size());
     PgArray present(kPgBoolOid, rows.size());
     std::string seq;
