@@ -1,11 +1,13 @@
 // The native path of percolite.exporters.Postgres (export_queue.h, "Native
-// sinks"): a batch is one statement, the exporter's own SQL, whose
-// parameters are arrays bound straight from the queued bytes. The fixed
-// codecs' bytes are already PostgreSQL's binary formats: a str is UTF-8
-// text, an int64 or float64 eight big-endian bytes, as int8 and float8 are
-// sent. The server checks what the exporter would refuse (text that is not
-// UTF-8 or holds NUL): such a statement fails, is rolled back whole, and
-// the batch goes to the exporter.
+// sinks"): a batch is one transaction of two statements, the exporter's own
+// SQL, whose parameters are arrays bound straight from the queued bytes:
+// the first raises the guards (and checks the owner and the key columns'
+// types), the second writes the rows of the entries whose guard rose. The
+// fixed codecs' bytes are already PostgreSQL's binary formats: a str is
+// UTF-8 text, an int64 or float64 eight big-endian bytes, as int8 and float8
+// are sent. The server checks what the exporter would refuse (text that is
+// not UTF-8 or holds NUL): such a transaction fails, is rolled back whole,
+// and the batch goes to the exporter.
 #include <unistd.h>
 
 #include <algorithm>
