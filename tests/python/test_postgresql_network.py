@@ -80,12 +80,14 @@ def test_a_group_cut_off_for_20_s_loses_its_lease_and_rejoins(
             run.close()
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.02])
-def test_a_slow_link_still_gives_exact_results(links, tmp_path, monkeypatch, delay):
+@pytest.mark.parametrize(
+    ("delay", "delivery"), [(0.0, "python"), (0.02, "python"), (0.02, "native")]
+)
+def test_a_slow_link_still_gives_exact_results(links, tmp_path, monkeypatch, delay, delivery):
     a, _b = links
     with temporary_postgres(tmp_path, tcp=(a.here, Link.subnet)) as server:
         proxy = DelayProxy(a.here, (a.here, server.port), delay)
-        run = Run(f"{server.uri}&schema=slow", server.uri, monkeypatch)
+        run = Run(f"{server.uri}&schema=slow", server.uri, monkeypatch, delivery == "native")
         try:
             uri = f"postgresql://postgres@{a.here}:{proxy.port}/postgres"
             run.start_loading()

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -233,19 +234,32 @@ class PostgresSink final : public CountingSink {
       }
       conn->prepared[which] = true;
     }
-    auto run = [&](Statement which, const std::vector<SinkRow>& batch) {
-      PgParams params = Params(batch, store, /*values=*/which == kWrite);
-      std::vector<const char*> pointers;
-      std::vector<int> lengths, formats;
-      params.Prepare(&pointers, &lengths, &formats);
-      return PgResult(PQexecPrepared(conn->pg, kStatementNames[which], params.size(),
-                                     pointers.data(), lengths.data(), formats.data(),
-                                     /*resultFormat=*/0));
+    // A statement's parameters stay with libpq once it is sent.
+    auto send = [&](Statement which, const std::vector<SinkRow>& batch) {
+      return [this, &store, which, &batch](PGconn* pg) {
+        PgParams params = Params(batch, store, /*values=*/which == kWrite);
+        std::vector<const char*> pointers;
+        std::vector<int> lengths, formats;
+        params.Prepare(&pointers, &lengths, &formats);
+        return PQsendQueryPrepared(pg, kStatementNames[which], params.size(), pointers.data(),
+                                   lengths.data(), formats.data(), /*resultFormat=*/0);
+      };
     };
-    PgResult begun(PQexec(conn->pg, "BEGIN"));
-    if (PQresultStatus(begun.get()) != PGRES_COMMAND_OK) return Failed(conn, begun.get(), false);
-    PgResult raised = run(raise, rows);
-    if (PQresultStatus(raised.get()) != PGRES_TUPLES_OK) return Failed(conn, raised.get(), false);
+    auto plain = [](const char* sql) {
+      return [sql](PGconn* pg) {
+        return PQsendQueryParams(pg, sql, 0, nullptr, nullptr, nullptr, nullptr, 0);
+      };
+    };
+    // One round trip: BEGIN and the guards.
+    std::vector<PgResult> first;
+    if (!Together(conn->pg, {plain("BEGIN"), send(raise, rows)}, &first)) {
+      return Failed(conn, nullptr, false);
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      const ExecStatusType want = i == 0 ? PGRES_COMMAND_OK : PGRES_TUPLES_OK;
+      if (PQresultStatus(first[i].get()) != want) return Failed(conn, first[i].get(), false);
+    }
+    const PgResult& raised = first[1];
     if (raised.rows() != 1 || raised.null(0, 2) || raised.bytes(0, 2) != "t") {
       unfit_.store(true);  // key columns of other types: never native again
     }
@@ -265,18 +279,45 @@ class PostgresSink final : public CountingSink {
     for (const SinkRow& row : rows) {
       if (newer.count(row.seq) != 0) writing.push_back(row);
     }
-    if (!writing.empty()) {
-      PgResult written = run(kWrite, writing);
-      if (PQresultStatus(written.get()) != PGRES_COMMAND_OK) {
-        return Failed(conn, written.get(), false);
+    // One more: the rows, and COMMIT.
+    std::vector<std::function<int(PGconn*)>> last;
+    if (!writing.empty()) last.push_back(send(kWrite, writing));
+    last.push_back(plain("COMMIT"));
+    std::vector<PgResult> second;
+    if (!Together(conn->pg, last, &second)) return Failed(conn, nullptr, false);
+    for (const PgResult& result : second) {
+      if (PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+        return Failed(conn, result.get(), false);
       }
-    }
-    PgResult committed(PQexec(conn->pg, "COMMIT"));
-    if (PQresultStatus(committed.get()) != PGRES_COMMAND_OK) {
-      return Failed(conn, committed.get(), false);
     }
     Give(*conn);
     return Status::Ok();
+  }
+
+  // Sends what each of `sends` queues, together, and reads one result per
+  // statement: one round trip (libpq's pipeline mode). A statement that
+  // fails makes the server skip the rest (PGRES_PIPELINE_ABORTED). False
+  // when the connection broke or answered out of turn.
+  static bool Together(PGconn* pg, const std::vector<std::function<int(PGconn*)>>& sends,
+                       std::vector<PgResult>* results) {
+    if (PQenterPipelineMode(pg) != 1) return false;
+    for (const auto& queue : sends) {
+      if (queue(pg) != 1) return false;
+    }
+    if (PQpipelineSync(pg) != 1) return false;
+    for (size_t i = 0; i < sends.size(); ++i) {
+      PGresult* result = PQgetResult(pg);
+      if (result == nullptr) return false;
+      results->emplace_back(result);
+      PGresult* extra = PQgetResult(pg);  // the null that ends its results
+      if (extra != nullptr) {
+        PQclear(extra);
+        return false;
+      }
+    }
+    PgResult sync(PQgetResult(pg));
+    return sync.get() != nullptr && PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC &&
+           PQexitPipelineMode(pg) == 1;
   }
 
   // After a statement failed: the transaction is rolled back and the
