@@ -33,6 +33,16 @@ std::vector<percolite::SinkCell> ParseCells(const py::handle& names) {
   return cells;
 }
 
+// make(), a native sink; its kInvalidArgument as Python's ValueError.
+template <typename Make>
+std::shared_ptr<percolite::NativeSink> MadeOrValueError(Make make) {
+  try {
+    return make();
+  } catch (const percolite::Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
 // The exporter's call, unless the native sink applies the batch itself.
 percolite::ExportFn WithNativeSink(std::shared_ptr<percolite::NativeSink> sink,
                                    percolite::ExportFn exporter) {
@@ -136,11 +146,7 @@ void BindExportQueue(py::module_& m) {
         o.row_seq = spec["row_seq"].cast<std::string>();
         o.delete_row = spec["delete_row"].cast<std::string>();
         o.raise_guard = spec["raise_guard"].cast<std::string>();
-        try {
-          return percolite::MakeSqliteSink(std::move(o));
-        } catch (const percolite::Error& e) {
-          throw py::value_error(e.what());
-        }
+        return MadeOrValueError([&] { return percolite::MakeSqliteSink(std::move(o)); });
       },
       py::arg("spec"));
   m.def(
@@ -157,11 +163,7 @@ void BindExportQueue(py::module_& m) {
         o.raise = spec["raise"].cast<std::string>();
         o.raise_unowned = spec["raise_unowned"].cast<std::string>();
         o.write = spec["write"].cast<std::string>();
-        try {
-          return percolite::MakePostgresSink(std::move(o));
-        } catch (const percolite::Error& e) {
-          throw py::value_error(e.what());
-        }
+        return MadeOrValueError([&] { return percolite::MakePostgresSink(std::move(o)); });
       },
       py::arg("spec"));
   m.def(

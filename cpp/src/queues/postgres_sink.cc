@@ -29,32 +29,23 @@
 namespace percolite {
 namespace {
 
-Oid ElementOid(SinkCell cell) {
-  switch (cell) {
-    case SinkCell::kText:
-      return kPgTextOid;
-    case SinkCell::kBlob:
-      return kPgByteaOid;
-    case SinkCell::kInt64:
-      return kPgInt8Oid;
-    case SinkCell::kFloat64:
-      return kPgFloat8Oid;
-  }
-  return 0;
-}
+// How a cell's items are sent: their type, and the type of their array.
+struct CellTypes {
+  Oid element, array;
+};
 
-Oid ArrayOid(SinkCell cell) {
+CellTypes TypesOf(SinkCell cell) {
   switch (cell) {
     case SinkCell::kText:
-      return kPgTextArrayOid;
+      return {kPgTextOid, kPgTextArrayOid};
     case SinkCell::kBlob:
-      return kPgByteaArrayOid;
+      return {kPgByteaOid, kPgByteaArrayOid};
     case SinkCell::kInt64:
-      return kPgInt8ArrayOid;
+      return {kPgInt8Oid, kPgInt8ArrayOid};
     case SinkCell::kFloat64:
-      return kPgFloat8ArrayOid;
+      return {kPgFloat8Oid, kPgFloat8ArrayOid};
   }
-  return 0;
+  return {0, 0};
 }
 
 // The statements with parameters, prepared on a connection when first used.
@@ -88,9 +79,7 @@ std::unordered_set<uint64_t> ParseInt8Array(std::string_view text) {
 // Whether `a` sorts before `b` as the exporter orders keys: by the value of
 // each cell in turn (numbers as numbers, text and bytes by their bytes).
 bool KeyBefore(const std::vector<SinkCell>& cells, std::string_view a, std::string_view b) {
-  if (cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob)) {
-    return a < b;
-  }
+  if (WholeCell(cells)) return a < b;
   for (size_t i = 0; i < cells.size(); ++i) {
     const std::string_view x = a.substr(8 * i, 8), y = b.substr(8 * i, 8);
     if (cells[i] == SinkCell::kFloat64) {
@@ -127,8 +116,8 @@ class PostgresSink final : public CountingSink {
     if (options_.raise.empty() || options_.raise_unowned.empty() || options_.write.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "a statement of the native path is missing");
     }
-    for (SinkCell cell : options_.key_cells) types_.push_back(ArrayOid(cell));
-    for (SinkCell cell : options_.value_cells) types_.push_back(ArrayOid(cell));
+    for (SinkCell cell : options_.key_cells) types_.push_back(TypesOf(cell).array);
+    for (SinkCell cell : options_.value_cells) types_.push_back(TypesOf(cell).array);
     types_.insert(types_.begin(), {kPgTextOid, kPgInt8Oid});
     types_.push_back(kPgInt8ArrayOid);
     types_.push_back(kPgBoolArrayOid);
@@ -143,13 +132,17 @@ class PostgresSink final : public CountingSink {
                               const StoreIdentity& store) override {
     // The queue hands keys over by their bytes; the exporter takes them by
     // value, and two paths writing one key must lock in the same order.
-    std::vector<SinkRow> ordered(rows);
-    std::sort(ordered.begin(), ordered.end(), [this](const SinkRow& a, const SinkRow& b) {
-      return KeyBefore(cells().key(), a.key, b.key);
-    });
+    // Text and bytes sort the same both ways: only numbers are sorted again.
+    std::vector<SinkRow> ordered;
+    if (!by_bytes_) {
+      ordered = rows;
+      std::sort(ordered.begin(), ordered.end(), [this](const SinkRow& a, const SinkRow& b) {
+        return KeyBefore(cells().key(), a.key, b.key);
+      });
+    }
     std::string failure;
     std::optional<Connection> conn = Take(&failure);
-    if (conn) return Write(&*conn, ordered, store);
+    if (conn) return Write(&*conn, by_bytes_ ? rows : ordered, store);
     if (failure.empty()) return std::nullopt;
     return Status::Make(ErrorCode::kSinkUnavailable, failure);
   }
@@ -371,10 +364,9 @@ class PostgresSink final : public CountingSink {
   // else its 8 bytes; deleted rows' values are NULL.
   static void AddCells(PgParams* params, const std::vector<SinkRow>& rows,
                        const std::vector<SinkCell>& cells, bool key) {
-    const bool whole =
-        cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob);
+    const bool whole = WholeCell(cells);
     for (size_t i = 0; i < cells.size(); ++i) {
-      PgArray array(ElementOid(cells[i]), rows.size());
+      PgArray array(TypesOf(cells[i]).element, rows.size());
       for (const SinkRow& row : rows) {
         if (!key && !row.present) {
           array.AddNull();
@@ -388,8 +380,9 @@ class PostgresSink final : public CountingSink {
   }
 
   const PostgresSinkOptions options_;
-  std::vector<Oid> types_;  // of the statements' parameters
-  ChildSafeMutex mu_;       // a forked child may use the sink
+  std::vector<Oid> types_;                          // of the statements' parameters
+  const bool by_bytes_ = WholeCell(cells().key());  // keys need no sort
+  ChildSafeMutex mu_;                               // a forked child may use the sink
   bool closed_ = false;
   pid_t pid_ = getpid();
   std::vector<Connection> idle_;

@@ -12,7 +12,7 @@ namespace percolite {
 namespace {
 
 size_t FixedWidth(const std::vector<SinkCell>& cells) {
-  if (cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob)) return 0;
+  if (WholeCell(cells)) return 0;
   for (SinkCell cell : cells) {
     if (cell == SinkCell::kText || cell == SinkCell::kBlob) {
       throw Error(ErrorCode::kInvalidArgument, "a text or blob cell must be the only one");

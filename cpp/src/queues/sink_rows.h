@@ -46,6 +46,12 @@ class SinkCells {
   const size_t key_width_, value_width_;  // 0: one text or blob cell
 };
 
+// Whether `cells` is one text or blob cell, of all the bytes (else cells of
+// 8 bytes each); such keys sort by value as they do by their bytes.
+inline bool WholeCell(const std::vector<SinkCell>& cells) {
+  return cells.size() == 1 && (cells[0] == SinkCell::kText || cells[0] == SinkCell::kBlob);
+}
+
 // The double of 8 big-endian bytes (a float64 cell).
 double SinkDouble(std::string_view bytes);
 
