@@ -47,6 +47,32 @@ def test_a_group_entry_replaces_the_groups_rows(target):
     ]
 
 
+def test_large_batches_of_groups_and_shared_rows_apply_whole(target):
+    """Batches past one statement's worth of rows (SQLite inserts up to
+    1,024 rows a statement): 3,001 group rows, a key given twice in one
+    batch (its newer entry wins), then 2,500 shared rows, made and filled,
+    and a batch that replaces and deletes some of them."""
+    exporter = groups(target)
+    links = {f"s{i:04d}": {f"t{j}": f"{i}-{j}" for j in range(3)} for i in range(1000)}
+    batch = [E(source, rows, 1) for source, rows in links.items()]
+    batch.insert(500, E("s0499", {"only": "older"}, 0))
+    batch.append(E("extra", {"e": "e"}, 1))
+    exporter(batch)
+    links["extra"] = {"e": "e"}
+    assert exporter.rows() == links
+    exporter([E(f"s{i:04d}", {"u": str(i)} if i % 2 else None, 2) for i in range(1000)])
+    expected = {f"s{i:04d}": {"u": str(i)} for i in range(1, 1000, 2)}
+    assert exporter.rows() == {**expected, "extra": {"e": "e"}}
+    maker, joiner = shared(target)
+    joiner([E(f"u{i:04d}", i * 2, 1) for i in range(2500)])
+    maker([E(f"u{i:04d}", ("d", i), 1) for i in range(2500)])
+    rows = table_rows(target, "pages", "uri, domain, incount, outcount", "uri")
+    assert rows == [(f"u{i:04d}", "d", i, i * 2) for i in range(2500)]
+    maker([E(f"u{i:04d}", ("e", -i) if i % 3 else None, 2) for i in range(2500)])
+    rows = table_rows(target, "pages", "uri, domain, incount, outcount", "uri")
+    assert rows == [(f"u{i:04d}", "e", -i, i * 2) for i in range(2500) if i % 3]
+
+
 def test_group_table_is_keyed_by_row_key_then_key_with_an_index_on_the_key(target):
     exporter = groups(target)
     exporter([E("a", {"x": "1"}, 1)])

@@ -231,6 +231,12 @@ class _SQLExporter:
         empty = (None,) * len(self._layout.value_columns)
         return [(*row.key_cells, row.seq, *(row.value_cells or empty)) for row in rows]
 
+    def _insert_rows(self, handle: Any, statement: str, params: list[Any]) -> None:
+        """Runs ``statement``, an ``INSERT ... VALUES (one row)``, for each
+        row of ``params``, in order."""
+        if params:
+            handle.executemany(statement, params)
+
     def _write_part(self, handle: Any, rows: list[Any]) -> None:
         """Writes the main table for ``rows`` of a row group or shared-row
         layout: entries newer than their guard rows, which the caller
@@ -248,7 +254,7 @@ class _SQLExporter:
                 if row.value_cells:
                     tail = (*row.key_cells, row.seq)
                     inserts += [cells + tail for cells in row.value_cells]
-            run(sql.insert_row, inserts)
+            self._insert_rows(handle, sql.insert_row, inserts)
         elif layout.makes_rows:
             deletes = [row.key_cells for row in rows if row.value_cells is None]
             run(sql.delete_row, deletes)
@@ -257,7 +263,7 @@ class _SQLExporter:
                 for row in rows
                 if row.value_cells is not None
             ]
-            run(sql.upsert_row, upserts)
+            self._insert_rows(handle, sql.upsert_row, upserts)
         else:
             empty = (None,) * len(layout.value_columns)
             updates = [(*(row.value_cells or empty), row.seq, *row.key_cells) for row in rows]

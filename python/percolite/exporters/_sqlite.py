@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import _sqlite3
 import contextlib
+import functools
 import operator
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 from .. import _core
@@ -23,6 +25,16 @@ _SEQ = operator.attrgetter("seq")
 _LAST = operator.itemgetter(-1)
 _FILE_LOCKS: dict[str, ForkSafeLock] = {}
 _FILE_LOCKS_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=64)
+def _values_clause(statement: str) -> tuple[str, str, str]:
+    """``INSERT ... VALUES (?, ...) tail`` as its head (to ``VALUES ``),
+    its one row of placeholders and its tail: the parts of the same
+    statement over several rows."""
+    start = statement.index(" VALUES (") + len(" VALUES ")
+    end = statement.index(")", start) + 1
+    return statement[:start], statement[start:end], statement[end:]
 
 
 def _file_lock(path: str) -> ForkSafeLock:
@@ -206,7 +218,7 @@ class SQLite(_SQLExporter):
                 else:
                     has_main = self._tables_ready or self._ensure_tables(conn, rows)
                     rows = self._newer(conn, rows, lambda row: row.key_cells, _SEQ)
-                    conn.executemany(self._sql.guard_upsert, self._guard_params(rows))
+                    self._insert_rows(conn, self._sql.guard_upsert, self._guard_params(rows))
                     if has_main:
                         self._write_part(conn, rows)
         self._tables_ready = has_main
@@ -219,11 +231,31 @@ class SQLite(_SQLExporter):
         sql = self._sql
         values = self._newer(conn, values, lambda row: row[:1], _LAST)
         if self._layout.makes_rows:
-            conn.executemany(sql.guard_upsert, [(row[0], row[-1]) for row in values])
-            conn.executemany(sql.upsert_row, values)
+            self._insert_rows(conn, sql.guard_upsert, [(row[0], row[-1]) for row in values])
+            self._insert_rows(conn, sql.upsert_row, values)
         else:
-            conn.executemany(sql.guard_upsert, [(row[0], row[-1], *row[1:-1]) for row in values])
+            guards = [(row[0], row[-1], *row[1:-1]) for row in values]
+            self._insert_rows(conn, sql.guard_upsert, guards)
             conn.executemany(sql.update_row, [(*row[1:], row[0]) for row in values])
+
+    def _insert_rows(self, conn: sqlite3.Connection, statement: str, params: list[Any]) -> None:
+        """Runs ``statement``, an ``INSERT ... VALUES (one row)``, for each
+        row of ``params``, in order, as statements of up to ``_CHUNK`` rows
+        (``VALUES (...), (...), ...``): each enters SQLite once, where
+        ``executemany`` enters it once per row and takes the interpreter's
+        lock back between rows, waiting for it while other threads run
+        Python, with the database's write lock held. Same rows, same order,
+        same conflicts, so the same result (a failing row fails the
+        caller's transaction either way)."""
+        if not params:
+            return
+        head, one, tail = _values_clause(statement)
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        step = max(1, min(self._CHUNK, limit // len(params[0])))
+        for low in range(0, len(params), step):
+            chunk = params[low : low + step]
+            rows = ", ".join([one] * len(chunk))
+            conn.execute(f"{head}{rows}{tail}", list(chain.from_iterable(chunk)))
 
     # Keys per statement that reads guard rows (SQLite allows 32,766 parameters).
     _GUARD_CHUNK = 500
