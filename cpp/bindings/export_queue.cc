@@ -202,6 +202,8 @@ void BindExportQueue(py::module_& m) {
            [](percolite::ExportQueue& self, Tx& tx, py::bytes key, py::bytes value) {
              self.Add(tx, std::string(key), std::string(value));  // buffers only: keeps the GIL
            })
+      .def("name_sink",
+           [](percolite::ExportQueue& self, const std::string& sink) { self.NameSink(sink); })
       .def("counters",
            [](percolite::ExportQueue& self) {
              auto [batches, entries] = self.Counters();

@@ -48,6 +48,15 @@ double Uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(t_random);
 }
 
+// One lane per observer, and one for notifications no observer here runs.
+std::vector<std::shared_ptr<const SinkTurn>> SinksOf(const std::vector<Observer>& observers) {
+  std::vector<std::shared_ptr<const SinkTurn>> sinks;
+  sinks.reserve(observers.size() + 1);
+  for (const Observer& o : observers) sinks.push_back(o.sink);
+  sinks.emplace_back();
+  return sinks;
+}
+
 }  // namespace
 
 Workers::Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer> observers,
@@ -56,7 +65,7 @@ Workers::Workers(std::shared_ptr<TransactionSource> source, std::vector<Observer
       backend_(source->backend()),
       observers_(std::move(observers)),
       options_(options),
-      ready_(std::make_unique<Lanes>(observers_.size() + 1)) {
+      ready_(std::make_unique<Lanes>(SinksOf(observers_))) {
   for (const Observer& o : observers_) {
     ObserverStats os;
     os.column = o.column;
@@ -575,14 +584,14 @@ void Workers::WorkerLoop() {
       lock.Lock();
       --active_;
       AfterRunLocked(committed.key, outcome, committed.run);
-      if (!ready_->empty()) work_cv_.Signal();
+      if (ready_->CanTake()) work_cv_.Signal();
       if (IdleLocked()) idle_cv_.SignalAll();
       continue;
     }
     const auto now = Clock::now();
     ReleaseDueLocked(now);
     if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
-    if (ready_->empty()) {
+    if (!ready_->CanTake()) {  // nothing ready, or only runs waiting for their sink
       if (delayed_.empty()) {
         work_cv_.Wait(&mu_);
       } else {
@@ -624,7 +633,7 @@ void Workers::WorkerLoop() {
     --active_;
     ready_->Done(lane);
     if (!submitted) AfterRunLocked(key, outcome, report);
-    if (!ready_->empty()) work_cv_.Signal();
+    if (ready_->CanTake()) work_cv_.Signal();  // a run that waited for this sink
     if (IdleLocked()) idle_cv_.SignalAll();
   }
 }

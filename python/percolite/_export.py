@@ -179,13 +179,17 @@ class _Forwarded:
     batch). Each exporter's native path is made once and kept while the
     exporter lives."""
 
-    def __init__(self, forward_to: Callable[[], Any], kl: Any, vl: Any) -> None:
+    def __init__(
+        self, forward_to: Callable[[], Any], kl: Any, vl: Any, on_target: Callable[[Any], None]
+    ) -> None:
         self.forward_to, self.kl, self.vl = forward_to, kl, vl
+        self.on_target = on_target  # told of the target at each batch
         self.made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
 
     def __call__(self) -> Any:
         target = self.forward_to()
+        self.on_target(target)
         make = _native_maker(target)
         if make is None:
             return None
@@ -268,6 +272,9 @@ class ExportQueue(Generic[K, V]):
             core_attempts,
             self._native_sink,
         )
+        # A forwarding exporter's sink is named at its first batch.
+        self._sink_name = ""
+        self._name_sink(exporter)
 
     def _make_native_sink(self, kl: Any, vl: Any) -> tuple[Any, str]:
         """The core's native path to a built-in sink (it applies batches
@@ -287,11 +294,23 @@ class ExportQueue(Generic[K, V]):
         if os.environ.get("PERCOLITE_NATIVE_SINKS", "1") == "0":
             return None, "python: PERCOLITE_NATIVE_SINKS=0"
         if make is None:
-            choose = _Forwarded(forward_to, kl, vl)
+            choose = _Forwarded(forward_to, kl, vl, self._name_sink)
             why = "forwarded: native when forward_to() returns a built-in SQLite or PostgreSQL sink"
             return _core.chosen_native_sink(choose), why
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"
+
+    def _name_sink(self, exporter: Any) -> None:
+        """Names to the core the sink ``exporter`` writes, when that sink
+        takes one writer at a time (its ``exclusive_sink``: a built-in
+        SQLite exporter's database): the runs of queues that name the same
+        sink take turns in each worker pool, rather than hold threads that
+        would wait for each other's writes."""
+        name = getattr(exporter, "exclusive_sink", None)
+        name = name if isinstance(name, str) else ""
+        if name != self._sink_name:
+            self._sink_name = name
+            self._core.name_sink(name)
 
     def delivered(self) -> dict[str, Any]:
         """How this queue delivers its batches: ``{"delivery"}`` as the
@@ -314,6 +333,8 @@ class ExportQueue(Generic[K, V]):
         (built-in codecs), else they come as ``(key, value, seq)`` bytes."""
         kc, vc, exporter = self.key_codec, self.value_codec, self.exporter
         transient = self.transient_errors
+        forward_to = getattr(exporter, "forward_to", None)
+        forward_to = forward_to if callable(forward_to) else None
 
         queue_id = self.id
 
@@ -329,6 +350,8 @@ class ExportQueue(Generic[K, V]):
                         for k, v, seq in items
                     )
                 entries.queue, entries.store, entries.epoch = queue_id, store, epoch
+                if forward_to is not None:
+                    self._name_sink(forward_to())
                 exporter(entries)
                 if _injected.exporter_fails is not None and _injected.exporter_fails():
                     raise InjectedFault("an exporter failure injected by the simulation")

@@ -1,11 +1,14 @@
 // Notifications and the worker pool on their own (notifications.h,
 // workers.h), over each backend: no Env, just a backend, a TransactionSource
 // and a Workers pool, as the layers stack.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -411,4 +414,95 @@ TEST_CASE("BeginRun holds a run open for FinishRun: overlapping runs conflict, f
     dropped.transaction->Abort();
   }
   CHECK(workers.Runnable().size() == 1);
+}
+
+TEST_CASE("Observers that name one sink take turns; a free thread serves others meanwhile",
+          "[workers]") {
+  // Three threads; observers "a" and "b" name the same sink, "c" none. Each
+  // run of a or b holds the sink (counted) until the test lets it go; c's
+  // runs return at once. While a run of a or b holds the sink, no other of
+  // theirs starts, and c's runs all commit (a free thread serves c rather
+  // than wait for the sink). Then the sink's runs go one at a time.
+  Layers layers(PERCOLITE_EACH_BACKEND());
+  auto& backend = layers.backend;
+  auto& source = layers.source;
+  const ObservedColumn a_column{"a", "x", NotifyKind::kStrong, "a"};
+  const ObservedColumn b_column{"b", "x", NotifyKind::kStrong, "b"};
+  const ObservedColumn c_column{"c", "x", NotifyKind::kStrong, "c"};
+  backend->SetObservedColumns({a_column, b_column, c_column});
+  auto sink = std::make_shared<percolite::SinkTurn>();
+  sink->Name("sqlite:/tmp/one.db");
+  std::mutex mu;
+  std::condition_variable cv;
+  int holding = 0, most_holding = 0, sink_runs = 0, c_runs = 0;
+  bool let_go = false;
+  auto holds_sink = [&](const std::shared_ptr<Transaction>&, const Cell&) {
+    std::unique_lock<std::mutex> lock(mu);
+    most_holding = std::max(most_holding, ++holding);
+    ++sink_runs;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::seconds(20), [&] { return let_go; });
+    --holding;
+    return Status::Ok();
+  };
+  Observer a{a_column, holds_sink};
+  Observer b{b_column, holds_sink};
+  a.sink = sink;
+  b.sink = sink;
+  Observer c{c_column, [&](const std::shared_ptr<Transaction>&, const Cell&) {
+               std::lock_guard<std::mutex> lock(mu);
+               ++c_runs;
+               cv.notify_all();
+               return Status::Ok();
+             }};
+  percolite::WorkerOptions options;
+  options.threads = 3;
+  percolite::Workers workers(source, {a, b, c}, options);
+  workers.Start();
+  {
+    auto tx = source->Begin();
+    for (int i = 0; i < 4; ++i) {
+      const std::string row = "r" + std::to_string(i);
+      tx->Set(Ref(Cell{row, "a", "x"}), "1");
+      tx->Set(Ref(Cell{row, "b", "x"}), "1");
+      tx->Set(Ref(Cell{row, "c", "x"}), "1");
+    }
+    tx->Commit();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    REQUIRE(
+        cv.wait_for(lock, std::chrono::seconds(20), [&] { return c_runs >= 4 && sink_runs >= 1; }));
+    CHECK(sink_runs == 1);  // the other seven wait for the sink
+    CHECK(holding == 1);
+    let_go = true;
+    cv.notify_all();
+  }
+  REQUIRE(workers.WaitIdle(30));
+  workers.Stop();
+  CHECK(sink_runs == 8);
+  CHECK(most_holding == 1);
+  CHECK(backend->PendingNotifications() == 0);
+
+  // Named no more, the sink's runs go side by side again.
+  sink->Name("");
+  let_go = false;
+  sink_runs = 0;
+  percolite::Workers again(source, {a, b, c}, options);
+  again.Start();
+  {
+    auto tx = source->Begin();
+    tx->Set(Ref(Cell{"s", "a", "x"}), "2");
+    tx->Set(Ref(Cell{"s", "b", "x"}), "2");
+    tx->Commit();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    CHECK(cv.wait_for(lock, std::chrono::seconds(20), [&] { return holding == 2; }));
+    let_go = true;
+    cv.notify_all();
+  }
+  REQUIRE(again.WaitIdle(30));
+  again.Stop();
+  CHECK(most_holding == 2);
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import random
 import sqlite3
 from collections import defaultdict
@@ -626,3 +627,35 @@ def test_large_batches_of_keys_of_every_length_are_exported_whole(backend, store
     assert sorted((e.key, e.value) for e in delivered) == sorted(
         (key, n) for n, key in enumerate(keys)
     )
+
+
+def test_queues_that_write_one_exclusive_sink_take_turns(backend, tmp_path):
+    """Export queues whose exporters name the same ``exclusive_sink`` (a
+    sink that takes one writer at a time) never call them at once in a
+    worker pool: a free thread runs other work instead of waiting for the
+    sink. A forwarding exporter's sink is its target's, learnt at its first
+    batch. Queues that name none are called side by side (four threads,
+    200 entries per queue in batches of 5)."""
+    out = child(
+        children.export_queue.exclusive_sinks_take_turns, backend, path=str(tmp_path / "store")
+    )
+    assert out["idle"] is True and out["left"] == 0
+    assert out["most"]["s"] == 1, "two calls on sink s went at once"
+    assert out["calls"]["one"] >= 40 and out["calls"]["two"] >= 40
+    assert out["most"]["free"] >= 2, "queues that name no sink are called side by side"
+
+
+def test_sqlite_exporters_of_one_database_name_one_exclusive_sink(tmp_path):
+    """The SQLite exporter names its database by its real path, so two
+    exporters of one file, through a symbolic link or not, share the turn;
+    another file is another sink, and PostgreSQL takes concurrent writers."""
+    (tmp_path / "db").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "db")
+    a = percolite.exporters.SQLite(tmp_path / "db" / "sink.sqlite", "a")
+    b = percolite.exporters.SQLite(link / "sink.sqlite", "b")
+    c = percolite.exporters.SQLite(tmp_path / "other.sqlite", "c")
+    real = os.path.realpath(tmp_path / "db" / "sink.sqlite")
+    assert a.exclusive_sink == b.exclusive_sink == f"sqlite:{real}"
+    assert c.exclusive_sink != a.exclusive_sink
+    assert getattr(percolite.exporters.Postgres, "exclusive_sink", None) is None

@@ -1,9 +1,10 @@
 // percolite/export_queue.h: the export queue (after Fluo Recipes'
 // ExportQueue): only committed data leaves for external systems.
 //
-// Thread safety: an ExportQueue is immutable after construction; Add and the
-// processor may run on any threads at once. The exporter may be called from
-// several worker threads (different buckets) and processes at once.
+// Thread safety: an ExportQueue is immutable after construction, but for the
+// name of its sink (NameSink, atomic); Add and the processor may run on any
+// threads at once. The exporter may be called from several worker threads
+// (different buckets) and processes at once.
 //
 // Contract
 // - Add(tx, key, value) queues an entry as a stamped write (backend.h) in the
@@ -258,8 +259,15 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
   // named "export queue <id>", retried without limit (the queue parks its
   // poison keys itself, after options().max_attempts, and an outage is
   // retried until the sink is back; parking the bucket's notification would
-  // stop all its keys), waiting for each commit.
+  // stop all its keys), waiting for each commit, its runs taking turns on
+  // the sink NameSink names.
   Observer AsObserver() const;
+  // Names the sink the exporter writes when it takes one writer at a time
+  // ("" for none; notifications.h, SinkTurn): the runs of queues naming the
+  // same sink then take turns in each worker pool (workers.h, "Sinks").
+  // May be called at any time, from any thread (the exporter's sink may be
+  // chosen only when it is first called).
+  void NameSink(std::string_view sink) const { sink_->Name(sink); }
 
   // Rows holding queued entries start with this prefix (for depth reports).
   std::string EntryRowPrefix() const { return options_.id + ":e:"; }
@@ -278,6 +286,7 @@ class ExportQueue : public std::enable_shared_from_this<ExportQueue> {
   const ExportQueueOptions options_;
   const std::string family_;  // "eq:<id>"
   const std::shared_ptr<queue_rows::Linger> linger_;
+  const std::shared_ptr<SinkTurn> sink_ = std::make_shared<SinkTurn>();
   mutable std::atomic<uint64_t> batches_{0};
   mutable std::atomic<uint64_t> entries_{0};
 };

@@ -31,9 +31,11 @@
 // commit; the worker layer (workers.h) finds notifications and runs observers.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 
 #include "percolite/backend.h"
 #include "percolite/encoding.h"
@@ -53,6 +55,25 @@ using ObserverFn =
 constexpr uint32_t kDefaultMaxAttempts = 10;
 constexpr uint32_t kMaxAttemptsLimit = 1000000;
 
+// The sink an observer's runs write, when that sink takes one writer at a
+// time (an SQLite database): runs of observers that name the same sink take
+// turns in a worker pool (workers.h, "Sinks"). An exporter may learn its sink
+// only when it is first called (one chosen by configuration), so the name
+// may be set at any time, from any thread, and is read at each scheduling.
+class SinkTurn {
+ public:
+  // "" names none. Names are compared by a 64-bit hash: two sinks whose
+  // names collide would only take turns when they need not.
+  void Name(std::string_view sink) {
+    id_.store(sink.empty() ? 0 : (StableHash64(sink) | 1), std::memory_order_relaxed);
+  }
+  // 0 when none is named, else the same value for the same name.
+  uint64_t id() const { return id_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> id_{0};
+};
+
 struct Observer {
   ObservedColumn column;
   ObserverFn fn;
@@ -63,6 +84,8 @@ struct Observer {
   // other buckets sooner, in more and smaller batches that compete with the
   // commits feeding them.
   bool wait_for_commit = false;
+  // The sink its runs write, or null (SinkTurn).
+  std::shared_ptr<const SinkTurn> sink;
 };
 
 }  // namespace percolite

@@ -53,7 +53,9 @@ ObservedColumn ExportQueue::NotifyColumn() const {
 }
 
 Observer ExportQueue::AsObserver() const {
-  return queue_rows::ProcessorObserver(kKind, options_.id, family_, Processor());
+  Observer observer = queue_rows::ProcessorObserver(kKind, options_.id, family_, Processor());
+  observer.sink = sink_;
+  return observer;
 }
 
 ObserverFn ExportQueue::Processor() const {

@@ -1,24 +1,34 @@
 // Lanes: the ready notifications of a worker pool, one FIFO ("lane") per
 // observer (workers.h, "Scheduling"). Take serves the lane with the fewest
 // runs going, ties in turn, so an observer whose runs are slow cannot hold
-// every thread while other observers have work.
+// every thread while other observers have work. A lane whose observer names
+// a sink (notifications.h, SinkTurn) waits while a run of any lane naming
+// the same sink is going (workers.h, "Sinks").
 //
 // Thread safety: none; the pool guards its Lanes with its own mutex.
 #pragma once
 
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "percolite/notifications.h"
 
 namespace percolite {
 
 class Lanes {
  public:
-  explicit Lanes(size_t count) : queues_(count), running_(count, 0) {}
+  // One lane per entry of `sinks`: the sink its runs write, or null.
+  explicit Lanes(std::vector<std::shared_ptr<const SinkTurn>> sinks)
+      : queues_(sinks.size()), running_(sinks.size(), 0), sinks_(std::move(sinks)) {}
   void Push(size_t lane, std::string key);
-  // Requires !empty(). The run it hands out counts as going until Done(lane).
+  // Whether Take has a run to hand out: a lane with a key whose sink has no
+  // run going.
+  bool CanTake() const { return Pick() != kNone; }
+  // Requires CanTake(). The run it hands out counts as going until Done(lane).
   std::pair<size_t, std::string> Take();
   void Done(size_t lane) { --running_[lane]; }
   bool empty() const { return size_ == 0; }
@@ -27,8 +37,14 @@ class Lanes {
   void Clear();
 
  private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  uint64_t SinkOf(size_t lane) const { return sinks_[lane] ? sinks_[lane]->id() : 0; }
+  // The lane Take serves, or kNone.
+  size_t Pick() const;
+
   std::vector<std::deque<std::string>> queues_;
   std::vector<int> running_;
+  const std::vector<std::shared_ptr<const SinkTurn>> sinks_;
   size_t size_ = 0;
   size_t next_ = 0;  // where ties start
 };

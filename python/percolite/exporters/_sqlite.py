@@ -85,7 +85,10 @@ class SQLite(_SQLExporter):
     whatever the umask; SQLite gives its ``-wal`` and ``-shm`` files the
     same). Each call is one ``BEGIN IMMEDIATE``
     transaction; ``timeout`` is the busy timeout in seconds. The database is
-    switched to WAL mode.
+    switched to WAL mode. SQLite takes one writer at a time, so the export
+    queues whose exporters write one database take turns in each worker
+    pool, by ``exclusive_sink`` (``"sqlite:"`` and the file's real path),
+    rather than hold threads that would wait for each other's writes.
 
     ``rows`` makes the table hold row groups: an entry's value is the
     group's rows ``{row key: value}``, which replace the group's rows.
@@ -139,6 +142,7 @@ class SQLite(_SQLExporter):
             )
         self.timeout: float = float(check_positive_seconds(timeout, "timeout"))
         self._set_up(_Layout(table, key, columns, rows, seq, makes_rows), create)
+        self.exclusive_sink: str = "sqlite:" + os.path.realpath(self.path)
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits: one
         # lock per file, for the exporters of several queues writing it.

@@ -584,3 +584,66 @@ def sqlite_sink(backend, path, sink_file):
     )
     env.close()
     exporter.close()
+
+
+class _Turns:
+    """An exporter that counts the calls going at once per sink name."""
+
+    going: dict = {}
+    most: dict = {}
+    calls: dict = {}
+
+    def __init__(self, exclusive_sink, label):
+        self.exclusive_sink = exclusive_sink
+        self.label = label
+
+    def __call__(self, entries):
+        name = self.exclusive_sink or self.label
+        with lock:
+            going = self.going[name] = self.going.get(name, 0) + 1
+            self.most[name] = max(self.most.get(name, 0), going)
+            self.calls[self.label] = self.calls.get(self.label, 0) + 1
+        time.sleep(0.01)  # long enough for the other threads to start calls
+        with lock:
+            self.going[name] -= 1
+
+
+class _ForwardsTo:
+    """A forwarding exporter (forward_to()): its sink is learnt from its target."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, entries):
+        self.forward_to()(entries)
+
+    def forward_to(self):
+        return self.target
+
+
+def exclusive_sinks_take_turns(backend, path):
+    """Queues "one" and "two" (a forwarder) write sink "s"; "free" and
+    "loose" name none. Four worker threads, batches of 5."""
+    app = percolite.App()
+    one = app.export_queue("one", _Turns("s", "one"), buckets=4, batch_size=5)
+    two = app.export_queue("two", _ForwardsTo(_Turns("s", "two")), buckets=4, batch_size=5)
+    free = app.export_queue("free", _Turns(None, "free"), buckets=4, batch_size=5)
+    env = open_store(backend, path, app=app, sync="none")
+    env.start_workers(4)
+    with env.transaction() as tx:  # the forwarder's first batch names its sink
+        two.add(tx, "first", 1)
+    assert env.wait(timeout=30)
+    _Turns.most.clear()
+    for start in range(0, 200, 20):
+        with env.transaction() as tx:
+            for i in range(start, start + 20):
+                for queue in (one, two, free):
+                    queue.add(tx, f"k{i:03d}", i)
+    idle = env.wait(timeout=60)
+    emit(
+        idle=idle,
+        most=_Turns.most,
+        calls=_Turns.calls,
+        left=sum(depth(env, q) for q in (one, two, free)),
+    )
+    env.stop_workers()
