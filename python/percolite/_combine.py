@@ -35,12 +35,12 @@ from ._observer import ObserverTransaction
 from ._queue_rows import queue_depth
 from ._queues import (
     accepts,
+    adding_transaction,
     check_linger,
     check_queue_options,
     encode_or_raise,
     require_transaction,
 )
-from ._transaction import Transaction
 from .codecs import Codec, get_codec, native_layout
 
 if TYPE_CHECKING:
@@ -262,14 +262,7 @@ class CombineQueue(Generic[K, V]):
         Every key and update is encoded first: if one cannot be, nothing is
         queued and the error names it."""
         native = self._native_codecs
-        if isinstance(tx, Transaction) and (
-            (app := tx.app) is None or app.queues.get(self.id) is self
-        ):
-            # The common case, with no error text built: a queue of the app
-            # bound to the store (or of none).
-            core_tx = tx.core
-        else:
-            core_tx = require_transaction(tx, f"combine queue {self.id!r}: add", self)
+        core_tx = adding_transaction(tx, "combine queue", self)
         if native is not None and self._core.add_native(core_tx, updates, *native):
             return  # encoded in C++: a dict or list of pairs of the codecs' exact types
         what = f"combine queue {self.id!r}"

@@ -36,10 +36,10 @@ from ._log import failure_text
 from ._queue_rows import queue_depth
 from ._queues import (
     accepts,
+    adding_transaction,
     check_linger,
     check_queue_options,
     encode_or_raise,
-    require_transaction,
 )
 from .codecs import Codec, get_codec, native_layout
 from .errors import SinkRefused, SinkUnavailable
@@ -385,16 +385,16 @@ class ExportQueue(Generic[K, V]):
         ``tx`` commits. ``value=None`` exports a deletion of ``key``. Key and
         value are encoded first: if either cannot be, nothing is queued and
         the error names it."""
-        core_tx = require_transaction(tx, f"export queue {self.id!r}: add", self)
-        k = encode_or_raise(self.key_codec, key, f"export queue {self.id!r}: key {key!r}")
-        if value is None:
-            v = _DELETED
-        else:
-            v = _PRESENT + encode_or_raise(
-                self.value_codec,
-                value,
-                f"export queue {self.id!r}: value {value!r} for key {key!r}",
-            )
+        core_tx = adding_transaction(tx, "export queue", self)
+        try:
+            k = self.key_codec.encode(key)
+            v = _DELETED if value is None else _PRESENT + self.value_codec.encode(value)
+        except (TypeError, ValueError):
+            # Encoded again to name what failed (no text is built for an add that works).
+            encode_or_raise(self.key_codec, key, f"export queue {self.id!r}: key {key!r}")
+            what = f"export queue {self.id!r}: value {value!r} for key {key!r}"
+            encode_or_raise(self.value_codec, value, what)
+            raise
         self._core.add(core_tx, k, v)
 
     def depth(self, tx: Transaction) -> int:

@@ -21,6 +21,7 @@ __all__ = [
     "check_linger",
     "check_queue_options",
     "core_spec",
+    "adding_transaction",
     "encode_or_raise",
     "require_transaction",
 ]
@@ -99,6 +100,17 @@ def require_transaction(tx: Any, what: str, queue: Any = None) -> Any:
                 "on that app, or bind the app that declares it"
             )
     return tx.core
+
+
+def adding_transaction(tx: Any, kind: str, queue: Any) -> Any:
+    """:func:`require_transaction` for ``queue.add`` (``kind``: "combine
+    queue", "export queue"), building no error text in the common case: a
+    queue of the app bound to the store, or of none."""
+    if isinstance(tx, Transaction) and (
+        (app := tx.app) is None or app.queues.get(queue.id) is queue
+    ):
+        return tx.core
+    return require_transaction(tx, f"{kind} {queue.id!r}: add", queue)
 
 
 def encode_or_raise(codec: Codec[Any], obj: Any, what: str) -> bytes:
