@@ -591,7 +591,8 @@ void Workers::WorkerLoop() {
     const auto now = Clock::now();
     ReleaseDueLocked(now);
     if (waiters_ > 0 || now < external_hurry_until_) HurryLocked();
-    if (!ready_->CanTake()) {  // nothing ready, or only runs waiting for their sink
+    auto taken = ready_->Take();
+    if (!taken) {  // nothing ready, or only runs waiting for their sink
       if (delayed_.empty()) {
         work_cv_.Wait(&mu_);
       } else {
@@ -602,7 +603,7 @@ void Workers::WorkerLoop() {
       }
       continue;
     }
-    auto [lane, key] = ready_->Take();
+    auto [lane, key] = std::move(*taken);
     auto it = entries_.find(key);
     if (it != entries_.end() && it->second.hurry_ready) {
       it->second.hurry_ready = false;

@@ -272,8 +272,7 @@ class ExportQueue(Generic[K, V]):
             core_attempts,
             self._native_sink,
         )
-        # A forwarding exporter's sink is named at its first batch.
-        self._sink_name = ""
+        # A forwarding exporter's sink is named at each of its batches.
         self._name_sink(exporter)
 
     def _make_native_sink(self, kl: Any, vl: Any) -> tuple[Any, str]:
@@ -307,10 +306,8 @@ class ExportQueue(Generic[K, V]):
         sink take turns in each worker pool, rather than hold threads that
         would wait for each other's writes."""
         name = getattr(exporter, "exclusive_sink", None)
-        name = name if isinstance(name, str) else ""
-        if name != self._sink_name:
-            self._sink_name = name
-            self._core.name_sink(name)
+        # Named every time (an atomic store): runs naming at once agree.
+        self._core.name_sink(name if isinstance(name, str) else "")
 
     def delivered(self) -> dict[str, Any]:
         """How this queue delivers its batches: ``{"delivery"}`` as the

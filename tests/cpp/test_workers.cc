@@ -19,6 +19,7 @@
 #include "percolite/transaction.h"
 #include "percolite/workers.h"
 #include "test_util.h"
+#include "workers/lanes.h"
 
 namespace {
 
@@ -505,4 +506,50 @@ TEST_CASE("Observers that name one sink take turns; a free thread serves others 
   REQUIRE(again.WaitIdle(30));
   again.Stop();
   CHECK(most_holding == 2);
+}
+
+TEST_CASE("Lanes: sink lanes wait for their sink and go in the order they waited", "[workers]") {
+  // Lanes 0, 1 and 2 write sink s, lane 3 none (a feeder). While the sink
+  // has a run going, only the feeder's runs are handed out; when it ends,
+  // the sink lane served least recently goes, so the three take turns
+  // rather than the first in lane order winning every time.
+  auto s = std::make_shared<percolite::SinkTurn>();
+  s->Name("sqlite:/tmp/s.db");
+  percolite::Lanes lanes({s, s, s, nullptr});
+  for (size_t lane = 0; lane < 3; ++lane) {
+    for (int i = 0; i < 2; ++i) lanes.Push(lane, std::to_string(lane) + ":" + std::to_string(i));
+  }
+  std::vector<size_t> sink_order;
+  for (int round = 0; round < 6; ++round) {
+    auto run = lanes.Take();
+    REQUIRE(run);
+    sink_order.push_back(run->first);
+    lanes.Push(3, "feeder" + std::to_string(round));
+    auto feeder = lanes.Take();  // the sink is busy: only the feeder goes
+    REQUIRE(feeder);
+    CHECK(feeder->first == 3);
+    CHECK_FALSE(lanes.CanTake());
+    CHECK_FALSE(lanes.Take());
+    lanes.Done(3);
+    lanes.Done(run->first);
+  }
+  CHECK(sink_order == std::vector<size_t>{0, 1, 2, 0, 1, 2});
+  CHECK(lanes.empty());
+
+  // A sink named while a run of its lane is going: the lane's next run
+  // waits from the next choice on; unnamed again, runs go side by side.
+  auto late = std::make_shared<percolite::SinkTurn>();
+  percolite::Lanes two({late, late});
+  two.Push(0, "a");
+  two.Push(0, "b");
+  two.Push(1, "c");
+  auto first = two.Take();
+  REQUIRE(first);
+  late->Name("sqlite:/tmp/late.db");
+  CHECK_FALSE(two.CanTake());
+  CHECK_FALSE(two.Take());
+  late->Name("");
+  CHECK(two.Take());
+  CHECK(two.Take());
+  CHECK(two.empty());
 }

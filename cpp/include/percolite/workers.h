@@ -20,17 +20,19 @@
 //   other pools' work is pending, and at once while this pool has runs going
 //   or nothing pending.
 // - Scheduling: ready notifications wait in one FIFO per observer, and a free
-//   thread serves the observer with the fewest runs going (ties in turn). So
-//   one observer whose runs are slow or wait on something (an exporter on its
-//   sink) cannot hold every thread while other observers have work; alone, it
-//   gets them all.
+//   thread serves the observer with the fewest runs going (ties: the one
+//   served least recently). So one observer whose runs are slow or wait on
+//   something (an exporter on its sink) cannot hold every thread while other
+//   observers have work; alone, it gets them all.
 // - Sinks: the runs of observers that name the same sink (Observer::sink,
 //   notifications.h: an SQLite database, which takes one writer at a time)
 //   take turns: while one of them runs, a free thread serves other
 //   observers, or waits, rather than start another that would only wait
-//   for the sink's write lock. Export queues name their exporter's sink
-//   (export_queue.h, NameSink). Turns are per pool: the pools of other
-//   processes go on, and the sink's own lock keeps its writes in turn.
+//   for the sink's write lock; when the run ends, the observer that waited
+//   longest goes. Export queues name their exporter's sink (export_queue.h,
+//   NameSink). A sink named while a run of it is going counts from the
+//   pool's next choice. Turns are per pool: the pools of other processes go
+//   on, and the sink's own lock keeps its writes in turn.
 // - Sharing: by lease (WorkerOptions::worker_count 0), each pool takes the
 //   partitions leases.h assigns to its lease, and takes over those of pools
 //   whose lease lapsed; with worker_count n, pool `worker_index` takes the

@@ -17,10 +17,12 @@ size_t Lanes::Pick() const {
     if (running_[lane] > 0 && SinkOf(lane) != 0) busy.push_back(SinkOf(lane));
   }
   size_t best = kNone;
-  for (size_t i = 0; i < queues_.size(); ++i) {
-    const size_t lane = (next_ + i) % queues_.size();
+  for (size_t lane = 0; lane < queues_.size(); ++lane) {
     if (queues_[lane].empty()) continue;
-    if (best != kNone && running_[lane] >= running_[best]) continue;
+    if (best != kNone && (running_[lane] > running_[best] ||
+                          (running_[lane] == running_[best] && served_[lane] >= served_[best]))) {
+      continue;
+    }
     const uint64_t sink = SinkOf(lane);
     if (sink != 0 && std::find(busy.begin(), busy.end(), sink) != busy.end()) continue;
     best = lane;
@@ -28,14 +30,15 @@ size_t Lanes::Pick() const {
   return best;
 }
 
-std::pair<size_t, std::string> Lanes::Take() {
+std::optional<std::pair<size_t, std::string>> Lanes::Take() {
   const size_t best = Pick();
-  next_ = (best + 1) % queues_.size();
+  if (best == kNone) return std::nullopt;
   std::string key = std::move(queues_[best].front());
   queues_[best].pop_front();
   --size_;
   ++running_[best];
-  return {best, std::move(key)};
+  served_[best] = ++takes_;
+  return std::make_pair(best, std::move(key));
 }
 
 void Lanes::Clear() {

@@ -1,16 +1,20 @@
 // Lanes: the ready notifications of a worker pool, one FIFO ("lane") per
 // observer (workers.h, "Scheduling"). Take serves the lane with the fewest
-// runs going, ties in turn, so an observer whose runs are slow cannot hold
-// every thread while other observers have work. A lane whose observer names
-// a sink (notifications.h, SinkTurn) waits while a run of any lane naming
-// the same sink is going (workers.h, "Sinks").
+// runs going, ties to the lane served least recently, so an observer whose
+// runs are slow cannot hold every thread while other observers have work. A
+// lane whose observer names a sink (notifications.h, SinkTurn) waits while a
+// run of any lane naming the same sink is going (workers.h, "Sinks"); when
+// the sink frees, the lane that waited longest goes.
 //
-// Thread safety: none; the pool guards its Lanes with its own mutex.
+// Thread safety: none; the pool guards its Lanes with its own mutex. (A
+// sink's name may change meanwhile, from a run: Take decides once.)
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,13 +27,17 @@ class Lanes {
  public:
   // One lane per entry of `sinks`: the sink its runs write, or null.
   explicit Lanes(std::vector<std::shared_ptr<const SinkTurn>> sinks)
-      : queues_(sinks.size()), running_(sinks.size(), 0), sinks_(std::move(sinks)) {}
+      : queues_(sinks.size()),
+        running_(sinks.size(), 0),
+        served_(sinks.size(), 0),
+        sinks_(std::move(sinks)) {}
   void Push(size_t lane, std::string key);
-  // Whether Take has a run to hand out: a lane with a key whose sink has no
-  // run going.
+  // Whether Take would hand out a run now: a lane with a key whose sink has
+  // no run going. A hint for waking workers; Take decides.
   bool CanTake() const { return Pick() != kNone; }
-  // Requires CanTake(). The run it hands out counts as going until Done(lane).
-  std::pair<size_t, std::string> Take();
+  // The next run and its lane, counted as going until Done(lane); nullopt
+  // when no lane has one to hand out.
+  std::optional<std::pair<size_t, std::string>> Take();
   void Done(size_t lane) { --running_[lane]; }
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
@@ -44,9 +52,10 @@ class Lanes {
 
   std::vector<std::deque<std::string>> queues_;
   std::vector<int> running_;
+  std::vector<uint64_t> served_;  // when each lane last got a run (takes_ then)
   const std::vector<std::shared_ptr<const SinkTurn>> sinks_;
   size_t size_ = 0;
-  size_t next_ = 0;  // where ties start
+  uint64_t takes_ = 0;
 };
 
 }  // namespace percolite

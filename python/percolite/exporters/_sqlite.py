@@ -27,6 +27,10 @@ _FILE_LOCKS: dict[str, ForkSafeLock] = {}
 _FILE_LOCKS_LOCK = threading.Lock()
 
 
+# Rows per INSERT statement of _insert_rows, largest first.
+_STATEMENT_ROWS = (1024, 256, 64, 16, 4, 1)
+
+
 @functools.lru_cache(maxsize=64)
 def _values_clause(statement: str) -> tuple[str, str, str]:
     """``INSERT ... VALUES (?, ...) tail`` as its head (to ``VALUES ``),
@@ -146,7 +150,7 @@ class SQLite(_SQLExporter):
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits: one
         # lock per file, for the exporters of several queues writing it.
-        self._lock = _file_lock(self.path)
+        self._lock = _file_lock(os.path.realpath(self.path))
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
@@ -244,8 +248,9 @@ class SQLite(_SQLExporter):
 
     def _insert_rows(self, conn: sqlite3.Connection, statement: str, params: list[Any]) -> None:
         """Runs ``statement``, an ``INSERT ... VALUES (one row)``, for each
-        row of ``params``, in order, as statements of up to ``_CHUNK`` rows
-        (``VALUES (...), (...), ...``): each enters SQLite once, where
+        row of ``params``, in order, as statements of up to 1,024 rows
+        (``VALUES (...), (...), ...``; fewer where SQLite's limit on
+        variables says so): each enters SQLite once, where
         ``executemany`` enters it once per row and takes the interpreter's
         lock back between rows, waiting for it while other threads run
         Python, with the database's write lock held. Same rows, same order,
@@ -254,12 +259,19 @@ class SQLite(_SQLExporter):
         if not params:
             return
         head, one, tail = _values_clause(statement)
-        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        step = max(1, min(self._CHUNK, limit // len(params[0])))
-        for low in range(0, len(params), step):
-            chunk = params[low : low + step]
-            rows = ", ".join([one] * len(chunk))
-            conn.execute(f"{head}{rows}{tail}", list(chain.from_iterable(chunk)))
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(params[0])
+        at = 0
+        # Statements of a few fixed sizes (powers of 4), so that the
+        # connection's statement cache keeps a handful per layout rather
+        # than one of every size a batch happens to end with.
+        for rows in _STATEMENT_ROWS:
+            statements = (len(params) - at) // rows
+            if statements == 0 or (rows > limit and rows > 1):
+                continue
+            sql = f"{head}{', '.join([one] * rows)}{tail}"
+            for _ in range(statements):
+                conn.execute(sql, list(chain.from_iterable(params[at : at + rows])))
+                at += rows
 
     # Keys per statement that reads guard rows (SQLite allows 32,766 parameters).
     _GUARD_CHUNK = 500
