@@ -180,16 +180,20 @@ class _Forwarded:
     exporter lives."""
 
     def __init__(
-        self, forward_to: Callable[[], Any], kl: Any, vl: Any, on_target: Callable[[Any], None]
+        self,
+        forward_to: Callable[[], Any],
+        kl: Any,
+        vl: Any,
+        on_target: Callable[[Callable[[], Any]], None],
     ) -> None:
         self.forward_to, self.kl, self.vl = forward_to, kl, vl
-        self.on_target = on_target  # told of the target at each batch
+        self.on_target = on_target  # given the target at each batch
         self.made: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
 
     def __call__(self) -> Any:
         target = self.forward_to()
-        self.on_target(target)
+        self.on_target(lambda: target)
         make = _native_maker(target)
         if make is None:
             return None
@@ -273,6 +277,12 @@ class ExportQueue(Generic[K, V]):
             self._native_sink,
         )
         # A forwarding exporter's sink is named at each of its batches.
+        name = getattr(exporter, "exclusive_sink", None)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(
+                f"export queue {queue_id!r}: the exporter's exclusive_sink must be a str "
+                f"naming its sink, or None, not {type(name).__name__}"
+            )
         self._name_sink(exporter)
 
     def _make_native_sink(self, kl: Any, vl: Any) -> tuple[Any, str]:
@@ -293,11 +303,21 @@ class ExportQueue(Generic[K, V]):
         if os.environ.get("PERCOLITE_NATIVE_SINKS", "1") == "0":
             return None, "python: PERCOLITE_NATIVE_SINKS=0"
         if make is None:
-            choose = _Forwarded(forward_to, kl, vl, self._name_sink)
+            choose = _Forwarded(forward_to, kl, vl, self._follow_sink)
             why = "forwarded: native when forward_to() returns a built-in SQLite or PostgreSQL sink"
             return _core.chosen_native_sink(choose), why
         sink, why = make(self.exporter, kl, vl)
         return sink, why if sink is not None else f"python: {why}"
+
+    def _follow_sink(self, forward_to: Callable[[], Any]) -> None:
+        """Names the sink of the exporter a forwarding exporter's
+        ``forward_to()`` returns now, at a batch: best effort, since the
+        batch goes on either way (a target that cannot be had is the
+        forwarding exporter's to report, when it is called)."""
+        try:
+            self._name_sink(forward_to())
+        except Exception:
+            pass
 
     def _name_sink(self, exporter: Any) -> None:
         """Names to the core the sink ``exporter`` writes, when that sink
@@ -348,7 +368,7 @@ class ExportQueue(Generic[K, V]):
                     )
                 entries.queue, entries.store, entries.epoch = queue_id, store, epoch
                 if forward_to is not None:
-                    self._name_sink(forward_to())
+                    self._follow_sink(forward_to)
                 exporter(entries)
                 if _injected.exporter_fails is not None and _injected.exporter_fails():
                     raise InjectedFault("an exporter failure injected by the simulation")

@@ -659,3 +659,38 @@ def test_sqlite_exporters_of_one_database_name_one_exclusive_sink(tmp_path):
     assert a.exclusive_sink == b.exclusive_sink == f"sqlite:{real}"
     assert c.exclusive_sink != a.exclusive_sink
     assert getattr(percolite.exporters.Postgres, "exclusive_sink", None) is None
+
+
+def test_a_forwarder_whose_forward_to_raises_is_called_as_usual(tmp_path):
+    """Naming the sink never stands in a batch's way: when ``forward_to()``
+    raises, the forwarding exporter is called with the batch, as the
+    exporters' documentation says (here it keeps the entries itself)."""
+    kept = []
+
+    class Forwarder:
+        def __call__(self, entries):
+            kept.extend((e.key, e.value) for e in entries)
+
+        def forward_to(self):
+            raise RuntimeError("no sink chosen in this process")
+
+    app = percolite.App("forwarder")
+    out = app.export_queue("out", Forwarder(), value_codec="json", buckets=4, batch_size=8)
+    with percolite.open(tmp_path / "store", app=app, sync="none") as env:
+        env.run(lambda tx: [out.add(tx, f"k{i}", [i]) for i in range(40)])
+        assert env.process(2, timeout=30)["idle"]
+    assert sorted(kept) == sorted((f"k{i}", [i]) for i in range(40))
+
+
+@pytest.mark.parametrize("name", [5, b"sqlite:/tmp/db", ("a",)])
+def test_an_exclusive_sink_that_is_not_a_str_is_refused_at_declaration(name):
+    class Exporter:
+        exclusive_sink = name
+
+        def __call__(self, entries):
+            pass
+
+    app = percolite.App("named")
+    with pytest.raises(TypeError, match=r"export queue 'out': the exporter's exclusive_sink "):
+        app.export_queue("out", Exporter())
+    assert "out" not in app.queues
