@@ -47,6 +47,28 @@ def test_a_group_entry_replaces_the_groups_rows(target):
     ]
 
 
+def test_rows_a_group_keeps_are_updated_in_place(target):
+    """A group's new entry updates the rows it keeps (their anchor and seq)
+    rather than deleting and inserting them again: on SQLite a kept row
+    keeps its rowid. Rows it no longer has go; new rows come."""
+    exporter = groups(target)
+    exporter([E("a", {"x": "1", "y": "2", "z": "3"}, 1), E("b", {"x": "4"}, 1)])
+    table = target.table_name("links")
+    if target.kind == "sqlite":
+        before = dict(target.sql(f'SELECT target, rowid FROM "{table}" WHERE source = \'a\''))
+    exporter([E("a", {"x": "changed", "y": "2", "w": "new"}, 2)])
+    assert exporter.rows() == {"a": {"x": "changed", "y": "2", "w": "new"}, "b": {"x": "4"}}
+    assert table_rows(target, "links", "target, source, seq", "source, target") == [
+        ("w", "a", 2),
+        ("x", "a", 2),
+        ("y", "a", 2),
+        ("x", "b", 1),
+    ]
+    if target.kind == "sqlite":
+        after = dict(target.sql(f'SELECT target, rowid FROM "{table}" WHERE source = \'a\''))
+        assert (after["x"], after["y"]) == (before["x"], before["y"])
+
+
 def test_large_batches_of_groups_and_shared_rows_apply_whole(target):
     """Batches past one statement's worth of rows (SQLite inserts up to
     1,024 rows a statement): 3,001 group rows, a key given twice in one

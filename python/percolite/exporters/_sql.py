@@ -248,13 +248,17 @@ class _SQLExporter:
                 handle.executemany(statement, params)
 
         if layout.row_columns:
-            run(sql.delete_group, [(*row.key_cells, row.seq) for row in rows])
+            # The group's rows are upserted, then the rows it no longer has
+            # (an older seq) deleted: a row kept from the group's last entry
+            # is updated in place, not deleted and inserted again in every
+            # index (a re-crawled page keeps most of its links).
             inserts: list[tuple[Any, ...]] = []
             for row in rows:
                 if row.value_cells:
                     tail = (*row.key_cells, row.seq)
                     inserts += [cells + tail for cells in row.value_cells]
             self._insert_rows(handle, sql.insert_row, inserts)
+            run(sql.delete_group, [(*row.key_cells, row.seq) for row in rows])
         elif layout.makes_rows:
             deletes = [row.key_cells for row in rows if row.value_cells is None]
             run(sql.delete_row, deletes)

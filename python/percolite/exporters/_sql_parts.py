@@ -65,7 +65,7 @@ class _PartStatements(_Statements):
             )
 
         if layout.row_columns:
-            # The group's older rows go, then its rows are written.
+            # The group's rows are written (upserts), then its older rows go.
             self.delete_group = f"DELETE FROM {table} WHERE {match} AND {seq} < {mark}"
             # A row's parameters: its cells (row key, value), then the group's.
             self.insert_row = insert([*rows, *values, *keys, seq], [*rows, *keys], own)
