@@ -564,6 +564,14 @@ def targets(report: dict[str, Any]) -> list[Target]:
             "postgresql: hot keys, combine queue / the best hand-written INSERT ... ON CONFLICT",
             report["summary"].get("cq_vs_best_sql"),
             CQ_VS_SQL_TARGET,
+            "the server is the bound (this process used 0.24 of a core while loading): each "
+            "queue update costs the server about three row operations (its packed record "
+            "inserted, marked purged, deleted by the collector) against the hand-written "
+            "upsert's one. Folding is not what costs (1 bucket instead of 16: 1.6x the "
+            "updates/s; a linger changed nothing). Meeting it needs fewer records than "
+            "transactions: the updates of a whole group commit to one bucket in one record, "
+            "a change to every backend's writer not made yet "
+            '(bench/results/notes.md, "PostgreSQL: where a hot-key update\'s time goes").',
         ),
         Target(
             "postgresql: export sink, native path / the same upserts by hand (psycopg)",

@@ -197,6 +197,13 @@ def targets(report: dict[str, Any]) -> list[Target]:
             "simulation: LMDB with real workers seconds / simulation seconds",
             report["ratio"],
             1.0,
+            "the simulation takes every step in one thread, one at a time (that is what "
+            "makes a seed replay exactly): a transaction begun and committed on the memory "
+            "backend for each observer run and each fold, where the real run's worker "
+            "threads commit in groups, without the interpreter's lock, on both cores. Of "
+            "the simulation's time, 38% is the core beginning and finishing those runs and "
+            "most of the rest the scheduler's and the app's Python; no one step dominates "
+            '(bench/results/notes.md, "Simulation: where its time goes").',
         )
     ]
 

@@ -405,11 +405,15 @@ class Plot:
 @dataclass
 class Target:
     """A goal: ``measured`` (a ratio of two systems measured side by side,
-    ``None`` if the run did not measure it) should be at least ``target``."""
+    ``None`` if the run did not measure it) should be at least ``target``.
+    ``why``: what bounds the figure, with the measurements that show it,
+    printed under a verdict of NOT met (a target missed without a reason
+    says so)."""
 
     name: str
     measured: float | None
     target: float
+    why: str = ""
 
     @property
     def met(self) -> bool | None:
@@ -450,6 +454,8 @@ def format_targets(targets: Sequence[Target]) -> str:
             verdict = f"{'met' if target.met else 'NOT met'} ({format_ratio(target.measured)}x"
             verdict += f", needs >= {target.target:g}x)"
         lines.append(f"target: {target.name}: {verdict}")
+        if target.met is False and target.why:
+            lines.append(f"  why: {target.why}")
     return "\n".join(lines)
 
 

@@ -111,6 +111,22 @@ def target_rows(targets: Sequence[Target]) -> list[list[str]]:
 TARGET_HEADERS = ["target", "measured", "target ratio", "verdict"]
 
 
+def not_met_lines(targets: Sequence[Target]) -> list[str]:
+    """Markdown lines under a targets table: each target NOT met, with
+    what bounds it (``Target.why``); none when every target is met."""
+    missed = [target for target in targets if target.met is False]
+    if not missed:
+        return []
+    lines = ["Not met, and why:", ""]
+    for target in missed:
+        why = target.why or "no reason written yet."
+        lines.append(
+            f"- *{target.name}* ({format_ratio(target.measured)}x, needs >= {target.target:g}x): "
+            + why
+        )
+    return [*lines, ""]
+
+
 def format_targets_table(targets: Sequence[Target]) -> str:
     """The targets of every benchmark as a plain-text table, for the terminal."""
     return "Targets (measured ratio vs target)\n\n" + format_table(
@@ -164,6 +180,7 @@ def write_report(
         if every_target
         else "No benchmark with a target was run.",
         "",
+        *not_met_lines(every_target),
     ]
     path = out / REPORT_NAME
     out.mkdir(parents=True, exist_ok=True)
@@ -193,6 +210,7 @@ def _section_body(
     targets = contribution(module, "targets", report) or []
     if targets:
         lines += [markdown_table(TARGET_HEADERS, target_rows(targets)), ""]
+        lines += not_met_lines(targets)
     return lines, targets, pictures
 
 

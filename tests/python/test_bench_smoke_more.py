@@ -314,3 +314,28 @@ def test_no_benchmark_uses_another_ones_private_names() -> None:
                 names = [alias.name for alias in node.names if alias.name.startswith("_")]
                 borrowed += [f"{path.name}:{node.lineno}: {node.module}.{n}" for n in names]
     assert not borrowed, borrowed
+
+
+def test_every_target_missed_in_results_says_why(bench: ModuleType) -> None:
+    """Each target that the reports in ``bench/results/`` miss carries the
+    reason REPORT.md prints under its verdict; a missed target without one
+    is printed as such, and met targets are not listed."""
+    report_module = sys.modules["report"]
+    common = sys.modules["common"]
+    missed = []
+    for module in bench.BENCHMARKS:
+        path = BENCH_DIR / "results" / f"{module.NAME}.json"
+        if not path.exists() or not hasattr(module, "targets"):
+            continue
+        report = json.loads(path.read_text(encoding="utf-8"))
+        missed += [t for t in module.targets(report) if t.met is False]
+    assert [t.name for t in missed if not t.why.strip()] == []
+    lines = report_module.not_met_lines(missed)
+    for target in missed:
+        assert any(target.name in line and target.why in line for line in lines), target.name
+    met = common.Target("a met one", 2.0, 1.0, "")
+    bare = common.Target("a missed one", 0.5, 1.0)
+    assert report_module.not_met_lines([met]) == []
+    text = "\n".join(report_module.not_met_lines([met, bare]))
+    assert "a met one" not in text
+    assert "*a missed one* (0.500x, needs >= 1x): no reason written yet." in text
