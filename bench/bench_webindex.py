@@ -456,7 +456,7 @@ _RECORDS_WHY = (
     "the load is bound by the SQLite query database, which takes one writer at a time: "
     "the worker threads spent 23-53% of the load waiting for its write lock, and the "
     "figure moves around the target from run to run (5,044 pages/s, 1.01x, at 77f927c; "
-    "4,875, 0.975x, at e2522cc) "
+    "4,875, 0.975x, at e2522cc; 5,339, 1.07x, at 2af8322) "
     '(bench/results/notes.md, "Webindex: link records against one SQLite writer").'
 )
 
