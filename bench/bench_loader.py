@@ -891,6 +891,8 @@ def _user_why(
     )
     if native is not None and native < target:
         why += ", itself below the target: the lambda form cannot pass it here"
+    elif native:
+        why += f": the target asks the lambda form for {target / native:.0%} of the native rate"
     return why + " (bench/results/notes.md, \"Loader: the lambda form\")."
 
 
