@@ -445,8 +445,8 @@ def targets(report: dict[str, Any]) -> list[Target]:
 _RECRAWL_WHY = (
     "the re-crawl is a job of under a second whose every step after the parse is on the "
     "critical path: at 34bd66e the load (hashing 19,800 files, parsing the about 1,000 "
-    "changed) ended at 0.44-0.55 s and the run 0.40-0.42 s later. The "
-    "export of the re-crawl's changes (about 7,900 inlink rows and 5,600 page rows, one "
+    "changed) ended at 0.44-0.55 s and the run 0.40-0.42 s later. The export of the "
+    "re-crawl's changes (about 7,900 inlink rows and 5,600 entries for the pages, one "
     "SQLite writer at a time) alone took 0.30 s of that tail, and the two processes used "
     "1.05 s of CPU in 0.88 s of wall time. 5x would leave percolite under 0.2 s for "
     "everything past the parse "
