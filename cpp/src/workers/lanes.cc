@@ -1,7 +1,5 @@
 #include "lanes.h"
 
-#include <algorithm>
-
 namespace percolite {
 
 void Lanes::Push(size_t lane, std::string key) {
@@ -9,13 +7,15 @@ void Lanes::Push(size_t lane, std::string key) {
   ++size_;
 }
 
+bool Lanes::SinkBusy(uint64_t sink) const {
+  for (size_t lane = 0; lane < queues_.size(); ++lane) {
+    if (running_[lane] > 0 && SinkOf(lane) == sink) return true;
+  }
+  return false;
+}
+
 size_t Lanes::Pick() const {
   if (size_ == 0) return kNone;
-  // The sinks with a run going (few: one per observer at most).
-  std::vector<uint64_t> busy;
-  for (size_t lane = 0; lane < queues_.size(); ++lane) {
-    if (running_[lane] > 0 && SinkOf(lane) != 0) busy.push_back(SinkOf(lane));
-  }
   size_t best = kNone;
   for (size_t lane = 0; lane < queues_.size(); ++lane) {
     if (queues_[lane].empty()) continue;
@@ -24,7 +24,7 @@ size_t Lanes::Pick() const {
       continue;
     }
     const uint64_t sink = SinkOf(lane);
-    if (sink != 0 && std::find(busy.begin(), busy.end(), sink) != busy.end()) continue;
+    if (sink != 0 && SinkBusy(sink)) continue;
     best = lane;
   }
   return best;

@@ -49,6 +49,8 @@ class Lanes {
   uint64_t SinkOf(size_t lane) const { return sinks_[lane] ? sinks_[lane]->id() : 0; }
   // The lane Take serves, or kNone.
   size_t Pick() const;
+  // Whether a run of a lane naming `sink` is going.
+  bool SinkBusy(uint64_t sink) const;
 
   std::vector<std::deque<std::string>> queues_;
   std::vector<int> running_;

@@ -21,6 +21,12 @@ from ._sql_layout import _column_types, _Layout, _Statements
 from ._sql_parts import _part_types, _PartStatements
 
 
+def _run_many(handle: Any, statement: str, params: list[Any]) -> None:
+    """Runs ``statement`` once for each row of ``params`` (none: nothing)."""
+    if params:
+        handle.executemany(statement, params)
+
+
 class _SQLExporter:
     """What the SQL exporters share; a subclass sets the class attributes and
     provides ``_connect`` and ``_exists``."""
@@ -234,19 +240,13 @@ class _SQLExporter:
     def _insert_rows(self, handle: Any, statement: str, params: list[Any]) -> None:
         """Runs ``statement``, an ``INSERT ... VALUES (one row)``, for each
         row of ``params``, in order."""
-        if params:
-            handle.executemany(statement, params)
+        _run_many(handle, statement, params)
 
     def _write_part(self, handle: Any, rows: list[Any]) -> None:
         """Writes the main table for ``rows`` of a row group or shared-row
         layout: entries newer than their guard rows, which the caller
         raised in its transaction."""
         layout, sql = self._layout, self._sql
-
-        def run(statement: str, params: list[Any]) -> None:
-            if params:
-                handle.executemany(statement, params)
-
         if layout.row_columns:
             # The group's rows are upserted, then the rows it no longer has
             # (an older seq) deleted: a row kept from the group's last entry
@@ -258,10 +258,10 @@ class _SQLExporter:
                     tail = (*row.key_cells, row.seq)
                     inserts += [cells + tail for cells in row.value_cells]
             self._insert_rows(handle, sql.insert_row, inserts)
-            run(sql.delete_group, [(*row.key_cells, row.seq) for row in rows])
+            _run_many(handle, sql.delete_group, [(*row.key_cells, row.seq) for row in rows])
         elif layout.makes_rows:
             deletes = [row.key_cells for row in rows if row.value_cells is None]
-            run(sql.delete_row, deletes)
+            _run_many(handle, sql.delete_row, deletes)
             upserts = [
                 (*row.key_cells, *row.value_cells, row.seq)
                 for row in rows
@@ -271,7 +271,7 @@ class _SQLExporter:
         else:
             empty = (None,) * len(layout.value_columns)
             updates = [(*(row.value_cells or empty), row.seq, *row.key_cells) for row in rows]
-            run(sql.update_row, updates)
+            _run_many(handle, sql.update_row, updates)
 
     @property
     def owner_table(self) -> str:

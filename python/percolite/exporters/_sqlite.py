@@ -146,11 +146,12 @@ class SQLite(_SQLExporter):
             )
         self.timeout: float = float(check_positive_seconds(timeout, "timeout"))
         self._set_up(_Layout(table, key, columns, rows, seq, makes_rows), create)
-        self.exclusive_sink: str = "sqlite:" + os.path.realpath(self.path)
+        real_path = os.path.realpath(self.path)
+        self.exclusive_sink: str = "sqlite:" + real_path
         # Calls of one process take turns here rather than in SQLite's busy
         # handler, which sleeps in steps of milliseconds while it waits: one
         # lock per file, for the exporters of several queues writing it.
-        self._lock = _file_lock(os.path.realpath(self.path))
+        self._lock = _file_lock(real_path)
 
     def _connect(self) -> sqlite3.Connection:
         # A new file gets exactly `mode`; SQLite gives its -wal and -shm files
