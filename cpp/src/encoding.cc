@@ -175,6 +175,29 @@ void AppendUint32BE(std::string* out, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
 }
 
+void AppendVarint32(std::string* out, uint32_t value) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7F) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+bool ReadVarint32(std::string_view in, size_t* pos, uint32_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift <= 28; shift += 7) {
+    if (*pos >= in.size()) return false;
+    const unsigned char byte = static_cast<unsigned char>(in[(*pos)++]);
+    result |= uint64_t{byte & 0x7Fu} << shift;
+    if ((byte & 0x80) == 0) {
+      if (result > UINT32_MAX) return false;
+      *value = static_cast<uint32_t>(result);
+      return true;
+    }
+  }
+  return false;
+}
+
 uint32_t ReadUint32BE(std::string_view bytes) {
   uint32_t value = 0;
   for (int i = 0; i < 4; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[i]);

@@ -185,7 +185,7 @@ bool Transaction::Purged(std::string_view key) const {
   return false;
 }
 
-void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
+void Transaction::AddStamped(const CellRef& cell, std::string_view value, bool joinable) {
   ValidateCell(cell);
   std::string key = EncodeCellKey(cell);
   MutexLock lock(&mu_);
@@ -195,6 +195,7 @@ void Transaction::AddStamped(const CellRef& cell, std::string_view value) {
   m.value.assign(value);
   m.stamped = true;
   m.stamp_seq = static_cast<uint32_t>(stamped_.size());
+  m.joinable = joinable;
   stamped_.push_back(std::move(m));
 }
 

@@ -124,6 +124,19 @@ TEST_CASE("In one batch, members writing disjoint cells both commit with consecu
   CHECK(CurrentStartTs(*store) == results[1].commit_ts);
 }
 
+TEST_CASE("On lmdb, the joinable records of one batch are stored as one, in commit order",
+          "[group-commit]") {
+  TempDir dir;
+  auto env = Env::Open(dir.path(), FastOptions());
+  std::shared_ptr<Store> store = std::dynamic_pointer_cast<Store>(env->backend());
+  const uint64_t start_ts = CurrentStartTs(*store);
+  std::vector<std::pair<uint64_t, std::vector<Mutation>>> batch;
+  for (auto& mutations : percolite_test::JoinableBatch()) {
+    batch.emplace_back(start_ts, std::move(mutations));
+  }
+  percolite_test::CheckJoinedBatch(*store, store->CommitBatchForTesting(batch));
+}
+
 TEST_CASE("Concurrent commits with sync=full share LMDB write transactions", "[group-commit]") {
   TempDir dir;
   percolite::BackendOptions options;

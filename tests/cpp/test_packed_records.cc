@@ -84,7 +84,7 @@ percolite::CombineQueueOptions Options(std::vector<std::vector<percolite::Change
 
 TEST_CASE("Packed records round-trip and malformed ones are refused", "[packed]") {
   std::string value;
-  percolite::queue_rows::AppendPackedHeader(&value, 3);
+  percolite::AppendPackedHeader(&value, 3);
   percolite::queue_rows::AppendPackedEntry(&value, "", "");
   percolite::queue_rows::AppendPackedEntry(&value, std::string(200, 'k'), std::string(300, '\0'));
   percolite::queue_rows::AppendPackedEntry(&value, "a", "b");
@@ -94,7 +94,7 @@ TEST_CASE("Packed records round-trip and malformed ones are refused", "[packed]"
   CHECK(entries[1] == std::make_pair(std::string(200, 'k'), std::string(300, '\0')));
   CHECK(entries[2] == std::make_pair(std::string("a"), std::string("b")));
   uint32_t count = 0;
-  REQUIRE(percolite::queue_rows::PackedCount(value, &count));
+  REQUIRE(percolite::PackedCount(value, &count));
   CHECK(count == 3);
   std::vector<std::pair<std::string_view, std::string_view>> out;
   CHECK_FALSE(percolite::queue_rows::DecodePacked(value.substr(0, value.size() - 1), &out));
@@ -109,6 +109,45 @@ TEST_CASE("Packed records round-trip and malformed ones are refused", "[packed]"
   out.clear();
   CHECK_FALSE(
       percolite::queue_rows::DecodePacked(std::string("\x01\xff\xff\xff\xff\xff", 6), &out));
+}
+
+TEST_CASE("Joined records hold both records' entries, within the limits", "[packed]") {
+  const auto record = [](uint32_t count, const std::string& body) {
+    std::string value;
+    percolite::AppendPackedHeader(&value, count);
+    return value + body;
+  };
+  std::string joined;
+  percolite::AppendPackedHeader(&joined, 1);
+  percolite::queue_rows::AppendPackedEntry(&joined, "a", "1");
+  std::string more;
+  percolite::AppendPackedHeader(&more, 2);
+  percolite::queue_rows::AppendPackedEntry(&more, "b", "2");
+  percolite::queue_rows::AppendPackedEntry(&more, "a", "3");
+  REQUIRE(percolite::JoinPacked(&joined, more));
+  const auto entries = Decoded(joined);
+  using Entry = std::pair<std::string, std::string>;
+  CHECK(entries == std::vector<Entry>{{"a", "1"}, {"b", "2"}, {"a", "3"}});
+
+  // The count's varint grows a byte past 127 entries: the header is rewritten.
+  std::string big = record(127, std::string(127 * 2, '\0'));
+  REQUIRE(percolite::JoinPacked(&big, record(1, std::string(2, '\0'))));
+  CHECK(Decoded(big).size() == 128);
+  CHECK(big.size() == 3 + 128 * 2);
+
+  // Refused, and left as it was: past the entry or byte limit, or a header
+  // that does not decode.
+  std::string full = record(percolite::kPackedMaxEntries, "");
+  const std::string before = full;
+  CHECK_FALSE(percolite::JoinPacked(&full, record(1, "")));
+  CHECK(full == before);
+  std::string large = record(1, std::string(percolite::kPackedMaxBytes - 10, 'x'));
+  CHECK_FALSE(percolite::JoinPacked(&large, record(1, std::string(11, 'y'))));
+  CHECK(percolite::JoinPacked(&large, record(1, std::string(10, 'y'))));
+  std::string some = record(1, "xy");
+  CHECK_FALSE(percolite::JoinPacked(&some, std::string("\x02\x01xy", 4)));
+  CHECK_FALSE(percolite::JoinPacked(&some, ""));
+  CHECK(some == record(1, "xy"));
 }
 
 TEST_CASE("An add of many updates to one bucket writes one record", "[packed]") {
@@ -135,13 +174,13 @@ TEST_CASE("An add of many updates to one bucket writes one record", "[packed]") 
 
   // A very large add is split into records of at most kPackedMaxEntries.
   updates.clear();
-  for (size_t i = 0; i < percolite::queue_rows::kPackedMaxEntries + 5; ++i) {
+  for (size_t i = 0; i < percolite::kPackedMaxEntries + 5; ++i) {
     updates.emplace_back("big" + std::to_string(i), Int64(1));
   }
   Add(*env, *queue, updates);
   const auto big = Records(*env, "U");
   REQUIRE(big.size() == 2);
-  CHECK(Decoded(big[0].second).size() == percolite::queue_rows::kPackedMaxEntries);
+  CHECK(Decoded(big[0].second).size() == percolite::kPackedMaxEntries);
   CHECK(Decoded(big[1].second).size() == 5);
 }
 

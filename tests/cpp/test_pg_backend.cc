@@ -10,10 +10,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/pg_backend.h"
 #include "percolite/backend.h"
+#include "percolite/encoding.h"
 #include "percolite/open_backend.h"
 #include "percolite/pg_target.h"
 #include "test_util.h"
@@ -371,6 +373,30 @@ TEST_CASE("A batch holding a conflicting commit commits the others and reports t
   CHECK(results[2].commit_ts == results[0].commit_ts + 1);
   CHECK(ReadNow(*backend, "a") == "1");
   CHECK(ReadNow(*backend, "b") == "3");
+  backend->ReleaseHandle();
+}
+
+TEST_CASE("On postgresql, the joinable records of one batch are stored as one, in order",
+          "[backend][postgresql]") {
+  if (!HaveTestPostgres()) return;
+  TempDir dir;
+  const std::string target = percolite_test::TargetFor(dir, "postgresql");
+  auto backend = OpenBackend(target, "", FastOptions());
+  const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
+  ClockHolder holder(ParsePgTarget(target).schema);
+  Submitted first;
+  first.Submit(*backend, start_ts, {SetOf("before", "0")});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer waits for the lock
+  const uint64_t batches = backend->Stats().batches;
+  Submitted batch;
+  for (auto& mutations : percolite_test::JoinableBatch()) {
+    batch.Submit(*backend, start_ts, std::move(mutations));
+  }
+  holder.Release();
+  REQUIRE(first.Wait()[0].status.ok());
+  const auto& results = batch.Wait();
+  REQUIRE(backend->Stats().batches == batches + 2);  // the first, then the rest in one
+  percolite_test::CheckJoinedBatch(*backend, results);
   backend->ReleaseHandle();
 }
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "percolite/backend.h"
@@ -173,6 +174,82 @@ inline percolite::Mutation SetOf(const std::string& row, const std::string& valu
 }
 inline std::optional<std::string> ReadNow(percolite::Backend& backend, const std::string& row) {
   return backend.BeginSnapshot()->Get(Key(row));
+}
+
+// Joinable records (backend.h), the same on every backend that writes
+// several commits at once: JoinableBatch is a batch of commits (the second
+// conflicts with the first), CheckJoinedBatch checks what the backend stored
+// once it committed them in one write, given their results.
+//
+// A joinable stamped write to row `row`, family "U", of a packed record of
+// `entries` (one byte each: the backend joins records, never reads entries).
+inline percolite::Mutation JoinableOf(const std::string& row, const std::string& entries,
+                                      bool joinable = true) {
+  percolite::Mutation m{percolite::EncodeCellKey({row, "U", ""})};
+  percolite::AppendPackedHeader(&m.value, static_cast<uint32_t>(entries.size()));
+  m.value += entries;
+  m.stamped = true;
+  m.joinable = joinable;
+  return m;
+}
+
+inline std::string PackedOf(const std::string& entries) {
+  std::string record;
+  percolite::AppendPackedHeader(&record, static_cast<uint32_t>(entries.size()));
+  return record + entries;
+}
+
+// The stamped records of `row`, family "U", in key order: (commit_ts of the
+// stamp, value).
+inline std::vector<std::pair<uint64_t, std::string>> RecordsOf(percolite::Backend& backend,
+                                                               const std::string& row) {
+  std::string prefix;
+  percolite::AppendEscapedPart(&prefix, row);
+  percolite::AppendEscapedPart(&prefix, "U");
+  std::vector<std::pair<std::string, std::string>> found;
+  auto snapshot = backend.BeginSnapshot();
+  snapshot->Scan(prefix, false, percolite::PrefixSuccessor(prefix), 100, &found);
+  snapshot->Release();
+  std::vector<std::pair<uint64_t, std::string>> records;
+  for (const auto& [key, value] : found) {
+    percolite::Cell cell;
+    REQUIRE(percolite::DecodeCellKey(key, &cell));
+    REQUIRE(cell.qualifier.size() == percolite::kStampSize);
+    records.emplace_back(percolite::ReadUint64BE(cell.qualifier), value);
+  }
+  return records;
+}
+
+inline std::vector<std::vector<percolite::Mutation>> JoinableBatch() {
+  const std::string full(percolite::kPackedMaxEntries - 1, 'f');
+  return {
+      {SetOf("a", "1"), JoinableOf("q", "ab")},
+      {SetOf("a", "2"), JoinableOf("q", "x")},  // conflicts with the first
+      {JoinableOf("q", "cde"), JoinableOf("r", "r")},
+      {JoinableOf("q", "n", /*joinable=*/false)},
+      {JoinableOf("q", "g")},
+      {JoinableOf("s", full)},
+      {JoinableOf("s", "hi")},  // would pass kPackedMaxEntries
+      {JoinableOf("s", "j")},
+  };
+}
+
+inline void CheckJoinedBatch(percolite::Backend& backend,
+                             const std::vector<percolite::CommitResult>& results) {
+  REQUIRE(results.size() == 8);
+  CHECK(results[1].status.code() == percolite::ErrorCode::kConflict);
+  const uint64_t ts = results[0].commit_ts;
+  CHECK(results[7].commit_ts == ts + 6);
+  using Records = std::vector<std::pair<uint64_t, std::string>>;
+  // One record under the first commit's stamp, in commit order; the
+  // conflicting commit's entries nowhere; a write that is not joinable keeps
+  // its own record and closes the open one (records stay in commit order).
+  CHECK(RecordsOf(backend, "q") ==
+        Records{{ts, PackedOf("abcde")}, {ts + 2, PackedOf("n")}, {ts + 3, PackedOf("g")}});
+  CHECK(RecordsOf(backend, "r") == Records{{ts + 1, PackedOf("r")}});
+  // A record closes when the next would not fit; later ones join the new one.
+  const std::string full(percolite::kPackedMaxEntries - 1, 'f');
+  CHECK(RecordsOf(backend, "s") == Records{{ts + 4, PackedOf(full)}, {ts + 5, PackedOf("hij")}});
 }
 
 // False, with a warning, when no test server is given (scripts/test.sh

@@ -40,6 +40,14 @@
 //   in [key, purge_end) (tombstones included), without a tombstone and without
 //   validation; range purges apply before the other mutations of their commit.
 //   Snapshots that predate a purge still see the purged cells.
+// - Joinable stamped writes (Mutation::joinable) hold a packed record (below).
+//   A backend that commits several transactions in one write may store the
+//   joinable writes of those commits to one key as one record, under the
+//   stamp of the first: its entries followed by the later ones', in commit
+//   order, while the record stays within kPackedMaxEntries entries and
+//   kPackedMaxBytes bytes (JoinPacked). The commits of one write become
+//   visible together, so no snapshot tells the two apart; the store then
+//   keeps fewer records than transactions (a combine queue's hot bucket).
 // - Notifications: a commit that sets (not deletes) a strongly observed column
 //   (SetObservedColumns) writes a notification for that cell stamped with its
 //   commit_ts; each of extras->weak_notifications likewise. A commit with
@@ -133,7 +141,25 @@ struct Mutation {
   uint32_t stamp_seq = 0;
   bool purge = false;
   std::string purge_end;
+  bool joinable = false;  // stamped, and its value a packed record (see Commit's rules)
 };
+
+// A packed record: a version byte (kPackedVersion), the entry count (a
+// varint, encoding.h), then the entries, each self-delimiting (the queues
+// define their layout, queues/queue_rows.h). A writer starts a new record
+// once one holds kPackedMaxEntries entries or kPackedMaxBytes bytes, so a
+// record, and what a reader takes in one piece, stays small.
+constexpr char kPackedVersion = 1;
+constexpr size_t kPackedMaxEntries = 1024;
+constexpr size_t kPackedMaxBytes = 256 * 1024;
+void AppendPackedHeader(std::string* out, uint32_t count);
+// The entry count in a packed record's header, and the header's size; false
+// when the header does not decode.
+bool PackedCount(std::string_view record, uint32_t* count, size_t* header_size = nullptr);
+// Appends the entries of packed record `more` to packed record *record
+// (counts added); false, with *record unchanged, when either header does
+// not decode or the result would pass kPackedMaxEntries or kPackedMaxBytes.
+bool JoinPacked(std::string* record, std::string_view more);
 
 // The stamp put in front of a stamped write's qualifier: commit_ts (8 bytes)
 // and stamp_seq (4 bytes), both big-endian.

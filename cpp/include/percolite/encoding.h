@@ -100,6 +100,11 @@ uint64_t ReadUint64BE(std::string_view bytes);  // requires bytes.size() >= 8
 void AppendUint32BE(std::string* out, uint32_t value);
 uint32_t ReadUint32BE(std::string_view bytes);  // requires bytes.size() >= 4
 
+// Unsigned LEB128 varints of at most 32 bits. ReadVarint32 reads one at
+// *pos and moves *pos past it; false when it is truncated or longer.
+void AppendVarint32(std::string* out, uint32_t value);
+bool ReadVarint32(std::string_view in, size_t* pos, uint32_t* value);
+
 // 64-bit hash of bytes (FNV-1a folded through a 64-bit finalizer); stable across
 // processes, platforms and versions, because bucket numbers on disk depend on it.
 uint64_t StableHash64(std::string_view bytes, uint64_t seed = 0);

@@ -104,8 +104,9 @@ class Transaction : public std::enable_shared_from_this<Transaction> {
 
   // Buffers a stamped write (backend.h): the qualifier gets the commit_ts and a
   // sequence number appended, so adders of queue entries never collide. Not
-  // visible to this transaction's own reads.
-  void AddStamped(const CellRef& cell, std::string_view value) EXCLUDES(mu_);
+  // visible to this transaction's own reads. `joinable`: `value` is a packed
+  // record that the backend may join with other commits' (backend.h).
+  void AddStamped(const CellRef& cell, std::string_view value, bool joinable = false) EXCLUDES(mu_);
   // Removes a cell a stamped write created, without a tombstone (backend.h,
   // Mutation::purge). Only for consumed queue entries.
   void Purge(const CellRef& cell) EXCLUDES(mu_);

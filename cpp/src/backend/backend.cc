@@ -76,6 +76,35 @@ std::string StampedKey(std::string_view encoded_key, uint64_t commit_ts, uint32_
   return key;
 }
 
+void AppendPackedHeader(std::string* out, uint32_t count) {
+  out->push_back(kPackedVersion);
+  AppendVarint32(out, count);
+}
+
+bool PackedCount(std::string_view record, uint32_t* count, size_t* header_size) {
+  size_t pos = 1;
+  if (record.empty() || record[0] != kPackedVersion || !ReadVarint32(record, &pos, count)) {
+    return false;
+  }
+  if (header_size != nullptr) *header_size = pos;
+  return true;
+}
+
+bool JoinPacked(std::string* record, std::string_view more) {
+  uint32_t count = 0, more_count = 0;
+  size_t header = 0, more_header = 0;
+  if (!PackedCount(*record, &count, &header) || !PackedCount(more, &more_count, &more_header)) {
+    return false;
+  }
+  const size_t bytes = record->size() - header + more.size() - more_header;
+  if (size_t{count} + more_count > kPackedMaxEntries || bytes > kPackedMaxBytes) return false;
+  std::string joined_header;
+  AppendPackedHeader(&joined_header, count + more_count);
+  record->replace(0, header, joined_header);
+  record->append(more.substr(more_header));
+  return true;
+}
+
 Snapshot::TryRead Snapshot::TryGet(std::string_view, ValueView, void*) {
   return TryRead::kWouldBlock;
 }

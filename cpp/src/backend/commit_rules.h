@@ -12,6 +12,12 @@
 //   std::optional<uint64_t> NotificationStampAt(std::string_view notification_key);
 //   void PutCell(std::string_view key, uint64_t commit_ts, bool is_delete,
 //                std::string_view value);      // a delete leaves a tombstone
+//   void PutStamped(std::string_view key, std::string_view stamped_key,
+//                   uint64_t commit_ts, std::string_view value, bool join);
+//       a stamped write of `key`: PutCell(stamped_key, ...); with `join`
+//       (a joinable write, backend.h) the backend may instead join it to the
+//       record of `key` an earlier commit of the same write left open; a
+//       write without `join` closes that record (records stay in commit order)
 //   void PurgeCell(std::string_view key);       // no tombstone
 //   void PurgeRange(std::string_view from, std::string_view end);
 //   void PutNotification(std::string_view notification_key, uint64_t stamp);
@@ -112,10 +118,14 @@ void ApplyCommit(Tables& tables, const StrongColumns& strong, uint64_t start_ts,
     const std::string stamped_key =
         m.stamped ? StampedKey(m.key, commit_ts, m.stamp_seq) : std::string();
     const std::string& key = m.stamped ? stamped_key : m.key;
-    tables.PutCell(key, commit_ts, m.is_delete, m.value);
-    if (!m.is_delete && !strong.empty() && strong.Match(key, &row)) {
-      commit_rules_internal::Notify(tables, key, row, commit_ts, written);
+    const bool notify = !m.is_delete && !strong.empty() && strong.Match(key, &row);
+    if (m.stamped) {
+      // A notified cell must exist under its own key: not joined.
+      tables.PutStamped(m.key, key, commit_ts, m.value, m.joinable && !notify);
+    } else {
+      tables.PutCell(key, commit_ts, m.is_delete, m.value);
     }
+    if (notify) commit_rules_internal::Notify(tables, key, row, commit_ts, written);
   }
   if (extras == nullptr) return;
   for (const std::string& cell_key : extras->weak_notifications) {

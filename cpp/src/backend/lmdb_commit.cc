@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -152,6 +153,29 @@ class LmdbTables {
     CheckLmdb(GuardedPut(txn_, tombstones_, &tk, &tv, "indexing a tombstone"),
               "indexing a tombstone");
   }
+  // A joinable write is held until the batch's last commit (PutJoined),
+  // joined where it fits: one put per record, not one per commit.
+  void PutStamped(std::string_view key, std::string_view stamped_key, uint64_t commit_ts,
+                  std::string_view value, bool join) {
+    auto open = joinable_.find(key);
+    if (open != joinable_.end()) {
+      if (join && JoinPacked(&open->second.value, value)) return;
+      PutCell(open->second.stamped_key, open->second.commit_ts, false, open->second.value);
+      joinable_.erase(open);
+    }
+    if (join) {
+      joinable_.emplace(key, Joined{std::string(stamped_key), commit_ts, std::string(value)});
+    } else {
+      PutCell(stamped_key, commit_ts, false, value);
+    }
+  }
+  void PutJoined() {
+    for (const auto& [key, record] : joinable_) {
+      PutCell(record.stamped_key, record.commit_ts, false, record.value);
+    }
+    joinable_.clear();
+  }
+
   void PurgeCell(std::string_view key) {
     std::string stored = StoredKeyFor(key);
     MDB_val k = ToVal(stored);
@@ -180,9 +204,16 @@ class LmdbTables {
     return record.commit_ts;
   }
 
+  struct Joined {
+    std::string stamped_key;
+    uint64_t commit_ts = 0;
+    std::string value;
+  };
+
   MDB_txn* txn_;
   uint64_t txnid_;
   MDB_dbi data_, tombstones_, notify_, ack_;
+  std::map<std::string, Joined, std::less<>> joinable_;  // unstamped key -> its open record
 };
 
 }  // namespace
@@ -388,6 +419,7 @@ bool LmdbBackend::WriteBatch(std::vector<PendingCommit*>& batch,
     ApplyCommit(tables, strong_, p->start_ts, ts, *p->mutations, p->extras, written);
     ++committed;
   }
+  tables.PutJoined();
   const uint64_t collected = CollectTombstones(txn, txnid);
   std::string ts_bytes;
   AppendUint64BE(&ts_bytes, ts);

@@ -55,6 +55,11 @@ class MemoryTables {
     AssertLocked();
     Put(&s_->data_, false, key, is_delete ? VersionState::kDeleted : VersionState::kLive, value);
   }
+  // One commit per write: nothing to join with.
+  void PutStamped(std::string_view, std::string_view stamped_key, uint64_t commit_ts,
+                  std::string_view value, bool) {
+    PutCell(stamped_key, commit_ts, false, value);
+  }
   void PurgeCell(std::string_view key) {
     AssertLocked();
     auto it = s_->data_.find(key);

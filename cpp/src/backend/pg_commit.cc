@@ -53,6 +53,18 @@ class PgTables {
     cell_states.push_back(is_delete ? kPgDeleted : kPgLive);
     cell_values.emplace_back(is_delete ? std::string_view() : value);
   }
+  // A joinable write joins the open record of `key` in this batch when it
+  // fits: the batch is one server transaction, so one row for its commits.
+  void PutStamped(std::string_view key, std::string_view stamped_key, uint64_t commit_ts,
+                  std::string_view value, bool join) {
+    auto open = open_records_.find(key);
+    if (open != open_records_.end()) {
+      if (join && JoinPacked(&cell_values[open->second], value)) return;
+      open_records_.erase(open);
+    }
+    if (join) open_records_.emplace(key, cell_values.size());
+    PutCell(stamped_key, commit_ts, false, value);
+  }
   void PurgeCell(std::string_view key) {
     written_.erase(std::string(key));
     purge_keys.emplace_back(key);
@@ -106,6 +118,8 @@ class PgTables {
   std::map<std::string, uint64_t> acks_;
   std::set<std::string> acks_changed_;
   std::map<std::string, std::optional<uint64_t>> notify_;
+  // Joinable key -> index in cell_values of the record later commits join.
+  std::map<std::string, size_t, std::less<>> open_records_;
 };
 
 // The statements of one batch's server transaction, on the writer's

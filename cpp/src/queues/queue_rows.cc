@@ -74,30 +74,6 @@ std::string PackedFamily(std::string_view family) {
 
 namespace {
 
-void AppendVarint32(std::string* out, uint32_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-// Reads a varint of at most 32 bits at *pos; false when truncated or longer.
-bool ReadVarint32(std::string_view in, size_t* pos, uint32_t* v) {
-  uint64_t result = 0;
-  for (int shift = 0; shift <= 28; shift += 7) {
-    if (*pos >= in.size()) return false;
-    const unsigned char byte = static_cast<unsigned char>(in[(*pos)++]);
-    result |= uint64_t{byte & 0x7Fu} << shift;
-    if ((byte & 0x80) == 0) {
-      if (result > UINT32_MAX) return false;
-      *v = static_cast<uint32_t>(result);
-      return true;
-    }
-  }
-  return false;
-}
-
 bool ReadSized(std::string_view in, size_t* pos, std::string_view* bytes) {
   uint32_t size = 0;
   if (!ReadVarint32(in, pos, &size) || in.size() - *pos < size) return false;
@@ -108,21 +84,11 @@ bool ReadSized(std::string_view in, size_t* pos, std::string_view* bytes) {
 
 }  // namespace
 
-void AppendPackedHeader(std::string* out, uint32_t count) {
-  out->push_back(kPackedVersion);
-  AppendVarint32(out, count);
-}
-
 void AppendPackedEntry(std::string* out, std::string_view key, std::string_view value) {
   AppendVarint32(out, static_cast<uint32_t>(key.size()));
   out->append(key);
   AppendVarint32(out, static_cast<uint32_t>(value.size()));
   out->append(value);
-}
-
-bool PackedCount(std::string_view value, uint32_t* count) {
-  size_t pos = 1;
-  return !value.empty() && value[0] == kPackedVersion && ReadVarint32(value, &pos, count);
 }
 
 bool DecodePacked(std::string_view value,
@@ -200,7 +166,7 @@ void Write(Transaction& transaction, const std::string& id, std::string_view kin
       record.clear();
       AppendPackedHeader(&record, count);
       record.append(body);
-      transaction.AddStamped({row, packed_family, std::string_view()}, record);
+      transaction.AddStamped({row, packed_family, std::string_view()}, record, /*joinable=*/true);
     }
     transaction.SetWeakNotification({id + ":b:" + name, notify_family, kNotifyQualifier});
   }
@@ -729,7 +695,7 @@ std::vector<std::pair<std::string_view, std::string_view>> PackedQueueEntries(
 
 std::optional<uint32_t> PackedQueueCount(std::string_view value) {
   uint32_t count = 0;
-  if (!queue_rows::PackedCount(value, &count)) return std::nullopt;
+  if (!PackedCount(value, &count)) return std::nullopt;
   return count;
 }
 

@@ -8,9 +8,11 @@
 //    these (each entry's stamp is its seq), and stores of format percolite/4
 //    hold nothing else;
 //  - a packed record, in the queue's packed family (PackedFamily): qualifier
-//    = the stamp alone, value = EncodePacked of every entry one Write call
-//    queued in that bucket, in the order given. One stamped write per touched
-//    bucket instead of one per entry (the combine queue writes these).
+//    = the stamp alone, value = every entry one Write call queued in that
+//    bucket, in the order given. One stamped write per touched bucket instead
+//    of one per entry (the combine queue writes these). They are joinable
+//    (backend.h): a backend may store the records of the commits it writes
+//    together as one, in commit order, under the first one's stamp.
 // Records sort in commit order, so a commit appends at the end of each bucket
 // it touches, and a run consumes records from the front. Single-entry
 // records of the combine queue come only from stores of format percolite/4,
@@ -55,15 +57,10 @@ constexpr std::string_view kCursorQualifier = "cursor";
 // single-entry records ("u" -> "U").
 std::string PackedFamily(std::string_view family);
 
-// A packed record's value: a version byte (kPackedVersion), the entry count,
-// then each entry's key size, key, value size and value (sizes as unsigned
-// LEB128 varints of at most 32 bits). Write starts a new record once one
-// holds kPackedMaxEntries entries or kPackedMaxBytes bytes, so a record (and
-// what a run reads past its batch size, see Read) stays small.
-constexpr char kPackedVersion = 1;
-constexpr size_t kPackedMaxEntries = 1024;
-constexpr size_t kPackedMaxBytes = 256 * 1024;
-void AppendPackedHeader(std::string* out, uint32_t count);
+// A packed record's value (backend.h: a version byte, the entry count,
+// then the entries): here each entry is its key size, key, value size and
+// value (sizes as varints, encoding.h). Write starts a new record once one
+// holds kPackedMaxEntries entries or kPackedMaxBytes bytes.
 void AppendPackedEntry(std::string* out, std::string_view key, std::string_view value);
 // Decodes `value`; false (and *out partly filled, *why saying what is
 // wrong when given) when it is malformed: a wrong version, a truncated or
@@ -72,10 +69,6 @@ void AppendPackedEntry(std::string* out, std::string_view key, std::string_view 
 bool DecodePacked(std::string_view value,
                   std::vector<std::pair<std::string_view, std::string_view>>* out,
                   std::string* why = nullptr);
-// The entry count of a packed record, read from its header only; false when
-// the header is malformed.
-bool PackedCount(std::string_view value, uint32_t* count);
-
 // Throws kInvalidArgument naming the bad option. `kind` is "combine queue" or
 // "export queue", `batch_name` the option bounding one run.
 void CheckOptions(std::string_view kind, const std::string& id, uint32_t buckets,
