@@ -345,6 +345,26 @@ class Submitted {
   std::atomic<size_t> done_{0};
 };
 
+// Commits each of `commits` (from `start_ts`) in one batch of the writer,
+// submitted while it waits for the counter's lock with a commit before
+// them; their results, in order.
+std::vector<percolite::CommitResult> CommitInOneBatch(percolite::Backend& backend,
+                                                      const std::string& target, uint64_t start_ts,
+                                                      std::vector<std::vector<Mutation>> commits) {
+  ClockHolder holder(ParsePgTarget(target).schema);
+  Submitted first;
+  first.Submit(backend, start_ts, {SetOf("before", "0")});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer waits for the lock
+  const uint64_t batches = backend.Stats().batches;
+  Submitted batch;
+  for (auto& mutations : commits) batch.Submit(backend, start_ts, std::move(mutations));
+  holder.Release();
+  REQUIRE(first.Wait()[0].status.ok());
+  std::vector<percolite::CommitResult> results = batch.Wait();
+  CHECK(backend.Stats().batches == batches + 2);  // the first, then the rest in one
+  return results;
+}
+
 }  // namespace
 
 TEST_CASE("A batch holding a conflicting commit commits the others and reports the conflict",
@@ -354,19 +374,10 @@ TEST_CASE("A batch holding a conflicting commit commits the others and reports t
   const std::string target = percolite_test::TargetFor(dir, "postgresql");
   auto backend = OpenBackend(target, "", FastOptions());
   const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
-  ClockHolder holder(ParsePgTarget(target).schema);
-  Submitted first;
-  first.Submit(*backend, start_ts, {SetOf("before", "0")});
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer waits for the lock
-  const uint64_t batches = backend->Stats().batches;
-  Submitted batch;
-  batch.Submit(*backend, start_ts, {SetOf("a", "1")});
-  batch.Submit(*backend, start_ts, {SetOf("a", "2")});  // a write since its start: conflict
-  batch.Submit(*backend, start_ts, {SetOf("b", "3")});
-  holder.Release();
-  REQUIRE(first.Wait()[0].status.ok());
-  const auto& results = batch.Wait();
-  CHECK(backend->Stats().batches == batches + 2);  // the first, then the three in one
+  const auto results = CommitInOneBatch(*backend, target, start_ts,
+                                        {{SetOf("a", "1")},
+                                         {SetOf("a", "2")},  // a write since its start: conflict
+                                         {SetOf("b", "3")}});
   CHECK(results[0].status.ok());
   CHECK(results[1].status.code() == ErrorCode::kConflict);
   CHECK(results[2].status.ok());
@@ -383,19 +394,8 @@ TEST_CASE("On postgresql, the joinable records of one batch are stored as one, i
   const std::string target = percolite_test::TargetFor(dir, "postgresql");
   auto backend = OpenBackend(target, "", FastOptions());
   const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
-  ClockHolder holder(ParsePgTarget(target).schema);
-  Submitted first;
-  first.Submit(*backend, start_ts, {SetOf("before", "0")});
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer waits for the lock
-  const uint64_t batches = backend->Stats().batches;
-  Submitted batch;
-  for (auto& mutations : percolite_test::JoinableBatch()) {
-    batch.Submit(*backend, start_ts, std::move(mutations));
-  }
-  holder.Release();
-  REQUIRE(first.Wait()[0].status.ok());
-  const auto& results = batch.Wait();
-  REQUIRE(backend->Stats().batches == batches + 2);  // the first, then the rest in one
+  const auto results =
+      CommitInOneBatch(*backend, target, start_ts, percolite_test::JoinableBatch());
   percolite_test::CheckJoinedBatch(*backend, results);
   backend->ReleaseHandle();
 }
