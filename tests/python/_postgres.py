@@ -11,6 +11,9 @@ run as root, so when the tests run as root (as in CI) the server commands run
 as Debian's ``postgres`` system user through ``runuser``, with the directory
 handed over to that user.
 
+Run as a script, ``python tests/python/_postgres.py COMMAND ...`` runs COMMAND
+with a temporary server, its URI in ``PERCOLITE_TEST_POSTGRES`` (:func:`main`).
+
 The session fixture ``postgres_dsn`` starts one server for the whole test run
 and fails (it does not skip) when PostgreSQL is missing. The benchmarks
 (``bench/bench_export.py``) use :func:`temporary_postgres` from here too, with
