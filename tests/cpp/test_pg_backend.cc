@@ -345,12 +345,13 @@ class Submitted {
   std::atomic<size_t> done_{0};
 };
 
-// Commits each of `commits` (from `start_ts`) in one batch of the writer,
-// submitted while it waits for the counter's lock with a commit before
-// them; their results, in order.
+// Commits each of `commits` (all from one snapshot, taken first) in one
+// batch of the writer, submitted while it waits for the counter's lock with
+// a commit before them; their results, in order.
 std::vector<percolite::CommitResult> CommitInOneBatch(percolite::Backend& backend,
-                                                      const std::string& target, uint64_t start_ts,
+                                                      const std::string& target,
                                                       std::vector<std::vector<Mutation>> commits) {
+  const uint64_t start_ts = backend.BeginSnapshot()->start_ts();
   ClockHolder holder(ParsePgTarget(target).schema);
   Submitted first;
   first.Submit(backend, start_ts, {SetOf("before", "0")});
@@ -373,8 +374,7 @@ TEST_CASE("A batch holding a conflicting commit commits the others and reports t
   TempDir dir;
   const std::string target = percolite_test::TargetFor(dir, "postgresql");
   auto backend = OpenBackend(target, "", FastOptions());
-  const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
-  const auto results = CommitInOneBatch(*backend, target, start_ts,
+  const auto results = CommitInOneBatch(*backend, target,
                                         {{SetOf("a", "1")},
                                          {SetOf("a", "2")},  // a write since its start: conflict
                                          {SetOf("b", "3")}});
@@ -393,9 +393,7 @@ TEST_CASE("On postgresql, the joinable records of one batch are stored as one, i
   TempDir dir;
   const std::string target = percolite_test::TargetFor(dir, "postgresql");
   auto backend = OpenBackend(target, "", FastOptions());
-  const uint64_t start_ts = backend->BeginSnapshot()->start_ts();
-  const auto results =
-      CommitInOneBatch(*backend, target, start_ts, percolite_test::JoinableBatch());
+  const auto results = CommitInOneBatch(*backend, target, percolite_test::JoinableBatch());
   percolite_test::CheckJoinedBatch(*backend, results);
   backend->ReleaseHandle();
 }
